@@ -1,0 +1,553 @@
+// gloo_bench: the Gloo baseline that geoccl's own `geoccl bench` is measured against.
+//
+// One process per rank, launched like torchrun (`geoccl run -n N -- gloo_bench ...`). Each
+// rank reads RANK / WORLD_SIZE / MASTER_PORT (+ optional GEOCCL_RUN_ID, GEOCCL_BIND_ADDR) from
+// the environment, rendezvouses through a gloo::rendezvous::FileStore, and times float32 SUM
+// allreduces over the Gloo TCP transport.
+//
+// Algorithm: `gloo::allreduce(AllreduceOptions)` with the algorithm left UNSPECIFIED. In
+// Debian's Gloo (0.5.0, git 2022-05-18) UNSPECIFIED dispatches to the ring allreduce
+// (reduce-scatter + allgather in segments of at most 1 MiB, two in flight). This is the same
+// entry point torch's ProcessGroupGloo uses for dense CPU tensors, so the two baselines differ
+// only by the torch layer on top.
+//
+// Why a FileStore and not a TCP store: Debian's Gloo has no TCPStore, and MASTER_PORT may
+// already be taken by geoccl's own rendezvous store on rank 0. Local runs and the WAN test bed
+// (one network namespace per domain) share one filesystem, which is all a FileStore needs.
+
+#include <gloo/allreduce.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/device.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cinttypes>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// Error in the command line or environment: reported without a stack of context, exit 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+constexpr std::string_view kUsage =
+    "usage: gloo_bench --op allreduce --sizes 4K,1M,16M,96M [--iters 20] [--warmup 3]\n"
+    "                  [--json FILE] [--timeout-s 300]\n"
+    "  sizes are bytes per rank; K/M/G suffixes are powers of 1024; each a multiple of 4\n"
+    "  env: RANK, WORLD_SIZE, MASTER_PORT (or GEOCCL_RUN_ID) required;\n"
+    "       GEOCCL_BIND_ADDR (default 127.0.0.1), GEOCCL_RUN_ID optional\n";
+
+// ---------------------------------------------------------------------------------------------
+// Command line and environment
+
+struct Options {
+  std::string op = "allreduce";
+  std::vector<std::size_t> sizes;
+  int iters = 20;
+  int warmup = 3;
+  std::string json_path;
+  int timeout_s = 300;
+};
+
+// Parses "4K", "1M", "96M", "4096" into bytes (powers of 1024).
+std::size_t ParseSize(std::string_view text) {
+  if (text.empty()) throw UsageError("empty size in --sizes");
+  std::uint64_t multiplier = 1;
+  switch (text.back()) {
+    case 'K': case 'k': multiplier = 1ULL << 10; break;
+    case 'M': case 'm': multiplier = 1ULL << 20; break;
+    case 'G': case 'g': multiplier = 1ULL << 30; break;
+    default: break;
+  }
+  const std::string_view digits = multiplier == 1 ? text : text.substr(0, text.size() - 1);
+  std::uint64_t value = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+  if (ec != std::errc() || end != digits.data() + digits.size() || value == 0) {
+    throw UsageError("bad size '" + std::string(text) + "' (want e.g. 4096, 4K, 1M, 2G)");
+  }
+  if (value > UINT64_MAX / multiplier) throw UsageError("size too large: " + std::string(text));
+  const std::uint64_t bytes = value * multiplier;
+  if (bytes % sizeof(float) != 0) {
+    throw UsageError("size " + std::string(text) + " is not a multiple of 4 bytes (float32)");
+  }
+  return static_cast<std::size_t>(bytes);
+}
+
+std::vector<std::size_t> ParseSizes(std::string_view list) {
+  std::vector<std::size_t> sizes;
+  while (!list.empty()) {
+    const auto comma = list.find(',');
+    sizes.push_back(ParseSize(list.substr(0, comma)));
+    if (comma == std::string_view::npos) break;
+    list.remove_prefix(comma + 1);
+  }
+  if (sizes.empty()) throw UsageError("--sizes is empty");
+  return sizes;
+}
+
+int ParseInt(std::string_view name, std::string_view text, int min_value) {
+  int value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || value < min_value) {
+    throw UsageError(std::string(name) + ": expected an integer >= " +
+                     std::to_string(min_value) + ", got '" + std::string(text) + "'");
+  }
+  return value;
+}
+
+std::optional<Options> ParseArgs(int argc, char** argv) {
+  Options opt;
+  bool have_sizes = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      std::cout << kUsage;
+      return std::nullopt;
+    }
+    // Accept both "--flag value" and "--flag=value".
+    std::string_view name = arg;
+    std::optional<std::string_view> value;
+    if (const auto eq = arg.find('='); arg.starts_with("--") && eq != std::string_view::npos) {
+      name = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+    }
+    const auto next = [&]() -> std::string_view {
+      if (value) return *value;
+      if (i + 1 >= argc) throw UsageError(std::string(name) + " needs a value");
+      return argv[++i];
+    };
+    if (name == "--op") {
+      opt.op = next();
+    } else if (name == "--sizes") {
+      opt.sizes = ParseSizes(next());
+      have_sizes = true;
+    } else if (name == "--iters") {
+      opt.iters = ParseInt(name, next(), 1);
+    } else if (name == "--warmup") {
+      opt.warmup = ParseInt(name, next(), 0);
+    } else if (name == "--json") {
+      opt.json_path = next();
+    } else if (name == "--timeout-s") {
+      opt.timeout_s = ParseInt(name, next(), 1);
+    } else {
+      throw UsageError("unknown argument '" + std::string(arg) + "'");
+    }
+  }
+  if (opt.op != "allreduce") throw UsageError("--op " + opt.op + " not supported (allreduce)");
+  if (!have_sizes) throw UsageError("--sizes is required");
+  return opt;
+}
+
+std::optional<std::string> GetEnv(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  return std::string(v);
+}
+
+int RequireIntEnv(const char* name, int min_value) {
+  const auto v = GetEnv(name);
+  if (!v) throw UsageError(std::string("environment variable ") + name + " is not set");
+  return ParseInt(name, *v, min_value);
+}
+
+struct Env {
+  int rank = 0;
+  int world_size = 1;
+  std::string run_id;     // names the rendezvous directory
+  bool run_id_unique = false;  // true when the launcher guarantees a fresh id per launch
+  std::string bind_addr;  // address the Gloo TCP device binds its listening socket to
+};
+
+Env ReadEnv() {
+  Env env;
+  env.world_size = RequireIntEnv("WORLD_SIZE", 1);
+  env.rank = RequireIntEnv("RANK", 0);
+  if (env.rank >= env.world_size) {
+    throw UsageError("RANK " + std::to_string(env.rank) + " >= WORLD_SIZE " +
+                     std::to_string(env.world_size));
+  }
+  // GEOCCL_RUN_ID is unique per launch; MASTER_PORT is a fallback for plain torchrun-style
+  // launchers (a free port, so unique among concurrent runs, but it can repeat across runs —
+  // the generation handshake in Rendezvous handles that).
+  if (auto id = GetEnv("GEOCCL_RUN_ID")) {
+    env.run_id = "run-" + *id;
+    env.run_id_unique = true;
+  } else if (auto port = GetEnv("MASTER_PORT")) {
+    env.run_id = "port-" + *port;
+  } else {
+    throw UsageError("neither GEOCCL_RUN_ID nor MASTER_PORT is set");
+  }
+  for (char& c : env.run_id) {  // the id becomes a path component
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) c = '_';
+  }
+  env.bind_addr = GetEnv("GEOCCL_BIND_ADDR").value_or("127.0.0.1");
+  return env;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rendezvous
+
+std::int64_t UnixMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Owns the per-run rendezvous directory /tmp/geoccl-gloo-bench-<uid>/<run id>/.
+//
+// Gloo's FileStore refuses to set a key whose file already exists, so leftovers from a crashed
+// earlier run with the same id would make rendezvous fail. Instead of deleting at start-up
+// (which races with peers that already wrote their keys), rank 0 publishes a fresh random
+// "generation" (atomically, via rename) and every rank prefixes its keys with it. Peers accept
+// a generation only if it was written after they started (minus a slack for launch skew), so a
+// stale generation file is never used (that check is skipped when GEOCCL_RUN_ID makes the
+// directory unique to this launch anyway). Rank 0 removes the directory when it is destroyed, and
+// garbage-collects sibling directories from runs that died more than an hour ago.
+class Rendezvous {
+ public:
+  static constexpr auto kLaunchSkew = std::chrono::seconds(30);
+  static constexpr auto kStaleAge = std::chrono::hours(1);
+
+  Rendezvous(const Env& env, std::chrono::milliseconds timeout)
+      : rank_(env.rank), check_freshness_(!env.run_id_unique) {
+    // A fixed root (not $TMPDIR) so that ranks launched with different environments, e.g. in
+    // different network namespaces, still meet in the same place.
+    const fs::path root =
+        fs::path("/tmp") / ("geoccl-gloo-bench-" + std::to_string(static_cast<long>(::getuid())));
+    dir_ = root / env.run_id;
+    fs::create_directories(dir_);  // every rank: whoever comes first creates it
+    if (rank_ == 0) {
+      CollectGarbage(root);
+      generation_ = PublishGeneration();
+    } else {
+      generation_ = AwaitGeneration(timeout);
+    }
+    file_store_ = std::make_unique<gloo::rendezvous::FileStore>(dir_.string());
+    store_ = std::make_unique<gloo::rendezvous::PrefixStore>(generation_, *file_store_);
+  }
+
+  ~Rendezvous() {
+    if (rank_ != 0) return;
+    std::error_code ec;  // best effort: a destructor must not throw
+    fs::remove_all(dir_, ec);
+  }
+
+  Rendezvous(const Rendezvous&) = delete;
+  Rendezvous& operator=(const Rendezvous&) = delete;
+
+  gloo::rendezvous::Store& store() { return *store_; }
+
+ private:
+  fs::path GenerationFile() const { return dir_ / "generation"; }
+
+  std::string PublishGeneration() {
+    std::random_device rd;
+    const std::uint64_t nonce = (static_cast<std::uint64_t>(rd()) << 32) ^ rd() ^
+                                static_cast<std::uint64_t>(::getpid());
+    char name[32];
+    std::snprintf(name, sizeof name, "g%016" PRIx64, nonce);
+    const fs::path tmp = dir_ / (".generation." + std::to_string(::getpid()));
+    {
+      std::ofstream out(tmp, std::ios::trunc);
+      out << name << ' ' << UnixMillis() << '\n';
+      if (!out.flush()) throw std::runtime_error("cannot write " + tmp.string());
+    }
+    fs::rename(tmp, GenerationFile());  // atomic: peers never see a partial file
+    return name;
+  }
+
+  std::string AwaitGeneration(std::chrono::milliseconds timeout) const {
+    const std::int64_t not_before =
+        UnixMillis() - std::chrono::duration_cast<std::chrono::milliseconds>(kLaunchSkew).count();
+    const auto deadline = Clock::now() + timeout;
+    while (true) {
+      std::ifstream in(GenerationFile());
+      std::string name;
+      std::int64_t written_ms = 0;
+      if (in >> name >> written_ms && (!check_freshness_ || written_ms >= not_before)) {
+        return name;
+      }
+      if (Clock::now() >= deadline) {
+        throw std::runtime_error("rendezvous: rank 0 did not publish " + GenerationFile().string() +
+                                 " within the timeout (is rank 0 running with the same "
+                                 "GEOCCL_RUN_ID/MASTER_PORT?)");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  void CollectGarbage(const fs::path& root) const {
+    std::error_code ec;
+    const auto now = fs::file_time_type::clock::now();
+    for (const auto& entry : fs::directory_iterator(root, ec)) {
+      if (entry.path() == dir_) continue;
+      std::error_code ec2;
+      const auto mtime = fs::last_write_time(entry.path(), ec2);
+      if (!ec2 && now - mtime > kStaleAge) fs::remove_all(entry.path(), ec2);
+    }
+  }
+
+  int rank_;
+  bool check_freshness_;
+  fs::path dir_;
+  std::string generation_;
+  std::unique_ptr<gloo::rendezvous::FileStore> file_store_;
+  std::unique_ptr<gloo::rendezvous::PrefixStore> store_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Benchmark
+
+struct Result {
+  std::size_t bytes = 0;
+  std::size_t count = 0;
+  int world_size = 0;
+  int iters = 0;
+  double median_us = 0;
+  double min_us = 0;
+  double max_us = 0;
+  double algbw_gbps = 0;
+  double busbw_gbps = 0;
+  bool correct = false;
+};
+
+// In-place float32 SUM allreduce of `data` through Gloo's default algorithm.
+void Allreduce(const std::shared_ptr<gloo::Context>& ctx, float* data, std::size_t count,
+               std::chrono::milliseconds timeout) {
+  gloo::AllreduceOptions opts(ctx);
+  opts.setOutput(data, count);  // no input: Gloo reduces in place, as torch/DDP do
+  opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, std::size_t)>(
+      &gloo::sum<float>));
+  opts.setTimeout(timeout);
+  gloo::allreduce(opts);
+}
+
+// Elementwise MAX over ranks of a small vector of doubles (used to gather timings and flags).
+void AllreduceMax(const std::shared_ptr<gloo::Context>& ctx, std::vector<double>& v,
+                  std::chrono::milliseconds timeout) {
+  gloo::AllreduceOptions opts(ctx);
+  opts.setOutput(v.data(), v.size());
+  opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, std::size_t)>(
+      &gloo::max<double>));
+  opts.setTimeout(timeout);
+  gloo::allreduce(opts);
+}
+
+// Rank r contributes (r+1) + (i % 7) at element i, so the sum is n(n+1)/2 + n*(i % 7): small
+// integers, exact in float32 whatever order the ranks are summed in.
+void FillPattern(std::vector<float>& v, int rank) {
+  int phase = 0;
+  const float base = static_cast<float>(rank + 1);
+  for (float& x : v) {
+    x = base + static_cast<float>(phase);
+    if (++phase == 7) phase = 0;
+  }
+}
+
+// Returns the number of wrong elements (and logs the first one).
+std::size_t CountMismatches(const float* data, std::size_t count, int world_size, int rank) {
+  const float n = static_cast<float>(world_size);
+  const float base = n * (n + 1) / 2;
+  std::size_t bad = 0;
+  int phase = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const float expected = base + n * static_cast<float>(phase);
+    if (data[i] != expected) {
+      if (bad == 0) {
+        std::fprintf(stderr, "gloo_bench[rank %d]: element %zu = %g, expected %g\n", rank, i,
+                     static_cast<double>(data[i]), static_cast<double>(expected));
+      }
+      ++bad;
+    }
+    if (++phase == 7) phase = 0;
+  }
+  return bad;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t m = v.size() / 2;
+  return v.size() % 2 == 1 ? v[m] : (v[m - 1] + v[m]) / 2;
+}
+
+Result RunSize(const std::shared_ptr<gloo::Context>& ctx, std::size_t bytes, const Options& opt,
+               std::chrono::milliseconds timeout) {
+  const std::size_t count = bytes / sizeof(float);
+  const int n = ctx->size;
+  // The pattern is built once; each iteration restores it with a memcpy (outside the timer)
+  // because the allreduce is in place.
+  std::vector<float> pattern(count);
+  FillPattern(pattern, ctx->rank);
+  std::vector<float> buf(count);
+
+  std::vector<double> times_us;  // this rank's per-iteration times
+  times_us.reserve(static_cast<std::size_t>(opt.iters));
+  std::size_t mismatches = 0;
+  for (int it = 0; it < opt.warmup + opt.iters; ++it) {
+    std::memcpy(buf.data(), pattern.data(), bytes);
+    // No barrier between iterations: every rank times its own call and we take the max over
+    // ranks per iteration, which bounds the collective's completion time without adding a
+    // barrier's latency to it.
+    const auto t0 = Clock::now();
+    Allreduce(ctx, buf.data(), count, timeout);
+    const auto t1 = Clock::now();
+    mismatches += CountMismatches(buf.data(), count, n, ctx->rank);
+    if (it >= opt.warmup) {
+      times_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    }
+  }
+
+  // One small collective after the loop gathers everything: per-iteration max over ranks, plus
+  // a trailing "any rank saw a wrong element" flag.
+  std::vector<double> gathered = times_us;
+  gathered.push_back(mismatches > 0 ? 1.0 : 0.0);
+  AllreduceMax(ctx, gathered, timeout);
+  const bool correct = gathered.back() == 0.0;
+  gathered.pop_back();
+
+  Result r;
+  r.bytes = bytes;
+  r.count = count;
+  r.world_size = n;
+  r.iters = opt.iters;
+  r.median_us = Median(gathered);
+  r.min_us = *std::min_element(gathered.begin(), gathered.end());
+  r.max_us = *std::max_element(gathered.begin(), gathered.end());
+  // nccl-tests conventions: algbw = bytes / time (GB = 1e9 B); busbw scales by 2(n-1)/n, the
+  // share of the buffer each rank must send and receive in an optimal allreduce.
+  r.algbw_gbps = static_cast<double>(bytes) / (r.median_us * 1e-6) / 1e9;
+  r.busbw_gbps = r.algbw_gbps * 2.0 * (n - 1) / n;
+  r.correct = correct;
+  return r;
+}
+
+void PrintHeader(int world_size) {
+  std::printf("# gloo_bench: gloo::allreduce (ring), float32 sum, TCP, world_size %d\n",
+              world_size);
+  std::printf("# %12s %12s %12s %12s %12s %12s %12s %8s\n", "size(B)", "count", "time(us)",
+              "min(us)", "max(us)", "algbw(GB/s)", "busbw(GB/s)", "correct");
+}
+
+void PrintRow(const Result& r) {
+  std::printf("  %12zu %12zu %12.1f %12.1f %12.1f %12.3f %12.3f %8s\n", r.bytes, r.count,
+              r.median_us, r.min_us, r.max_us, r.algbw_gbps, r.busbw_gbps,
+              r.correct ? "yes" : "NO");
+  std::fflush(stdout);
+}
+
+// JSON numbers must be finite; timings always are, but be explicit rather than emit "inf".
+std::string JsonNumber(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[32];  // shortest text that round-trips
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  return ec == std::errc() ? std::string(buf, end) : "null";
+}
+
+void WriteJson(const std::string& path, const std::vector<Result>& results) {
+  std::ostringstream os;
+  os << "[\n";
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    const Result& r = results[i];
+    os << "  {\"backend\": \"gloo\", \"op\": \"allreduce\", \"dtype\": \"f32\""
+       << ", \"bytes\": " << r.bytes << ", \"count\": " << r.count
+       << ", \"world_size\": " << r.world_size << ", \"iters\": " << r.iters
+       << ", \"time_us_median\": " << JsonNumber(r.median_us)
+       << ", \"time_us_min\": " << JsonNumber(r.min_us)
+       << ", \"time_us_max\": " << JsonNumber(r.max_us)
+       << ", \"algbw_gbps\": " << JsonNumber(r.algbw_gbps)
+       << ", \"busbw_gbps\": " << JsonNumber(r.busbw_gbps)
+       << ", \"correct\": " << (r.correct ? "true" : "false") << "}"
+       << (i + 1 < results.size() ? ",\n" : "\n");
+  }
+  os << "]\n";
+  // Write then rename so a reader (compare.py) never sees a truncated file.
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << os.str();
+    if (!out.flush()) throw std::runtime_error("cannot write " + tmp + ": " + std::strerror(errno));
+  }
+  fs::rename(tmp, path);
+}
+
+int Run(int argc, char** argv) {
+  const auto opt = ParseArgs(argc, argv);
+  if (!opt) return 0;
+  const Env env = ReadEnv();
+  const std::chrono::milliseconds timeout = std::chrono::seconds(opt->timeout_s);
+
+  Rendezvous rendezvous(env, timeout);
+
+  gloo::transport::tcp::attr attr;
+  attr.hostname = env.bind_addr;  // resolved with getaddrinfo; the device binds to it
+  auto device = gloo::transport::tcp::CreateDevice(attr);
+  auto ctx = std::make_shared<gloo::rendezvous::Context>(env.rank, env.world_size);
+  ctx->setTimeout(timeout);
+  try {
+    ctx->connectFullMesh(rendezvous.store(), device);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("rendezvous failed (are all ") +
+                             std::to_string(env.world_size) +
+                             " ranks running with the same GEOCCL_RUN_ID/MASTER_PORT?): " +
+                             e.what());
+  }
+
+  if (env.rank == 0) PrintHeader(env.world_size);
+  std::vector<Result> results;
+  bool all_correct = true;
+  for (const std::size_t bytes : opt->sizes) {
+    results.push_back(RunSize(ctx, bytes, *opt, timeout));
+    all_correct = all_correct && results.back().correct;
+    if (env.rank == 0) PrintRow(results.back());
+  }
+  if (env.rank == 0 && !opt->json_path.empty()) WriteJson(opt->json_path, results);
+  if (!all_correct) {
+    std::fprintf(stderr, "gloo_bench[rank %d]: allreduce produced wrong results\n", env.rank);
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return Run(argc, argv);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "gloo_bench: %s\n%.*s", e.what(), static_cast<int>(kUsage.size()),
+                 kUsage.data());
+    return 2;
+  } catch (const std::exception& e) {
+    const char* rank = std::getenv("RANK");
+    std::fprintf(stderr, "gloo_bench[rank %s]: error: %s\n", rank ? rank : "?", e.what());
+    return 1;
+  }
+}

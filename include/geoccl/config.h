@@ -1,0 +1,43 @@
+// One typed configuration: defaults, then GEOCCL_* environment variables, then explicit options.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace geoccl {
+
+struct Config {
+  // Identity and rendezvous (torchrun's variables, GEOCCL_* overrides them).
+  int rank = -1;        // RANK / GEOCCL_RANK
+  int world_size = -1;  // WORLD_SIZE / GEOCCL_WORLD_SIZE
+  int local_rank = 0;   // LOCAL_RANK / GEOCCL_LOCAL_RANK
+  std::string master_addr = "127.0.0.1";  // MASTER_ADDR / GEOCCL_MASTER_ADDR
+  uint16_t master_port = 29500;           // MASTER_PORT / GEOCCL_MASTER_PORT
+  std::string domain;                     // GEOCCL_DOMAIN: region label of this rank
+  std::string session = "default";        // GEOCCL_SESSION: key prefix in the store
+
+  // Networking.
+  std::string bind_addr;  // GEOCCL_BIND_ADDR: address peers connect to (default: auto)
+
+  // Deadlines.
+  std::chrono::milliseconds op_timeout{std::chrono::minutes(5)};       // GEOCCL_TIMEOUT_MS
+  std::chrono::milliseconds connect_timeout{std::chrono::minutes(2)};  // GEOCCL_CONNECT_TIMEOUT_MS
+
+  // Algorithms.
+  std::string algo = "auto";                // GEOCCL_ALGO: auto|ring|rd
+  size_t small_msg_bytes = 64 * 1024;       // GEOCCL_SMALL_MSG_BYTES: below: latency algorithm
+  size_t chunk_bytes = 1 << 20;             // GEOCCL_CHUNK_BYTES: pipelining unit
+
+  // Logging.
+  std::string log_level = "warn";  // GEOCCL_LOG_LEVEL: trace|debug|info|warn|error|off
+
+  // Defaults overridden by the environment. Throws Error(kInvalidArgument) for a malformed value.
+  static Config from_env();
+  // Applies GEOCCL_* / torchrun variables onto *this.
+  void apply_env();
+  // Throws Error(kInvalidArgument) when a field is out of range.
+  void validate() const;
+};
+
+}  // namespace geoccl

@@ -1,0 +1,34 @@
+// Typed errors. Every failed operation ends with exactly one of these codes on every rank.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace geoccl {
+
+enum class ErrorCode : uint8_t {
+  kOk = 0,
+  kInvalidArgument = 1,  // bad input detected locally before any I/O
+  kTimeout = 2,          // the operation's deadline passed
+  kPeerLost = 3,         // a peer closed its connection or stopped answering
+  kMismatch = 4,         // ranks called different collectives, dtypes, sizes or roots
+  kProtocol = 5,         // a peer sent bytes that do not decode (stranger, version skew)
+  kAborted = 6,          // another rank failed the operation and told us
+  kIo = 7,               // local socket / system error
+  kInternal = 8,
+};
+
+std::string_view error_code_name(ErrorCode c);
+
+// The exception thrown by Work::wait() and by synchronous setup calls.
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorCode code, const std::string& what)
+      : std::runtime_error(std::string(error_code_name(code)) + ": " + what), code_(code) {}
+  ErrorCode code() const noexcept { return code_; }
+
+ private:
+  ErrorCode code_;
+};
+
+}  // namespace geoccl

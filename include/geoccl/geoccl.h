@@ -1,0 +1,9 @@
+// Umbrella header.
+#pragma once
+
+#include "geoccl/communicator.h"
+#include "geoccl/config.h"
+#include "geoccl/error.h"
+#include "geoccl/store.h"
+#include "geoccl/types.h"
+#include "geoccl/work.h"

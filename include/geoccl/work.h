@@ -1,0 +1,43 @@
+// Work: the handle of one asynchronous operation.
+#pragma once
+
+#include <chrono>
+#include <exception>
+#include <functional>
+#include <memory>
+
+#include "geoccl/error.h"
+
+namespace geoccl {
+
+namespace detail {
+struct WorkState;
+}
+
+// A Work completes exactly once, with success or an Error. Works of one communicator complete in
+// the order their operations were issued. The user's buffers belong to the library from the call
+// that issued the operation until the Work completes; after that they are never touched again.
+class Work {
+ public:
+  Work() = default;
+  explicit Work(std::shared_ptr<detail::WorkState> s) : state_(std::move(s)) {}
+
+  // Blocks until completion. Throws the operation's Error on failure, Error(kTimeout) if `timeout`
+  // passes first (the operation itself keeps running until its own deadline).
+  void wait(std::chrono::milliseconds timeout = std::chrono::milliseconds::max()) const;
+  // True once completed (successfully or not); never blocks.
+  bool test() const;
+  // True when completed successfully.
+  bool ok() const;
+  // The failure, or nullptr while pending or on success.
+  std::exception_ptr error() const;
+  // Runs `cb` once on completion (immediately, on this thread, if already complete; otherwise on
+  // the communicator's worker thread). `cb` receives nullptr on success.
+  void on_complete(std::function<void(std::exception_ptr)> cb) const;
+  bool valid() const { return state_ != nullptr; }
+
+ private:
+  std::shared_ptr<detail::WorkState> state_;
+};
+
+}  // namespace geoccl

@@ -1,0 +1,423 @@
+// The communicator: validates calls, numbers them, and runs them in issue order on one worker
+// thread. Collectives run to completion there (their I/O is overlapped by the event loop);
+// send/recv are only posted there, so a rank can have a send and the matching receive of an
+// exchange in flight at once. Works complete strictly in issue order.
+#include <cstring>
+#include <deque>
+#include <thread>
+
+#include "api/work_state.h"
+#include "collectives/collectives.h"
+#include "collectives/planner.h"
+#include "core/logging.h"
+#include "geoccl/communicator.h"
+#include "membership/rendezvous.h"
+#include "runtime/event_loop.h"
+#include "runtime/progress.h"
+#include "transport/tcp/tcp_transport.h"
+
+namespace geoccl {
+
+using Clock = std::chrono::steady_clock;
+using collectives::OpContext;
+using protocol::FrameHeader;
+using protocol::OpKind;
+
+class CommunicatorImpl {
+ public:
+  explicit CommunicatorImpl(Config cfg);
+  ~CommunicatorImpl();
+
+  const Config& config() const { return cfg_; }
+  int rank() const { return cfg_.rank; }
+  int size() const { return cfg_.world_size; }
+  transport::Transport& transport() { return *transport_; }
+
+  // Queues a collective. `run` executes on the worker thread inside an OpContext.
+  Work submit(FrameHeader h, const OpOptions& o, std::function<void(OpContext&)> run);
+  // Queues a point-to-point transfer; sequence numbers are kept per peer and direction.
+  Work submit_p2p(bool is_send, int peer, FrameHeader h, const OpOptions& o, std::span<uint8_t> data);
+  const std::string& algo(const OpOptions& o) const { return o.algo.empty() ? cfg_.algo : o.algo; }
+
+ private:
+  struct Op {
+    FrameHeader header;
+    std::chrono::milliseconds timeout;
+    std::function<void(OpContext&)> run;  // collectives
+    bool p2p = false, is_send = false;
+    int peer = -1;
+    std::span<uint8_t> data;
+    std::shared_ptr<detail::WorkState> work;
+  };
+  // An operation that has been started and whose Work is not completed yet.
+  struct InFlight {
+    std::shared_ptr<detail::WorkState> work;
+    std::unique_ptr<OpContext> ctx;  // p2p: owns the posted requests
+    std::vector<transport::RequestPtr> reqs;
+    Clock::time_point deadline;
+    std::exception_ptr error;
+    std::string what;
+  };
+
+  Work enqueue(Op op);
+  void worker_main();
+  void start(Op& op);
+  // Completes finished in-flight operations in order; aborts the group on an expired one.
+  void retire();
+
+  Config cfg_;
+  membership::RendezvousInfo rdv_;
+  runtime::EventLoop loop_;
+  runtime::Progress progress_;
+  std::unique_ptr<transport::tcp::TcpTransport> transport_;
+  collectives::ScratchPool scratch_;
+
+  // Guarded by progress_.mutex().
+  std::deque<Op> queue_;
+  bool stop_ = false;
+  size_t incomplete_ = 0;  // issued operations whose Work has not completed
+  uint64_t next_seq_ = 1;
+  std::vector<uint64_t> send_seq_, recv_seq_;
+
+  std::deque<InFlight> inflight_;  // worker thread only
+  std::thread worker_;
+};
+
+CommunicatorImpl::CommunicatorImpl(Config cfg) : cfg_(std::move(cfg)) {
+  cfg_.validate();
+  core::LogLevel level;
+  if (core::parse_log_level(cfg_.log_level, &level)) core::set_log_level(level);
+  core::set_log_tag(cfg_.rank, cfg_.domain);
+  send_seq_.assign(static_cast<size_t>(cfg_.world_size), 0);
+  recv_seq_.assign(static_cast<size_t>(cfg_.world_size), 0);
+  if (cfg_.world_size > 1) {
+    rdv_ = membership::join_store(cfg_);
+    const std::string bind = membership::choose_bind_address(cfg_);
+    transport_ = std::make_unique<transport::tcp::TcpTransport>(
+        loop_, cfg_.rank, cfg_.world_size, bind, rdv_.session_id, [this] { progress_.notify(); });
+    const std::string addr = transport_->address();
+    rdv_.store->set(rdv_.prefix + "addr/" + std::to_string(cfg_.rank),
+                    std::vector<uint8_t>(addr.begin(), addr.end()));
+    GEOCCL_LOG(kInfo, "listening on " << transport_->address() << ", connecting to "
+                                      << cfg_.world_size - 1 << " peers");
+    transport_->connect_all(
+        [&](int peer) {
+          auto v = rdv_.store->get(rdv_.prefix + "addr/" + std::to_string(peer), cfg_.connect_timeout);
+          return std::string(v.begin(), v.end());
+        },
+        cfg_.connect_timeout);
+    GEOCCL_LOG(kInfo, "connected to all peers");
+  } else {
+    // A group of one needs no network; the transport still exists so collectives have a peer
+    // model to ask (they return before any I/O).
+    transport_ = std::make_unique<transport::tcp::TcpTransport>(loop_, 0, 1, "127.0.0.1", 0,
+                                                                [this] { progress_.notify(); });
+  }
+  worker_ = std::thread([this] { worker_main(); });
+}
+
+CommunicatorImpl::~CommunicatorImpl() {
+  bool pending;
+  {
+    std::lock_guard lk(progress_.mutex());
+    stop_ = true;
+    pending = incomplete_ > 0;
+  }
+  if (pending)
+    transport_->abort(ErrorCode::kAborted, "rank " + std::to_string(cfg_.rank) +
+                                               " destroyed its communicator with operations pending");
+  progress_.notify();
+  worker_.join();
+  transport_.reset();
+}
+
+Work CommunicatorImpl::enqueue(Op op) {
+  auto state = std::make_shared<detail::WorkState>();
+  op.work = state;
+  {
+    std::lock_guard lk(progress_.mutex());
+    if (stop_) throw Error(ErrorCode::kAborted, "communicator is shutting down");
+    if (op.p2p) {
+      auto& seq = op.is_send ? send_seq_ : recv_seq_;
+      op.header.seq = ++seq[static_cast<size_t>(op.peer)];
+    } else {
+      op.header.seq = next_seq_++;
+    }
+    queue_.push_back(std::move(op));
+    ++incomplete_;
+  }
+  progress_.cv().notify_all();
+  return Work(state);
+}
+
+Work CommunicatorImpl::submit(FrameHeader h, const OpOptions& o, std::function<void(OpContext&)> run) {
+  Op op;
+  op.header = h;
+  op.timeout = o.timeout.value_or(cfg_.op_timeout);
+  op.run = std::move(run);
+  return enqueue(std::move(op));
+}
+
+Work CommunicatorImpl::submit_p2p(bool is_send, int peer, FrameHeader h, const OpOptions& o,
+                                  std::span<uint8_t> data) {
+  Op op;
+  op.header = h;
+  op.timeout = o.timeout.value_or(cfg_.op_timeout);
+  op.p2p = true;
+  op.is_send = is_send;
+  op.peer = peer;
+  op.data = data;
+  return enqueue(std::move(op));
+}
+
+void CommunicatorImpl::start(Op& op) {
+  InFlight f;
+  f.work = op.work;
+  f.deadline = Clock::now() + op.timeout;
+  f.what = std::string(protocol::op_kind_name(op.header.kind)) + " #" + std::to_string(op.header.seq);
+  f.ctx = std::make_unique<OpContext>(*transport_, progress_, scratch_, op.header, f.deadline,
+                                      cfg_.chunk_bytes);
+  if (!op.p2p) transport_->begin_operation(op.header);
+  if (op.p2p) {
+    if (op.is_send)
+      f.ctx->send_chunked(op.peer, op.data, &f.reqs);
+    else
+      f.ctx->recv_chunked(op.peer, op.data, &f.reqs);
+  } else {
+    try {
+      op.run(*f.ctx);
+    } catch (...) {
+      f.error = std::current_exception();
+    }
+    f.ctx.reset();  // waits for sends still in flight from user memory
+  }
+  inflight_.push_back(std::move(f));
+}
+
+void CommunicatorImpl::retire() {
+  while (!inflight_.empty()) {
+    InFlight& f = inflight_.front();
+    bool done = true;
+    for (auto& r : f.reqs) done = done && r->done.load(std::memory_order_acquire);
+    if (!done) {
+      if (Clock::now() < f.deadline) return;
+      transport_->abort(ErrorCode::kTimeout, f.what + " passed its deadline on rank " +
+                                                 std::to_string(cfg_.rank));
+      continue;  // the abort completed every request
+    }
+    if (!f.error)
+      for (auto& r : f.reqs)
+        if (!r->ok()) {
+          f.error = std::make_exception_ptr(Error(r->failure.code, r->failure.message));
+          break;
+        }
+    auto work = std::move(f.work);
+    auto error = f.error;
+    inflight_.pop_front();
+    {
+      std::lock_guard lk(progress_.mutex());
+      --incomplete_;
+    }
+    work->complete(error);
+  }
+}
+
+void CommunicatorImpl::worker_main() {
+  for (;;) {
+    Op op;
+    {
+      std::unique_lock lk(progress_.mutex());
+      for (;;) {
+        if (!queue_.empty()) break;
+        lk.unlock();
+        retire();
+        lk.lock();
+        if (!queue_.empty()) break;
+        if (stop_ && inflight_.empty()) return;
+        if (inflight_.empty()) {
+          progress_.cv().wait(lk);
+        } else {
+          progress_.cv().wait_until(lk, std::min(inflight_.front().deadline,
+                                                 Clock::now() + std::chrono::milliseconds(100)));
+        }
+      }
+      op = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    start(op);
+    retire();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Public API: validation, then a closure per operation.
+
+namespace {
+
+[[noreturn]] void invalid(const std::string& what) { throw Error(ErrorCode::kInvalidArgument, what); }
+
+void check_dtype(DataType t) {
+  if (!is_valid(t)) invalid("unknown dtype " + std::to_string(static_cast<int>(t)));
+}
+void check_op(ReduceOp op) {
+  if (!is_valid(op)) invalid("unknown reduce op " + std::to_string(static_cast<int>(op)));
+}
+void check_buf(const void* p, size_t count, const char* name) {
+  if (!p && count > 0) invalid(std::string(name) + " is null but count > 0");
+}
+size_t checked_bytes(size_t count, DataType t, size_t mult = 1) {
+  const size_t es = dtype_size(t);
+  if (count > SIZE_MAX / es / mult) invalid("buffer size overflows");
+  return count * es;
+}
+
+FrameHeader header(OpKind kind, DataType t, size_t bytes, uint8_t op = 0, uint32_t tag = 0) {
+  FrameHeader h;
+  h.kind = kind;
+  h.dtype = static_cast<uint8_t>(t);
+  h.reduce_op = op;
+  h.tag = tag;
+  h.op_bytes = bytes;
+  return h;
+}
+
+}  // namespace
+
+Communicator::Communicator(Config cfg) : impl_(std::make_unique<CommunicatorImpl>(std::move(cfg))) {}
+Communicator::~Communicator() = default;
+
+std::unique_ptr<Communicator> Communicator::from_env() {
+  return std::make_unique<Communicator>(Config::from_env());
+}
+
+int Communicator::rank() const { return impl_->rank(); }
+int Communicator::size() const { return impl_->size(); }
+const Config& Communicator::config() const { return impl_->config(); }
+std::vector<PeerStats> Communicator::peer_stats() const { return impl_->transport().stats(); }
+
+Work Communicator::allreduce(void* buf, size_t count, DataType t, ReduceOp op, const OpOptions& o) {
+  check_dtype(t);
+  check_op(op);
+  check_buf(buf, count, "buffer");
+  const size_t bytes = checked_bytes(count, t);
+  const auto plan = collectives::plan_allreduce(bytes, size(), config().small_msg_bytes, impl_->algo(o));
+  GEOCCL_LOG(kDebug, "allreduce " << bytes << " B: " << collectives::algo_name(plan.algo) << " ("
+                                  << plan.why << ")");
+  return impl_->submit(header(OpKind::kAllreduce, t, bytes, static_cast<uint8_t>(op)), o,
+                       [=](OpContext& c) {
+                         if (plan.algo == collectives::Algo::kRing)
+                           collectives::ring_allreduce(c, buf, count, t, op);
+                         else
+                           collectives::recursive_doubling_allreduce(c, buf, count, t, op);
+                       });
+}
+
+Work Communicator::broadcast(void* buf, size_t count, DataType t, int root, const OpOptions& o) {
+  check_dtype(t);
+  check_buf(buf, count, "buffer");
+  if (root < 0 || root >= size()) invalid("root " + std::to_string(root) + " out of range");
+  const size_t bytes = checked_bytes(count, t);
+  const auto plan = collectives::plan_broadcast(bytes, size(), config().small_msg_bytes, impl_->algo(o));
+  return impl_->submit(header(OpKind::kBroadcast, t, bytes, 0, static_cast<uint32_t>(root)), o,
+                       [=](OpContext& c) {
+                         if (plan.algo == collectives::Algo::kTree)
+                           collectives::tree_broadcast(c, buf, bytes, root);
+                         else
+                           collectives::chain_broadcast(c, buf, bytes, root);
+                       });
+}
+
+Work Communicator::allgather(const void* send, void* recv, size_t count, DataType t, const OpOptions& o) {
+  check_dtype(t);
+  check_buf(send, count, "send buffer");
+  check_buf(recv, count, "recv buffer");
+  const size_t bytes = checked_bytes(count, t, static_cast<size_t>(size()));
+  return impl_->submit(header(OpKind::kAllgather, t, bytes), o, [=](OpContext& c) {
+    collectives::ring_allgather(c, send, recv, bytes);
+  });
+}
+
+Work Communicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DataType t,
+                                  ReduceOp op, const OpOptions& o) {
+  check_dtype(t);
+  check_op(op);
+  check_buf(send, recv_count, "send buffer");
+  check_buf(recv, recv_count, "recv buffer");
+  const size_t bytes = checked_bytes(recv_count, t, static_cast<size_t>(size()));
+  return impl_->submit(header(OpKind::kReduceScatter, t, bytes, static_cast<uint8_t>(op)), o,
+                       [=](OpContext& c) {
+                         collectives::ring_reduce_scatter(c, send, recv, recv_count, t, op);
+                       });
+}
+
+Work Communicator::reduce(void* buf, size_t count, DataType t, ReduceOp op, int root, const OpOptions& o) {
+  check_dtype(t);
+  check_op(op);
+  check_buf(buf, count, "buffer");
+  if (root < 0 || root >= size()) invalid("root " + std::to_string(root) + " out of range");
+  const size_t bytes = checked_bytes(count, t);
+  return impl_->submit(
+      header(OpKind::kReduce, t, bytes, static_cast<uint8_t>(op), static_cast<uint32_t>(root)), o,
+      [=](OpContext& c) { collectives::tree_reduce(c, buf, count, t, op, root); });
+}
+
+Work Communicator::gather(const void* send, void* recv, size_t count, DataType t, int root,
+                          const OpOptions& o) {
+  check_dtype(t);
+  if (root < 0 || root >= size()) invalid("root " + std::to_string(root) + " out of range");
+  check_buf(send, count, "send buffer");
+  if (rank() == root) check_buf(recv, count, "recv buffer (root)");
+  const size_t bytes = checked_bytes(count, t, static_cast<size_t>(size()));
+  return impl_->submit(header(OpKind::kGather, t, bytes, 0, static_cast<uint32_t>(root)), o,
+                       [=](OpContext& c) { collectives::direct_gather(c, send, recv, bytes, root); });
+}
+
+Work Communicator::scatter(const void* send, void* recv, size_t count, DataType t, int root,
+                           const OpOptions& o) {
+  check_dtype(t);
+  if (root < 0 || root >= size()) invalid("root " + std::to_string(root) + " out of range");
+  if (rank() == root) check_buf(send, count, "send buffer (root)");
+  check_buf(recv, count, "recv buffer");
+  const size_t bytes = checked_bytes(count, t, static_cast<size_t>(size()));
+  return impl_->submit(header(OpKind::kScatter, t, bytes, 0, static_cast<uint32_t>(root)), o,
+                       [=](OpContext& c) { collectives::direct_scatter(c, send, recv, bytes, root); });
+}
+
+Work Communicator::alltoall(const void* send, void* recv, size_t count, DataType t, const OpOptions& o) {
+  check_dtype(t);
+  check_buf(send, count, "send buffer");
+  check_buf(recv, count, "recv buffer");
+  const size_t bytes = checked_bytes(count, t, static_cast<size_t>(size()));
+  const size_t total = bytes * static_cast<size_t>(size());
+  const auto* s = static_cast<const uint8_t*>(send);
+  const auto* r = static_cast<const uint8_t*>(recv);
+  if (total > 0 && s < r + total && r < s + total) invalid("alltoall send and recv buffers overlap");
+  return impl_->submit(header(OpKind::kAlltoall, t, bytes), o,
+                       [=](OpContext& c) { collectives::pairwise_alltoall(c, send, recv, bytes); });
+}
+
+Work Communicator::barrier(const OpOptions& o) {
+  return impl_->submit(header(OpKind::kBarrier, DataType::kUInt8, 0), o,
+                       [](OpContext& c) { collectives::dissemination_barrier(c); });
+}
+
+Work Communicator::send(const void* buf, size_t count, DataType t, int peer, uint32_t tag,
+                        const OpOptions& o) {
+  check_dtype(t);
+  check_buf(buf, count, "buffer");
+  if (peer < 0 || peer >= size() || peer == rank()) invalid("send peer " + std::to_string(peer) + " invalid");
+  const size_t bytes = checked_bytes(count, t);
+  return impl_->submit_p2p(true, peer, header(OpKind::kSendRecv, t, bytes, 0, tag), o,
+                           {static_cast<uint8_t*>(const_cast<void*>(buf)), bytes});
+}
+
+Work Communicator::recv(void* buf, size_t count, DataType t, int peer, uint32_t tag, const OpOptions& o) {
+  check_dtype(t);
+  check_buf(buf, count, "buffer");
+  if (peer < 0 || peer >= size() || peer == rank()) invalid("recv peer " + std::to_string(peer) + " invalid");
+  const size_t bytes = checked_bytes(count, t);
+  return impl_->submit_p2p(false, peer, header(OpKind::kSendRecv, t, bytes, 0, tag), o,
+                           {static_cast<uint8_t*>(buf), bytes});
+}
+
+}  // namespace geoccl

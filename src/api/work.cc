@@ -1,0 +1,72 @@
+#include "api/work_state.h"
+#include "core/logging.h"
+#include "geoccl/work.h"
+
+namespace geoccl {
+
+void detail::WorkState::complete(std::exception_ptr e) {
+  std::vector<std::function<void(std::exception_ptr)>> cbs;
+  {
+    std::lock_guard lk(mu);
+    done = true;
+    error = e;
+    cbs.swap(callbacks);
+  }
+  cv.notify_all();
+  for (auto& cb : cbs) {
+    try {
+      cb(e);
+    } catch (const std::exception& ex) {
+      GEOCCL_LOG(kError, "a completion callback threw: " << ex.what());
+    } catch (...) {
+      GEOCCL_LOG(kError, "a completion callback threw");
+    }
+  }
+}
+
+void Work::wait(std::chrono::milliseconds timeout) const {
+  if (!state_) throw Error(ErrorCode::kInvalidArgument, "wait() on an empty Work");
+  std::unique_lock lk(state_->mu);
+  auto is_done = [&] { return state_->done; };
+  if (timeout == std::chrono::milliseconds::max()) {
+    state_->cv.wait(lk, is_done);
+  } else if (!state_->cv.wait_for(lk, timeout, is_done)) {
+    throw Error(ErrorCode::kTimeout, "Work::wait: not complete after " +
+                                         std::to_string(timeout.count()) + " ms");
+  }
+  if (state_->error) std::rethrow_exception(state_->error);
+}
+
+bool Work::test() const {
+  if (!state_) return false;
+  std::lock_guard lk(state_->mu);
+  return state_->done;
+}
+
+bool Work::ok() const {
+  if (!state_) return false;
+  std::lock_guard lk(state_->mu);
+  return state_->done && !state_->error;
+}
+
+std::exception_ptr Work::error() const {
+  if (!state_) return nullptr;
+  std::lock_guard lk(state_->mu);
+  return state_->error;
+}
+
+void Work::on_complete(std::function<void(std::exception_ptr)> cb) const {
+  if (!state_) throw Error(ErrorCode::kInvalidArgument, "on_complete() on an empty Work");
+  std::exception_ptr e;
+  {
+    std::lock_guard lk(state_->mu);
+    if (!state_->done) {
+      state_->callbacks.push_back(std::move(cb));
+      return;
+    }
+    e = state_->error;
+  }
+  cb(e);
+}
+
+}  // namespace geoccl

@@ -1,0 +1,23 @@
+// The shared state behind a Work handle.
+#pragma once
+
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <vector>
+
+namespace geoccl::detail {
+
+struct WorkState {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::exception_ptr error;
+  std::vector<std::function<void(std::exception_ptr)>> callbacks;
+
+  // Called once, by the worker thread; runs the callbacks on this thread.
+  void complete(std::exception_ptr e);
+};
+
+}  // namespace geoccl::detail

@@ -1,0 +1,79 @@
+#include "collectives/op_context.h"
+
+#include <algorithm>
+
+#include "geoccl/error.h"
+
+namespace geoccl::collectives {
+
+OpContext::OpContext(transport::Transport& t, runtime::Progress& progress, ScratchPool& scratch,
+                     protocol::FrameHeader header, Clock::time_point deadline, size_t chunk_bytes)
+    : transport_(t),
+      progress_(progress),
+      header_(header),
+      deadline_(deadline),
+      chunk_bytes_(chunk_bytes),
+      scratch_(scratch) {}
+
+OpContext::~OpContext() {
+  // Requests of a failed group complete with its error; this never waits past the deadline
+  // because the timeout path aborts the group, which completes everything.
+  for (auto& r : outstanding_) {
+    if (!r->done.load(std::memory_order_acquire)) {
+      if (!progress_.wait_until([&] { return r->done.load(std::memory_order_acquire); }, deadline_)) {
+        transport_.abort(ErrorCode::kTimeout, "operation abandoned past its deadline");
+        progress_.wait_until([&] { return r->done.load(std::memory_order_acquire); },
+                             Clock::now() + std::chrono::seconds(5));
+      }
+    }
+  }
+}
+
+RequestPtr OpContext::send(int peer, std::span<const uint8_t> data, uint64_t offset) {
+  protocol::FrameHeader h = header_;
+  h.offset = offset;
+  auto r = transport_.send(peer, h, data);
+  outstanding_.push_back(r);
+  return r;
+}
+
+RequestPtr OpContext::recv(int peer, std::span<uint8_t> dst, uint64_t offset) {
+  protocol::FrameHeader h = header_;
+  h.offset = offset;
+  auto r = transport_.recv(peer, h, dst);
+  outstanding_.push_back(r);
+  return r;
+}
+
+void OpContext::send_chunked(int peer, std::span<const uint8_t> data, std::vector<RequestPtr>* out) {
+  for (size_t off = 0; off < data.size(); off += chunk_bytes_)
+    out->push_back(send(peer, data.subspan(off, std::min(chunk_bytes_, data.size() - off)), off));
+}
+
+void OpContext::recv_chunked(int peer, std::span<uint8_t> dst, std::vector<RequestPtr>* out) {
+  for (size_t off = 0; off < dst.size(); off += chunk_bytes_)
+    out->push_back(recv(peer, dst.subspan(off, std::min(chunk_bytes_, dst.size() - off)), off));
+}
+
+void OpContext::wait(const RequestPtr& r) {
+  if (!r->done.load(std::memory_order_acquire) &&
+      !progress_.wait_until([&] { return r->done.load(std::memory_order_acquire); }, deadline_)) {
+    transport_.abort(ErrorCode::kTimeout,
+                     std::string(protocol::op_kind_name(header_.kind)) + " #" +
+                         std::to_string(header_.seq) + " passed its deadline on rank " +
+                         std::to_string(rank()));
+  }
+  if (!r->done.load(std::memory_order_acquire))
+    progress_.wait_until([&] { return r->done.load(std::memory_order_acquire); },
+                         Clock::now() + std::chrono::seconds(5));
+  if (!r->done.load(std::memory_order_acquire))
+    throw Error(ErrorCode::kInternal, "request did not complete after abort");
+  if (!r->ok()) throw Error(r->failure.code, r->failure.message);
+}
+
+void OpContext::wait_all(std::vector<RequestPtr>& rs) {
+  for (auto& r : rs) wait(r);
+  rs.clear();
+}
+
+}  // namespace geoccl::collectives

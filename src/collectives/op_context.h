@@ -1,0 +1,90 @@
+// OpContext: everything one collective needs while it runs on the communicator's worker thread.
+// Collectives post sends and receives of byte ranges here and reduce what arrives; they never
+// touch a socket. Every wait is bounded by the operation's deadline: on expiry the group is
+// aborted (so every rank fails, not just this one) and Error(kTimeout) is thrown.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "geoccl/types.h"
+#include "protocol/frame.h"
+#include "runtime/progress.h"
+#include "transport/transport.h"
+
+namespace geoccl::collectives {
+
+using transport::RequestPtr;
+
+// Scratch buffers kept across operations so that large staging memory is allocated (and
+// faulted in) once per communicator, not per call. Contents are uninitialized.
+class ScratchPool {
+ public:
+  std::span<uint8_t> get(size_t bytes, int slot) {
+    if (bufs_.size() <= static_cast<size_t>(slot)) bufs_.resize(static_cast<size_t>(slot) + 1);
+    auto& b = bufs_[static_cast<size_t>(slot)];
+    if (b.size < bytes) {
+      b.data.reset(new uint8_t[bytes]);
+      b.size = bytes;
+    }
+    return {b.data.get(), bytes};
+  }
+
+ private:
+  struct Buf {
+    std::unique_ptr<uint8_t[]> data;
+    size_t size = 0;
+  };
+  std::vector<Buf> bufs_;
+};
+
+class OpContext {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  OpContext(transport::Transport& t, runtime::Progress& progress, ScratchPool& scratch,
+            protocol::FrameHeader header, Clock::time_point deadline, size_t chunk_bytes);
+  // Waits for every request still pending (sends from user memory must finish before the
+  // operation completes), without throwing.
+  ~OpContext();
+
+  int rank() const { return transport_.rank(); }
+  int size() const { return transport_.size(); }
+  size_t chunk_bytes() const { return chunk_bytes_; }
+
+  // One frame each. `offset` is informational (position in the operation's byte stream).
+  RequestPtr send(int peer, std::span<const uint8_t> data, uint64_t offset = 0);
+  RequestPtr recv(int peer, std::span<uint8_t> dst, uint64_t offset = 0);
+  // A buffer split into chunk_bytes() frames.
+  void send_chunked(int peer, std::span<const uint8_t> data, std::vector<RequestPtr>* out);
+  void recv_chunked(int peer, std::span<uint8_t> dst, std::vector<RequestPtr>* out);
+
+  // Throws the request's Error, or Error(kTimeout) (after aborting the group).
+  void wait(const RequestPtr& r);
+  void wait_all(std::vector<RequestPtr>& rs);
+
+  // Uninitialized scratch memory; `slot` selects one of several independent buffers.
+  std::span<uint8_t> scratch(size_t bytes, int slot = 0) { return scratch_.get(bytes, slot); }
+
+ private:
+  transport::Transport& transport_;
+  runtime::Progress& progress_;
+  protocol::FrameHeader header_;
+  Clock::time_point deadline_;
+  size_t chunk_bytes_;
+  ScratchPool& scratch_;
+  std::vector<RequestPtr> outstanding_;
+};
+
+// Byte helpers for typed buffers.
+inline std::span<uint8_t> bytes_of(void* p, size_t count, DataType t) {
+  return {static_cast<uint8_t*>(p), count * dtype_size(t)};
+}
+inline std::span<const uint8_t> bytes_of(const void* p, size_t count, DataType t) {
+  return {static_cast<const uint8_t*>(p), count * dtype_size(t)};
+}
+
+}  // namespace geoccl::collectives

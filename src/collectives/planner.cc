@@ -1,0 +1,34 @@
+#include "collectives/planner.h"
+
+namespace geoccl::collectives {
+
+const char* algo_name(Algo a) {
+  switch (a) {
+    case Algo::kRing: return "ring";
+    case Algo::kRecursiveDoubling: return "rd";
+    case Algo::kTree: return "tree";
+    case Algo::kChain: return "chain";
+  }
+  return "?";
+}
+
+Plan plan_allreduce(size_t bytes, int world, size_t small_msg_bytes, const std::string& forced) {
+  if (forced == "ring") return {Algo::kRing, "forced"};
+  if (forced == "rd" || forced == "tree") return {Algo::kRecursiveDoubling, "forced"};
+  // The ring moves 2(n-1)/n of the buffer per rank (bandwidth-optimal) but takes 2(n-1) latency
+  // steps; recursive doubling takes log2(n) steps but moves the whole buffer each time.
+  if (bytes <= small_msg_bytes || bytes < static_cast<size_t>(world) * 64)
+    return {Algo::kRecursiveDoubling,
+            std::to_string(bytes) + " B <= small-message threshold: latency-bound"};
+  return {Algo::kRing, std::to_string(bytes) + " B > small-message threshold: bandwidth-bound"};
+}
+
+Plan plan_broadcast(size_t bytes, int world, size_t small_msg_bytes, const std::string& forced) {
+  (void)world;
+  if (forced == "tree" || forced == "rd") return {Algo::kTree, "forced"};
+  if (forced == "ring") return {Algo::kChain, "forced"};
+  if (bytes <= small_msg_bytes) return {Algo::kTree, "small: log2(n) hops"};
+  return {Algo::kChain, "large: pipelined chain"};
+}
+
+}  // namespace geoccl::collectives

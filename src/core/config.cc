@@ -1,0 +1,95 @@
+#include "geoccl/config.h"
+
+#include <charconv>
+#include <cstdlib>
+#include <string>
+
+#include "core/logging.h"
+#include "geoccl/error.h"
+
+namespace geoccl {
+namespace {
+
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return (v && *v) ? v : nullptr;
+}
+
+template <class T>
+T parse_int(const char* name, const char* v) {
+  T out{};
+  const char* end = v + std::char_traits<char>::length(v);
+  auto [p, ec] = std::from_chars(v, end, out);
+  if (ec != std::errc() || p != end)
+    throw Error(ErrorCode::kInvalidArgument,
+                std::string(name) + "='" + v + "' is not a valid integer");
+  return out;
+}
+
+// Sizes accept K/M/G suffixes (powers of 1024).
+size_t parse_size(const char* name, const char* v) {
+  std::string s(v);
+  size_t mult = 1;
+  if (!s.empty()) {
+    const char c = s.back();
+    if (c == 'K' || c == 'k') mult = size_t{1} << 10;
+    if (c == 'M' || c == 'm') mult = size_t{1} << 20;
+    if (c == 'G' || c == 'g') mult = size_t{1} << 30;
+    if (mult != 1) s.pop_back();
+  }
+  return parse_int<size_t>(name, s.c_str()) * mult;
+}
+
+// Applies the first of `names` that is set (later names override earlier ones).
+template <class F>
+void apply(std::initializer_list<const char*> names, F&& set) {
+  for (const char* n : names)
+    if (const char* v = env(n)) set(n, v);
+}
+
+}  // namespace
+
+void Config::apply_env() {
+  apply({"RANK", "GEOCCL_RANK"}, [&](auto n, auto v) { rank = parse_int<int>(n, v); });
+  apply({"WORLD_SIZE", "GEOCCL_WORLD_SIZE"},
+        [&](auto n, auto v) { world_size = parse_int<int>(n, v); });
+  apply({"LOCAL_RANK", "GEOCCL_LOCAL_RANK"},
+        [&](auto n, auto v) { local_rank = parse_int<int>(n, v); });
+  apply({"MASTER_ADDR", "GEOCCL_MASTER_ADDR"}, [&](auto, auto v) { master_addr = v; });
+  apply({"MASTER_PORT", "GEOCCL_MASTER_PORT"},
+        [&](auto n, auto v) { master_port = parse_int<uint16_t>(n, v); });
+  apply({"GEOCCL_DOMAIN"}, [&](auto, auto v) { domain = v; });
+  apply({"GEOCCL_SESSION"}, [&](auto, auto v) { session = v; });
+  apply({"GEOCCL_BIND_ADDR"}, [&](auto, auto v) { bind_addr = v; });
+  apply({"GEOCCL_TIMEOUT_MS"},
+        [&](auto n, auto v) { op_timeout = std::chrono::milliseconds(parse_int<int64_t>(n, v)); });
+  apply({"GEOCCL_CONNECT_TIMEOUT_MS"}, [&](auto n, auto v) {
+    connect_timeout = std::chrono::milliseconds(parse_int<int64_t>(n, v));
+  });
+  apply({"GEOCCL_ALGO"}, [&](auto, auto v) { algo = v; });
+  apply({"GEOCCL_SMALL_MSG_BYTES"}, [&](auto n, auto v) { small_msg_bytes = parse_size(n, v); });
+  apply({"GEOCCL_CHUNK_BYTES"}, [&](auto n, auto v) { chunk_bytes = parse_size(n, v); });
+  apply({"GEOCCL_LOG_LEVEL"}, [&](auto, auto v) { log_level = v; });
+}
+
+Config Config::from_env() {
+  Config c;
+  c.apply_env();
+  return c;
+}
+
+void Config::validate() const {
+  auto bad = [](const std::string& m) { throw Error(ErrorCode::kInvalidArgument, m); };
+  if (world_size < 1) bad("world size must be >= 1 (set WORLD_SIZE), got " + std::to_string(world_size));
+  if (rank < 0 || rank >= world_size)
+    bad("rank " + std::to_string(rank) + " out of range for world size " + std::to_string(world_size));
+  if (op_timeout.count() <= 0) bad("GEOCCL_TIMEOUT_MS must be > 0");
+  if (connect_timeout.count() <= 0) bad("GEOCCL_CONNECT_TIMEOUT_MS must be > 0");
+  if (chunk_bytes < 4096) bad("GEOCCL_CHUNK_BYTES must be >= 4096");
+  if (algo != "auto" && algo != "ring" && algo != "rd" && algo != "tree")
+    bad("GEOCCL_ALGO must be auto, ring, rd or tree, got '" + algo + "'");
+  core::LogLevel l;
+  if (!core::parse_log_level(log_level, &l)) bad("GEOCCL_LOG_LEVEL '" + log_level + "' is unknown");
+}
+
+}  // namespace geoccl

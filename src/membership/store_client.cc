@@ -1,0 +1,111 @@
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "geoccl/error.h"
+#include "geoccl/store.h"
+#include "protocol/store_codec.h"
+#include "protocol/wire.h"
+#include "transport/tcp/socket_util.h"
+
+namespace geoccl {
+
+using protocol::StoreCommand;
+using protocol::StoreRequest;
+using protocol::StoreStatus;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+// Slack on top of a request's own timeout before the client gives up on the server.
+constexpr auto kIoSlack = std::chrono::seconds(30);
+}  // namespace
+
+StoreClient::StoreClient(const std::string& host, uint16_t port, std::chrono::milliseconds timeout)
+    : io_timeout_(timeout) {
+  const auto deadline = Clock::now() + timeout;
+  // The server may not be up yet (rank 0 starting): retry until the deadline.
+  while (fd_ < 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0)
+      throw Error(ErrorCode::kTimeout, "cannot reach the rendezvous store at " + host + ":" +
+                                           std::to_string(port) + " (is rank 0 / MASTER_ADDR up?)");
+    fd_ = transport::tcp::connect_with_timeout(host, port, std::min(left, std::chrono::milliseconds(1000)));
+    if (fd_ < 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  transport::tcp::set_nodelay(fd_);
+}
+
+StoreClient::~StoreClient() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::vector<uint8_t> StoreClient::call(const std::vector<uint8_t>& request,
+                                       std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout + kIoSlack;
+  if (!transport::tcp::write_all(fd_, request, deadline))
+    throw Error(ErrorCode::kIo, std::string("store write failed: ") + std::strerror(errno));
+  uint8_t lenb[4];
+  if (!transport::tcp::read_all(fd_, lenb, deadline))
+    throw Error(ErrorCode::kIo, std::string("store read failed: ") + std::strerror(errno));
+  protocol::Reader r(lenb);
+  uint32_t len = 0;
+  r.u32(&len);
+  if (len > protocol::kMaxStoreMessage) throw Error(ErrorCode::kProtocol, "store response too large");
+  std::vector<uint8_t> body(len);
+  if (!transport::tcp::read_all(fd_, body, deadline))
+    throw Error(ErrorCode::kIo, std::string("store read failed: ") + std::strerror(errno));
+  return body;
+}
+
+namespace {
+protocol::StoreResponse decode(const std::vector<uint8_t>& body) {
+  auto r = protocol::decode_store_response(body);
+  if (!r) throw Error(ErrorCode::kProtocol, "malformed store response");
+  if (r->status == StoreStatus::kBadRequest) throw Error(ErrorCode::kInvalidArgument, "store rejected the request");
+  return std::move(*r);
+}
+}  // namespace
+
+void StoreClient::set(const std::string& key, const std::vector<uint8_t>& value) {
+  if (key.size() > protocol::kMaxKey || value.size() > protocol::kMaxValue)
+    throw Error(ErrorCode::kInvalidArgument, "store key or value too large");
+  StoreRequest q{StoreCommand::kSet, key, value, 0, 0};
+  decode(call(protocol::encode_store_request(q), io_timeout_));
+}
+
+std::vector<uint8_t> StoreClient::get(const std::string& key, std::chrono::milliseconds timeout) {
+  StoreRequest q{StoreCommand::kGet, key, {}, 0, static_cast<uint64_t>(std::max<int64_t>(timeout.count(), 1))};
+  auto r = decode(call(protocol::encode_store_request(q), timeout));
+  if (r.status != StoreStatus::kOk)
+    throw Error(ErrorCode::kTimeout, "store key '" + key + "' did not appear within " +
+                                         std::to_string(timeout.count()) + " ms");
+  return std::move(r.value);
+}
+
+void StoreClient::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  for (const auto& k : keys) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    get(k, std::max(left, std::chrono::milliseconds(1)));
+  }
+}
+
+int64_t StoreClient::add(const std::string& key, int64_t delta) {
+  StoreRequest q{StoreCommand::kAdd, key, {}, delta, 0};
+  return decode(call(protocol::encode_store_request(q), io_timeout_)).number;
+}
+
+bool StoreClient::remove(const std::string& key) {
+  StoreRequest q{StoreCommand::kDelete, key, {}, 0, 0};
+  return decode(call(protocol::encode_store_request(q), io_timeout_)).status == StoreStatus::kOk;
+}
+
+bool StoreClient::check(const std::string& key) {
+  StoreRequest q{StoreCommand::kCheck, key, {}, 0, 0};
+  return decode(call(protocol::encode_store_request(q), io_timeout_)).status == StoreStatus::kOk;
+}
+
+}  // namespace geoccl

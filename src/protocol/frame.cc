@@ -1,0 +1,122 @@
+#include "protocol/frame.h"
+
+#include <vector>
+
+#include "protocol/wire.h"
+
+namespace geoccl::protocol {
+
+const char* op_kind_name(OpKind k) {
+  switch (k) {
+    case OpKind::kNone: return "none";
+    case OpKind::kAllreduce: return "allreduce";
+    case OpKind::kBroadcast: return "broadcast";
+    case OpKind::kAllgather: return "allgather";
+    case OpKind::kReduceScatter: return "reduce_scatter";
+    case OpKind::kReduce: return "reduce";
+    case OpKind::kGather: return "gather";
+    case OpKind::kScatter: return "scatter";
+    case OpKind::kAlltoall: return "alltoall";
+    case OpKind::kBarrier: return "barrier";
+    case OpKind::kSendRecv: return "send/recv";
+  }
+  return "unknown";
+}
+
+const char* decode_status_name(DecodeStatus s) {
+  switch (s) {
+    case DecodeStatus::kOk: return "ok";
+    case DecodeStatus::kBadMagic: return "bad magic";
+    case DecodeStatus::kBadType: return "bad frame type";
+    case DecodeStatus::kBadLength: return "payload too long";
+    case DecodeStatus::kBadReserved: return "reserved bits set";
+  }
+  return "unknown";
+}
+
+FrameHeaderBytes encode_frame_header(const FrameHeader& h) {
+  std::vector<uint8_t> v;
+  v.reserve(kFrameHeaderSize);
+  Writer w(&v);
+  w.u32(kFrameMagic);
+  w.u8(static_cast<uint8_t>(h.type));
+  w.u8(static_cast<uint8_t>(h.kind));
+  w.u8(h.dtype);
+  w.u8(h.reduce_op);
+  w.u32(h.tag);
+  w.u32(h.payload_len);
+  w.u64(h.seq);
+  w.u64(h.op_bytes);
+  w.u64(h.offset);
+  w.u64(0);
+  FrameHeaderBytes out{};
+  std::copy(v.begin(), v.end(), out.begin());
+  return out;
+}
+
+DecodeStatus decode_frame_header(std::span<const uint8_t, kFrameHeaderSize> in, FrameHeader* out) {
+  Reader r(in);
+  uint32_t magic = 0;
+  uint8_t type = 0, kind = 0;
+  uint64_t reserved = 0;
+  FrameHeader h;
+  r.u32(&magic);
+  r.u8(&type);
+  r.u8(&kind);
+  r.u8(&h.dtype);
+  r.u8(&h.reduce_op);
+  r.u32(&h.tag);
+  r.u32(&h.payload_len);
+  r.u64(&h.seq);
+  r.u64(&h.op_bytes);
+  r.u64(&h.offset);
+  r.u64(&reserved);
+  if (magic != kFrameMagic) return DecodeStatus::kBadMagic;
+  if (type < static_cast<uint8_t>(FrameType::kData) ||
+      type > static_cast<uint8_t>(FrameType::kGoodbye))
+    return DecodeStatus::kBadType;
+  if (kind > static_cast<uint8_t>(OpKind::kSendRecv)) return DecodeStatus::kBadType;
+  if (h.payload_len > kMaxPayload) return DecodeStatus::kBadLength;
+  if (type == static_cast<uint8_t>(FrameType::kAbort) && h.payload_len > kMaxAbortMessage + 5)
+    return DecodeStatus::kBadLength;
+  if (type == static_cast<uint8_t>(FrameType::kGoodbye) && h.payload_len != 0)
+    return DecodeStatus::kBadLength;
+  if (reserved != 0) return DecodeStatus::kBadReserved;
+  h.type = static_cast<FrameType>(type);
+  h.kind = static_cast<OpKind>(kind);
+  *out = h;
+  return DecodeStatus::kOk;
+}
+
+std::string describe_mismatch(const FrameHeader& want, const FrameHeader& got) {
+  auto num = [](uint64_t v) { return std::to_string(v); };
+  if (got.kind != want.kind)
+    return std::string("operation: expected ") + op_kind_name(want.kind) + ", peer sent " +
+           op_kind_name(got.kind);
+  if (got.seq != want.seq) return "sequence: expected " + num(want.seq) + ", got " + num(got.seq);
+  if (got.dtype != want.dtype)
+    return "dtype: expected " + num(want.dtype) + ", peer sent " + num(got.dtype);
+  if (got.reduce_op != want.reduce_op)
+    return "reduce op: expected " + num(want.reduce_op) + ", peer sent " + num(got.reduce_op);
+  if (got.tag != want.tag)
+    return "tag/root: expected " + num(want.tag) + ", peer sent " + num(got.tag);
+  if (got.op_bytes != want.op_bytes)
+    return "size: expected " + num(want.op_bytes) + " bytes, peer's buffer has " +
+           num(got.op_bytes);
+  return "";
+}
+
+std::vector<uint8_t> encode_abort(uint8_t code, const std::string& message) {
+  std::vector<uint8_t> v;
+  Writer w(&v);
+  w.u8(code);
+  w.str(message.substr(0, kMaxAbortMessage));
+  return v;
+}
+
+bool decode_abort(std::span<const uint8_t> in, uint8_t* code, std::string* message) {
+  Reader r(in);
+  return r.u8(code) && r.str(message, kMaxAbortMessage) && r.remaining() == 0;
+}
+
+}  // namespace geoccl::protocol

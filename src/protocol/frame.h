@@ -1,0 +1,88 @@
+// The frame header that precedes every message between two ranks. Fixed 48 bytes:
+//
+//   off size field
+//     0    4 magic        "GCF1" (0x31464347 little-endian)
+//     4    1 type         FrameType
+//     5    1 kind         OpKind of the operation the payload belongs to
+//     6    1 dtype        DataType wire value (0 when not applicable)
+//     7    1 reduce_op    ReduceOp wire value (0 when not applicable)
+//     8    4 tag          user tag (send/recv), root (rooted collectives), else 0
+//    12    4 payload_len  bytes following the header (<= kMaxPayload)
+//    16    8 seq          collective sequence number, or per-pair sequence for send/recv
+//    24    8 op_bytes     the sender's buffer size for the whole operation, in bytes
+//    32    8 offset       byte offset of this payload within the operation's stream
+//    40    8 reserved     must be zero
+//
+// The receiver compares seq, kind, dtype, reduce_op, tag and op_bytes with what it expects:
+// any difference is a mismatch between ranks, reported as such instead of corrupting data.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace geoccl::protocol {
+
+inline constexpr uint32_t kFrameMagic = 0x31464347;  // "GCF1"
+inline constexpr size_t kFrameHeaderSize = 48;
+inline constexpr uint32_t kMaxPayload = 1u << 30;
+inline constexpr uint32_t kMaxAbortMessage = 4096;
+
+enum class FrameType : uint8_t {
+  kData = 1,   // payload is operation data
+  kAbort = 2,    // payload: u8 ErrorCode, then UTF-8 message; the group is failing
+  kGoodbye = 3,  // no payload: the sender is shutting down cleanly; its EOF is not a failure
+};
+
+enum class OpKind : uint8_t {
+  kNone = 0,
+  kAllreduce = 1,
+  kBroadcast = 2,
+  kAllgather = 3,
+  kReduceScatter = 4,
+  kReduce = 5,
+  kGather = 6,
+  kScatter = 7,
+  kAlltoall = 8,
+  kBarrier = 9,
+  kSendRecv = 10,
+};
+
+const char* op_kind_name(OpKind k);
+
+struct FrameHeader {
+  FrameType type = FrameType::kData;
+  OpKind kind = OpKind::kNone;
+  uint8_t dtype = 0;
+  uint8_t reduce_op = 0;
+  uint32_t tag = 0;
+  uint32_t payload_len = 0;
+  uint64_t seq = 0;
+  uint64_t op_bytes = 0;
+  uint64_t offset = 0;
+
+  bool operator==(const FrameHeader&) const = default;
+};
+
+using FrameHeaderBytes = std::array<uint8_t, kFrameHeaderSize>;
+
+FrameHeaderBytes encode_frame_header(const FrameHeader& h);
+
+enum class DecodeStatus { kOk, kBadMagic, kBadType, kBadLength, kBadReserved };
+const char* decode_status_name(DecodeStatus s);
+
+// Decodes exactly kFrameHeaderSize bytes. Returns kOk and fills *out, or the first violation.
+DecodeStatus decode_frame_header(std::span<const uint8_t, kFrameHeaderSize> in, FrameHeader* out);
+
+// Describes the first field where `got` differs from `want` ("" when they agree on every field a
+// receiver checks: everything but payload_len and offset).
+std::string describe_mismatch(const FrameHeader& want, const FrameHeader& got);
+
+// Abort payload helpers.
+std::vector<uint8_t> encode_abort(uint8_t code, const std::string& message);
+bool decode_abort(std::span<const uint8_t> in, uint8_t* code, std::string* message);
+
+}  // namespace geoccl::protocol

@@ -1,0 +1,95 @@
+#include "protocol/handshake.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "protocol/wire.h"
+
+namespace geoccl::protocol {
+
+const char* handshake_status_name(HandshakeStatus s) {
+  switch (s) {
+    case HandshakeStatus::kAccepted: return "accepted";
+    case HandshakeStatus::kBadMagic: return "not a geoccl peer (bad magic)";
+    case HandshakeStatus::kBadVersion: return "protocol version mismatch";
+    case HandshakeStatus::kBadSession: return "different session (another job?)";
+    case HandshakeStatus::kBadRank: return "rank out of range";
+    case HandshakeStatus::kBadWorldSize: return "world size mismatch";
+    case HandshakeStatus::kMalformed: return "malformed handshake";
+    case HandshakeStatus::kBadStream: return "stream index out of range";
+  }
+  return "unknown";
+}
+
+std::array<uint8_t, kHelloSize> encode_hello(const Hello& h) {
+  std::vector<uint8_t> v;
+  Writer w(&v);
+  w.u64(kHelloMagic);
+  w.u16(h.version);
+  w.u16(h.stream);
+  w.u32(h.rank);
+  w.u32(h.world_size);
+  w.u64(h.session_id);
+  std::array<uint8_t, kHelloSize> out{};
+  std::copy(v.begin(), v.end(), out.begin());
+  return out;
+}
+
+std::array<uint8_t, kReplySize> encode_reply(const Reply& r) {
+  std::vector<uint8_t> v;
+  Writer w(&v);
+  w.u64(kReplyMagic);
+  w.u16(r.version);
+  w.u8(static_cast<uint8_t>(r.status));
+  w.u8(0);
+  w.u32(r.rank);
+  std::array<uint8_t, kReplySize> out{};
+  std::copy(v.begin(), v.end(), out.begin());
+  return out;
+}
+
+HandshakeStatus decode_hello(std::span<const uint8_t, kHelloSize> in, Hello* out) {
+  Reader r(in);
+  uint64_t magic = 0;
+  Hello h;
+  r.u64(&magic);
+  r.u16(&h.version);
+  r.u16(&h.stream);
+  r.u32(&h.rank);
+  r.u32(&h.world_size);
+  r.u64(&h.session_id);
+  if (magic != kHelloMagic) return HandshakeStatus::kBadMagic;
+  if (!r.ok()) return HandshakeStatus::kMalformed;
+  *out = h;
+  return HandshakeStatus::kAccepted;
+}
+
+HandshakeStatus decode_reply(std::span<const uint8_t, kReplySize> in, Reply* out) {
+  Reader r(in);
+  uint64_t magic = 0;
+  uint8_t status = 0, reserved = 0;
+  Reply rep;
+  r.u64(&magic);
+  r.u16(&rep.version);
+  r.u8(&status);
+  r.u8(&reserved);
+  r.u32(&rep.rank);
+  if (magic != kReplyMagic) return HandshakeStatus::kBadMagic;
+  if (!r.ok() || reserved != 0 || status > static_cast<uint8_t>(HandshakeStatus::kBadStream))
+    return HandshakeStatus::kMalformed;
+  rep.status = static_cast<HandshakeStatus>(status);
+  *out = rep;
+  return HandshakeStatus::kAccepted;
+}
+
+HandshakeStatus check_hello(const Hello& h, uint32_t my_world_size, uint64_t my_session_id,
+                            uint16_t num_streams) {
+  if (h.version != kProtocolVersion) return HandshakeStatus::kBadVersion;
+  if (h.session_id != my_session_id) return HandshakeStatus::kBadSession;
+  if (h.world_size != my_world_size) return HandshakeStatus::kBadWorldSize;
+  if (h.rank >= my_world_size) return HandshakeStatus::kBadRank;
+  if (h.stream >= num_streams) return HandshakeStatus::kBadStream;
+  return HandshakeStatus::kAccepted;
+}
+
+}  // namespace geoccl::protocol

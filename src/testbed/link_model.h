@@ -1,0 +1,100 @@
+// One direction of an emulated WAN link, free of I/O and clocks: the caller
+// feeds packets (opaque buffer slots + lengths) with their arrival time and
+// takes back packets whose delivery time has come, plus the next deadline.
+// The forwarder drives it from epoll + timerfd; unit tests drive it with
+// invented timestamps, so every property is tested without sleeping.
+//
+// Order of the stages a packet crosses:
+//   MTU check -> outage check -> [shared uplink bottleneck] -> pair bottleneck
+//   -> random loss (Bernoulli, Gilbert–Elliott) -> propagation delay (+jitter)
+// Random loss is drawn after the bottleneck, so a lost packet has used its
+// share of the link, as it does on a real path.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <random>
+
+#include "bottleneck.h"
+#include "link_params.h"
+#include "loss_model.h"
+#include "ring_fifo.h"
+
+namespace geoccl::testbed {
+
+struct LinkCounters {
+  std::uint64_t packets_in = 0;  // offered to the link
+  std::uint64_t bytes_in = 0;
+  std::uint64_t packets_out = 0;  // handed back for delivery
+  std::uint64_t bytes_out = 0;
+  std::uint64_t queue_drops = 0;   // drop-tail (pair or uplink queue full)
+  std::uint64_t random_drops = 0;  // Bernoulli + Gilbert–Elliott
+  std::uint64_t outage_drops = 0;  // link cut (arrivals and in-flight packets)
+  std::uint64_t mtu_drops = 0;     // larger than the link MTU
+  std::uint64_t other_drops = 0;   // outside the model: no buffer, write error
+};
+
+enum class Fate { kQueued, kMtuDrop, kOutageDrop, kQueueDrop, kRandomDrop };
+
+struct InFlight {
+  std::int64_t deliver_at = 0;
+  std::uint32_t slot = 0;
+  std::uint32_t len = 0;
+};
+
+class LinkModel {
+ public:
+  static constexpr std::int64_t kForever = std::numeric_limits<std::int64_t>::max();
+
+  LinkModel(const LinkParams& params, std::uint64_t seed);
+
+  // Offers a packet arriving at `now` (ns, non-decreasing across calls).
+  // `uplink` is the sending domain's shared egress bottleneck, if any.
+  // Unless the fate is kQueued the caller still owns `slot`.
+  Fate submit(std::int64_t now, std::uint32_t slot, std::uint32_t len,
+              Bottleneck* uplink = nullptr);
+
+  // Packets leave in FIFO order; their delivery times never decrease.
+  bool has_packets() const { return !fifo_.empty(); }
+  const InFlight& front() const { return fifo_.front(); }
+  void pop_delivered();
+  // Earliest delivery time, or kForever when nothing is in flight.
+  std::int64_t next_deadline() const { return fifo_.empty() ? kForever : fifo_.front().deliver_at; }
+
+  // Cuts the link from `now` until `until` (kForever = until restore()).
+  // Packets in flight are lost too; their slots are handed to `release`.
+  template <typename Release>
+  void cut(std::int64_t now, std::int64_t until, Release&& release) {
+    down_until_ = std::max(down_until_, until);
+    if (now >= down_until_) return;
+    while (!fifo_.empty()) {
+      ++counters_.outage_drops;
+      release(fifo_.front().slot);
+      fifo_.pop();
+    }
+  }
+  void restore() { down_until_ = 0; }
+  bool is_down(std::int64_t now) const { return now < down_until_; }
+  std::int64_t down_until() const { return down_until_; }
+
+  void apply(const LinkChange& change);
+  const LinkParams& params() const { return params_; }
+
+  LinkCounters& counters() { return counters_; }
+  const LinkCounters& counters() const { return counters_; }
+
+ private:
+  std::int64_t jitter_sample();
+
+  LinkParams params_;
+  Bottleneck bottleneck_;
+  LossModel loss_;
+  std::mt19937_64 jitter_rng_;
+  RingFifo<InFlight> fifo_;
+  std::int64_t last_deliver_at_ = 0;
+  std::int64_t down_until_ = 0;
+  LinkCounters counters_;
+};
+
+}  // namespace geoccl::testbed

@@ -1,0 +1,32 @@
+// Small POSIX socket helpers shared by the TCP transport and the rendezvous store.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace geoccl::transport::tcp {
+
+// Parses "host:port" / "[v6]:port". Throws Error(kInvalidArgument).
+void split_host_port(const std::string& s, std::string* host, uint16_t* port);
+
+// A listening socket on addr:port (port 0 = any), non-blocking, CLOEXEC. Throws Error(kIo).
+int listen_on(const std::string& addr, uint16_t port, int backlog = 512);
+uint16_t local_port(int fd);
+std::string local_ip(int fd);
+
+// The local address the kernel would use to reach `host` (no packet is sent). "" on failure.
+std::string route_source_address(const std::string& host);
+
+// Connects with a deadline; returns a blocking socket or -1 (errno set).
+int connect_with_timeout(const std::string& host, uint16_t port, std::chrono::milliseconds timeout);
+
+// Blocking-socket I/O bounded by a deadline. Return false on EOF, error or timeout (errno=ETIMEDOUT).
+bool write_all(int fd, std::span<const uint8_t> data, std::chrono::steady_clock::time_point deadline);
+bool read_all(int fd, std::span<uint8_t> data, std::chrono::steady_clock::time_point deadline);
+
+void set_nonblocking(int fd, bool on);
+void set_nodelay(int fd);
+
+}  // namespace geoccl::transport::tcp

@@ -1,0 +1,311 @@
+#include "transport/tcp/tcp_transport.h"
+
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <future>
+#include <thread>
+
+#include "core/logging.h"
+#include "protocol/handshake.h"
+#include "transport/tcp/socket_util.h"
+#include "transport/tcp/tcp_connection.h"
+
+namespace geoccl::transport::tcp {
+
+using protocol::FrameHeader;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+// An inbound connection must introduce itself within this time or it is dropped.
+constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
+}  // namespace
+
+struct TcpTransport::PendingAccept {
+  int fd = -1;
+  std::array<uint8_t, protocol::kHelloSize> buf{};
+  size_t got = 0;
+  runtime::EventLoop::TimerId timer = 0;
+};
+
+TcpTransport::TcpTransport(runtime::EventLoop& loop, int rank, int size,
+                           const std::string& bind_addr, uint64_t session_id,
+                           std::function<void()> on_progress)
+    : loop_(loop),
+      rank_(rank),
+      size_(size),
+      session_id_(session_id),
+      on_progress_(std::move(on_progress)),
+      conns_(static_cast<size_t>(size) * kStreams) {
+  for (int i = 0; i < size; ++i) {
+    bytes_sent_.push_back(std::make_unique<std::atomic<uint64_t>>(0));
+    bytes_received_.push_back(std::make_unique<std::atomic<uint64_t>>(0));
+  }
+  listen_fd_ = listen_on(bind_addr, 0);
+  address_ = bind_addr + ":" + std::to_string(local_port(listen_fd_));
+  if (bind_addr.find(':') != std::string::npos)
+    address_ = "[" + bind_addr + "]:" + std::to_string(local_port(listen_fd_));
+  loop_.run_sync([this] { loop_.add_fd(listen_fd_, EPOLLIN, [this](uint32_t) { on_accept(); }); });
+}
+
+TcpTransport::~TcpTransport() {
+  loop_.run_sync([this] {
+    for (auto& c : conns_)
+      if (c && c->open()) c->post_control(protocol::FrameType::kGoodbye, {});
+  });
+  // Bounded wait for goodbyes (and aborts) to leave; a dead peer must not hold us here.
+  const auto deadline = Clock::now() + std::chrono::seconds(2);
+  for (;;) {
+    bool empty = true;
+    loop_.run_sync([&] {
+      for (auto& c : conns_)
+        if (c && c->open() && !c->send_queue_empty()) empty = false;
+    });
+    if (empty || Clock::now() > deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  loop_.run_sync([this] {
+    for (auto& p : pending_) {
+      loop_.cancel_timer(p->timer);
+      loop_.remove_fd(p->fd);
+      ::close(p->fd);
+    }
+    pending_.clear();
+    conns_.clear();
+    loop_.remove_fd(listen_fd_);
+    ::close(listen_fd_);
+  });
+}
+
+void TcpTransport::on_accept() {
+  for (;;) {
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;
+    set_nodelay(fd);
+    auto p = std::make_unique<PendingAccept>();
+    p->fd = fd;
+    p->timer = loop_.add_timer(Clock::now() + kHandshakeTimeout, [this, fd] {
+      GEOCCL_LOG(kWarn, "dropping inbound connection that sent no handshake");
+      rejected_.fetch_add(1);
+      drop_pending(fd);
+      ::close(fd);
+    });
+    loop_.add_fd(fd, EPOLLIN, [this, fd](uint32_t) { on_pending_readable(fd); });
+    pending_.push_back(std::move(p));
+  }
+}
+
+void TcpTransport::drop_pending(int fd) {
+  for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+    if ((*it)->fd != fd) continue;
+    loop_.cancel_timer((*it)->timer);
+    loop_.remove_fd(fd);
+    pending_.erase(it);
+    return;
+  }
+}
+
+void TcpTransport::on_pending_readable(int fd) {
+  PendingAccept* p = nullptr;
+  for (auto& q : pending_)
+    if (q->fd == fd) p = q.get();
+  if (!p) return;
+  const ssize_t n = ::recv(fd, p->buf.data() + p->got, p->buf.size() - p->got, MSG_DONTWAIT);
+  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+  if (n <= 0) {
+    rejected_.fetch_add(1);
+    drop_pending(fd);
+    ::close(fd);
+    return;
+  }
+  p->got += static_cast<size_t>(n);
+  // A stranger that speaks a different protocol is told off at the first wrong byte count.
+  if (p->got < p->buf.size()) return;
+
+  protocol::Hello hello;
+  auto st = protocol::decode_hello(p->buf, &hello);
+  if (st == protocol::HandshakeStatus::kAccepted)
+    st = protocol::check_hello(hello, static_cast<uint32_t>(size_), session_id_, kStreams);
+  if (st == protocol::HandshakeStatus::kAccepted &&
+      (static_cast<int>(hello.rank) <= rank_ || conns_[hello.rank * kStreams + hello.stream]))
+    st = protocol::HandshakeStatus::kBadRank;  // only higher ranks connect to us, once per stream
+  protocol::Reply reply;
+  reply.status = st;
+  reply.rank = static_cast<uint32_t>(rank_);
+  const auto bytes = protocol::encode_reply(reply);
+  // The reply is 16 bytes on a fresh socket: it fits in the send buffer.
+  [[maybe_unused]] ssize_t w = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  drop_pending(fd);
+  if (st != protocol::HandshakeStatus::kAccepted) {
+    GEOCCL_LOG(kWarn, "rejected inbound connection: " << protocol::handshake_status_name(st));
+    rejected_.fetch_add(1);
+    ::close(fd);
+    return;
+  }
+  adopt(fd, static_cast<int>(hello.rank), hello.stream);
+}
+
+void TcpTransport::adopt(int fd, int peer, int stream) {
+  conns_[static_cast<size_t>(peer * kStreams + stream)] =
+      std::make_unique<TcpConnection>(*this, fd, peer, stream);
+  ++connected_;
+  notify();
+}
+
+void TcpTransport::connect_all(const std::function<std::string(int)>& addr_of,
+                               std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  for (int peer = 0; peer < rank_; ++peer) {
+    std::string host;
+    uint16_t port = 0;
+    split_host_port(addr_of(peer), &host, &port);
+    for (int stream = 0; stream < kStreams; ++stream) {
+      int fd = -1;
+      // The peer is listening already (it published its address), but retry briefly on refusal.
+      while (fd < 0) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+        if (left.count() <= 0)
+          throw Error(ErrorCode::kTimeout, "cannot connect to rank " + std::to_string(peer) + " at " +
+                                               host + ":" + std::to_string(port));
+        fd = connect_with_timeout(host, port, left);
+        if (fd < 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      set_nodelay(fd);
+      protocol::Hello hello;
+      hello.stream = static_cast<uint16_t>(stream);
+      hello.rank = static_cast<uint32_t>(rank_);
+      hello.world_size = static_cast<uint32_t>(size_);
+      hello.session_id = session_id_;
+      const auto hb = protocol::encode_hello(hello);
+      std::array<uint8_t, protocol::kReplySize> rb{};
+      if (!write_all(fd, hb, deadline) || !read_all(fd, rb, deadline)) {
+        const int e = errno;
+        ::close(fd);
+        throw Error(e == ETIMEDOUT ? ErrorCode::kTimeout : ErrorCode::kIo,
+                    "handshake with rank " + std::to_string(peer) + " failed: " + std::strerror(e));
+      }
+      protocol::Reply reply;
+      auto st = protocol::decode_reply(rb, &reply);
+      if (st == protocol::HandshakeStatus::kAccepted) st = reply.status;
+      if (st == protocol::HandshakeStatus::kAccepted && reply.rank != static_cast<uint32_t>(peer))
+        st = protocol::HandshakeStatus::kBadRank;
+      if (st != protocol::HandshakeStatus::kAccepted) {
+        ::close(fd);
+        throw Error(ErrorCode::kProtocol, "rank " + std::to_string(peer) + " at " + host + ":" +
+                                              std::to_string(port) + " rejected us: " +
+                                              protocol::handshake_status_name(st));
+      }
+      set_nonblocking(fd, true);
+      loop_.run_sync([&] { adopt(fd, peer, stream); });
+    }
+  }
+  // Wait for every higher rank's connections.
+  const int expected = size_ * kStreams - kStreams;  // every stream of every other rank
+  for (;;) {
+    int have = 0;
+    std::string missing;
+    loop_.run_sync([&] {
+      have = connected_;
+      for (int r = rank_ + 1; r < size_; ++r)
+        if (!conns_[static_cast<size_t>(r * kStreams)] || !conns_[static_cast<size_t>(r * kStreams + kStreams - 1)])
+          missing += (missing.empty() ? "" : ",") + std::to_string(r);
+    });
+    if (have == expected) return;
+    if (Clock::now() > deadline)
+      throw Error(ErrorCode::kTimeout, "rank(s) " + missing + " did not connect in time");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+RequestPtr TcpTransport::send(int peer, const FrameHeader& h, std::span<const uint8_t> payload) {
+  auto req = std::make_shared<Request>();
+  FrameHeader hh = h;
+  hh.type = protocol::FrameType::kData;
+  hh.payload_len = static_cast<uint32_t>(payload.size());
+  TcpConnection::SendOp op;
+  op.header = protocol::encode_frame_header(hh);
+  op.payload = payload;
+  op.req = req;
+  loop_.post([this, peer, op = std::move(op)]() mutable {
+    if (auto f = failure()) {
+      op.req->failure = *f;
+      op.req->done.store(true, std::memory_order_release);
+      notify();
+      return;
+    }
+    conns_[static_cast<size_t>(peer * kStreams + kDataStream)]->post_send(std::move(op));
+  });
+  return req;
+}
+
+RequestPtr TcpTransport::recv(int peer, const FrameHeader& expect, std::span<uint8_t> dst) {
+  auto req = std::make_shared<Request>();
+  TcpConnection::RecvOp op{expect, dst, req};
+  loop_.post([this, peer, op = std::move(op)]() mutable {
+    if (auto f = failure()) {
+      op.req->failure = *f;
+      op.req->done.store(true, std::memory_order_release);
+      notify();
+      return;
+    }
+    conns_[static_cast<size_t>(peer * kStreams + kDataStream)]->post_recv(std::move(op));
+  });
+  return req;
+}
+
+void TcpTransport::begin_operation(const FrameHeader& h) {
+  loop_.post([this, h] {
+    current_op_ = h;
+    for (auto& c : conns_)
+      if (c) c->check_early_frame();
+  });
+}
+
+void TcpTransport::abort(ErrorCode code, const std::string& message) {
+  if (loop_.in_loop_thread()) {
+    fail(code, message, true);
+    return;
+  }
+  loop_.run_sync([&] { fail(code, message, true); });
+}
+
+void TcpTransport::fail(ErrorCode code, const std::string& message, bool tell_peers) {
+  {
+    std::lock_guard lk(failure_mu_);
+    if (failure_) return;
+    failure_ = Failure{code, message};
+  }
+  failed_.store(true);
+  GEOCCL_LOG(kError, "group failed: " << error_code_name(code) << ": " << message);
+  const Failure f{code, message};
+  for (auto& c : conns_)
+    if (c) c->fail_requests(f);
+  if (tell_peers) {
+    const auto payload = protocol::encode_abort(static_cast<uint8_t>(code), message);
+    for (int p = 0; p < size_; ++p) {
+      auto& c = conns_[static_cast<size_t>(p * kStreams + kControlStream)];
+      if (c) c->post_control(protocol::FrameType::kAbort, payload);
+    }
+  }
+  notify();
+}
+
+std::optional<Failure> TcpTransport::failure() const {
+  if (!failed_.load()) return std::nullopt;
+  std::lock_guard lk(failure_mu_);
+  return failure_;
+}
+
+std::vector<PeerStats> TcpTransport::stats() const {
+  std::vector<PeerStats> out;
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    out.push_back({p, bytes_sent_[p]->load(), bytes_received_[p]->load()});
+  }
+  return out;
+}
+
+}  // namespace geoccl::transport::tcp

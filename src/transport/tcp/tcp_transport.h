@@ -1,0 +1,96 @@
+// TcpTransport: a full mesh of TCP connections, driven by the runtime's event loop.
+//
+// Each pair of ranks holds kStreams connections: stream 0 carries control frames (abort,
+// goodbye) and is always read, so a failure report never waits behind data; stream 1 carries
+// data frames. The higher rank connects to the lower one and introduces itself with a Hello;
+// strangers and mismatched versions are answered with a reason and closed while the group goes on.
+//
+// Zero copy: a send is one sendmsg() of [header iovec, payload iovec] straight from the user's
+// memory; a receive reads the payload straight into its destination. A data frame that arrives
+// before its receive is posted stays in the kernel's socket buffer (the connection stops reading)
+// until the receive is posted.
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "runtime/event_loop.h"
+#include "transport/transport.h"
+
+namespace geoccl::transport::tcp {
+
+class TcpConnection;
+
+class TcpTransport final : public Transport {
+ public:
+  static constexpr int kStreams = 2;
+  static constexpr int kControlStream = 0;
+  static constexpr int kDataStream = 1;
+
+  // Listens on bind_addr (any port). `on_progress` runs on the loop thread after requests
+  // complete. Throws Error(kIo).
+  TcpTransport(runtime::EventLoop& loop, int rank, int size, const std::string& bind_addr,
+               uint64_t session_id, std::function<void()> on_progress);
+  // Says goodbye to every peer (bounded wait for the send queues to drain), then closes.
+  ~TcpTransport() override;
+
+  // "ip:port" peers should connect to.
+  std::string address() const { return address_; }
+  // Connects to every lower rank (address from addr_of(r)) and waits until every higher rank has
+  // connected. Throws Error(kTimeout) naming the missing ranks, Error(kProtocol) when a peer
+  // rejects us (with its reason), Error(kIo).
+  void connect_all(const std::function<std::string(int)>& addr_of,
+                   std::chrono::milliseconds timeout);
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  RequestPtr send(int peer, const protocol::FrameHeader& h,
+                  std::span<const uint8_t> payload) override;
+  RequestPtr recv(int peer, const protocol::FrameHeader& expect, std::span<uint8_t> dst) override;
+  void begin_operation(const protocol::FrameHeader& h) override;
+  void abort(ErrorCode code, const std::string& message) override;
+  std::optional<Failure> failure() const override;
+  std::vector<PeerStats> stats() const override;
+
+  // Number of inbound connections rejected by the handshake (strangers, wrong session, ...).
+  uint64_t rejected_connections() const { return rejected_.load(); }
+
+ private:
+  friend class TcpConnection;
+  struct PendingAccept;
+
+  void on_accept();
+  void on_pending_readable(int fd);
+  void drop_pending(int fd);
+  void adopt(int fd, int peer, int stream);
+  // Loop thread: records the first failure, fails every pending request, tells peers if asked.
+  void fail(ErrorCode code, const std::string& message, bool tell_peers);
+  void notify() { on_progress_(); }
+
+  runtime::EventLoop& loop_;
+  const int rank_;
+  const int size_;
+  const uint64_t session_id_;
+  std::function<void()> on_progress_;
+  int listen_fd_ = -1;
+  std::string address_;
+
+  // conns_[peer * kStreams + stream]; touched only on the loop thread after setup.
+  std::vector<std::unique_ptr<TcpConnection>> conns_;
+  std::vector<std::unique_ptr<PendingAccept>> pending_;
+  int connected_ = 0;  // loop thread
+  std::optional<protocol::FrameHeader> current_op_;  // loop thread
+
+  mutable std::mutex failure_mu_;
+  std::optional<Failure> failure_;
+  std::atomic<bool> failed_{false};
+  std::atomic<uint64_t> rejected_{0};
+  std::vector<std::unique_ptr<std::atomic<uint64_t>>> bytes_sent_, bytes_received_;
+};
+
+}  // namespace geoccl::transport::tcp

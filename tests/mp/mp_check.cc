@@ -1,0 +1,372 @@
+// One rank of the multi-process tests. Started N times (by mp_test.cc or `geoccl run`) with
+// RANK/WORLD_SIZE/MASTER_* set. Mode "collectives" checks every collective for every dtype and op
+// against a reference computed independently on each rank; the other modes provoke one failure
+// and exit 0 only when this rank saw the expected typed error in time.
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/half.h"
+#include "geoccl/geoccl.h"
+#include "transport/tcp/socket_util.h"
+
+using namespace geoccl;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+int g_failures = 0;
+#define CHECK(cond, ...)                                                    \
+  do {                                                                      \
+    if (!(cond)) {                                                          \
+      std::fprintf(stderr, "CHECK failed %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+      std::fprintf(stderr, __VA_ARGS__);                                    \
+      std::fprintf(stderr, "\n");                                           \
+      if (++g_failures > 20) std::exit(1);                                  \
+    }                                                                       \
+  } while (0)
+
+const DataType kTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
+                           DataType::kBFloat16, DataType::kInt8,   DataType::kUInt8,
+                           DataType::kInt32,   DataType::kInt64};
+const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kProd, ReduceOp::kMin,
+                         ReduceOp::kMax};
+
+// Inputs are small integers, so every partial result is exact in every dtype and the reference
+// does not depend on the order in which an algorithm combines them.
+int64_t input(int r, size_t i, DataType t, ReduceOp op) {
+  const int64_t k = static_cast<int64_t>((static_cast<size_t>(r) * 7 + i * 3) % 7);
+  if (op == ReduceOp::kProd) {
+    const int64_t m = static_cast<int64_t>((static_cast<size_t>(r) + i) % 3);
+    if (t == DataType::kUInt8) return m == 0 ? 2 : 1;
+    return m == 0 ? 2 : (m == 1 ? 1 : -1);
+  }
+  return t == DataType::kUInt8 ? k : k - 3;
+}
+
+void put(void* b, size_t i, DataType t, int64_t v) {
+  switch (t) {
+    case DataType::kFloat32: static_cast<float*>(b)[i] = static_cast<float>(v); break;
+    case DataType::kFloat64: static_cast<double*>(b)[i] = static_cast<double>(v); break;
+    case DataType::kFloat16: static_cast<uint16_t*>(b)[i] = core::float_to_half(static_cast<float>(v)); break;
+    case DataType::kBFloat16: static_cast<uint16_t*>(b)[i] = core::float_to_bf16(static_cast<float>(v)); break;
+    case DataType::kInt8: static_cast<int8_t*>(b)[i] = static_cast<int8_t>(v); break;
+    case DataType::kUInt8: static_cast<uint8_t*>(b)[i] = static_cast<uint8_t>(v); break;
+    case DataType::kInt32: static_cast<int32_t*>(b)[i] = static_cast<int32_t>(v); break;
+    case DataType::kInt64: static_cast<int64_t*>(b)[i] = v; break;
+  }
+}
+
+// The expected element, written into a buffer of dtype t at index 0 (bit pattern compared).
+void expected(std::vector<uint8_t>& out, size_t i, DataType t, ReduceOp op, int n, size_t elem) {
+  int64_t acc = input(0, elem, t, op);
+  for (int r = 1; r < n; ++r) {
+    const int64_t v = input(r, elem, t, op);
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kAvg: acc += v; break;
+      case ReduceOp::kProd: acc *= v; break;
+      case ReduceOp::kMin: acc = std::min(acc, v); break;
+      case ReduceOp::kMax: acc = std::max(acc, v); break;
+    }
+  }
+  if (op != ReduceOp::kAvg) return put(out.data(), i, t, acc);
+  switch (t) {
+    case DataType::kFloat32: static_cast<float*>(static_cast<void*>(out.data()))[i] = static_cast<float>(acc) / static_cast<float>(n); return;
+    case DataType::kFloat64: static_cast<double*>(static_cast<void*>(out.data()))[i] = static_cast<double>(acc) / n; return;
+    case DataType::kFloat16: reinterpret_cast<uint16_t*>(out.data())[i] = core::float_to_half(static_cast<float>(acc) / static_cast<float>(n)); return;
+    case DataType::kBFloat16: reinterpret_cast<uint16_t*>(out.data())[i] = core::float_to_bf16(static_cast<float>(acc) / static_cast<float>(n)); return;
+    default: {
+      // Integer average: wrap the sum to the type first (as the kernel does), then truncate.
+      std::vector<uint8_t> tmp(8);
+      put(tmp.data(), 0, t, acc);
+      int64_t wrapped = 0;
+      switch (t) {
+        case DataType::kInt8: wrapped = *reinterpret_cast<int8_t*>(tmp.data()); break;
+        case DataType::kUInt8: wrapped = tmp[0]; break;
+        case DataType::kInt32: wrapped = *reinterpret_cast<int32_t*>(tmp.data()); break;
+        default: wrapped = acc;
+      }
+      put(out.data(), i, t, wrapped / n);
+    }
+  }
+}
+
+uint64_t fnv(const std::vector<uint8_t>& b) {
+  uint64_t h = 1469598103934665603ull;
+  for (uint8_t c : b) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+std::string what(const char* op, DataType t, ReduceOp o, size_t count) {
+  return std::string(op) + " " + std::string(dtype_name(t)) + " " + std::string(reduce_op_name(o)) +
+         " count=" + std::to_string(count);
+}
+
+// Every rank must hold bit-identical bytes.
+void check_identical(Communicator& c, const std::vector<uint8_t>& b, const std::string& w) {
+  std::vector<int64_t> mine = {static_cast<int64_t>(fnv(b))}, all(static_cast<size_t>(c.size()));
+  c.allgather(mine.data(), all.data(), 1, DataType::kInt64).wait();
+  for (auto h : all) CHECK(h == all[0], "%s: results differ between ranks", w.c_str());
+}
+
+void check_reductions(Communicator& c, const std::vector<size_t>& counts) {
+  const int n = c.size(), me = c.rank();
+  for (DataType t : kTypes)
+    for (ReduceOp op : kOps)
+      for (size_t count : counts) {
+        const size_t es = dtype_size(t);
+        std::vector<uint8_t> want(count * es + 1);
+        for (size_t i = 0; i < count; ++i) expected(want, i, t, op, n, i);
+        want.resize(count * es);
+        // allreduce with both algorithms.
+        for (const char* algo : {"ring", "rd"}) {
+          std::vector<uint8_t> buf(count * es);
+          for (size_t i = 0; i < count; ++i) put(buf.data(), i, t, input(me, i, t, op));
+          OpOptions o;
+          o.algo = algo;
+          c.allreduce(buf.data(), count, t, op, o).wait();
+          CHECK(buf == want, "%s algo=%s", what("allreduce", t, op, count).c_str(), algo);
+          check_identical(c, buf, what("allreduce", t, op, count));
+        }
+        // reduce to the last rank.
+        {
+          const int root = n - 1;
+          std::vector<uint8_t> buf(count * es);
+          for (size_t i = 0; i < count; ++i) put(buf.data(), i, t, input(me, i, t, op));
+          const auto orig = buf;
+          c.reduce(buf.data(), count, t, op, root).wait();
+          CHECK(buf == (me == root ? want : orig), "%s", what("reduce", t, op, count).c_str());
+        }
+        // reduce_scatter: block b of rank r's input is input(r, b*count + i).
+        {
+          std::vector<uint8_t> in(count * es * static_cast<size_t>(n)), out(count * es);
+          for (size_t i = 0; i < count * static_cast<size_t>(n); ++i) put(in.data(), i, t, input(me, i, t, op));
+          std::vector<uint8_t> w(count * es + 1);
+          for (size_t i = 0; i < count; ++i) expected(w, i, t, op, n, static_cast<size_t>(me) * count + i);
+          w.resize(count * es);
+          c.reduce_scatter(in.data(), out.data(), count, t, op).wait();
+          CHECK(out == w, "%s", what("reduce_scatter", t, op, count).c_str());
+        }
+      }
+}
+
+void check_data_movement(Communicator& c, const std::vector<size_t>& counts) {
+  const int n = c.size(), me = c.rank();
+  const auto un = static_cast<size_t>(n);
+  auto val = [](int r, size_t i) { return static_cast<int64_t>((static_cast<size_t>(r) * 31 + i) % 100); };
+  for (DataType t : kTypes)
+    for (size_t count : counts) {
+      const size_t es = dtype_size(t);
+      auto fill = [&](std::vector<uint8_t>& b, int r, size_t first, size_t len) {
+        for (size_t i = 0; i < len; ++i) put(b.data(), i, t, val(r, first + i));
+      };
+      auto block = [&](int r, size_t first) {
+        std::vector<uint8_t> b(count * es);
+        fill(b, r, first, count);
+        return b;
+      };
+      const std::string w = std::string(dtype_name(t)) + " count=" + std::to_string(count);
+      {  // broadcast from the middle rank
+        const int root = n / 2;
+        auto buf = me == root ? block(root, 0) : std::vector<uint8_t>(count * es, 0xAB);
+        c.broadcast(buf.data(), count, t, root).wait();
+        CHECK(buf == block(root, 0), "broadcast %s", w.c_str());
+      }
+      {  // allgather
+        auto mine = block(me, 0);
+        std::vector<uint8_t> out(count * es * un), want;
+        for (int r = 0; r < n; ++r) {
+          auto b = block(r, 0);
+          want.insert(want.end(), b.begin(), b.end());
+        }
+        c.allgather(mine.data(), out.data(), count, t).wait();
+        CHECK(out == want, "allgather %s", w.c_str());
+      }
+      {  // gather to rank 0, scatter from rank n-1
+        auto mine = block(me, 0);
+        std::vector<uint8_t> out(me == 0 ? count * es * un : 0), want;
+        for (int r = 0; r < n; ++r) {
+          auto b = block(r, 0);
+          want.insert(want.end(), b.begin(), b.end());
+        }
+        c.gather(mine.data(), me == 0 ? out.data() : nullptr, count, t, 0).wait();
+        if (me == 0) CHECK(out == want, "gather %s", w.c_str());
+        const int root = n - 1;
+        std::vector<uint8_t> src(count * es * un);
+        fill(src, root, 0, count * un);
+        std::vector<uint8_t> got(count * es);
+        c.scatter(me == root ? src.data() : nullptr, got.data(), count, t, root).wait();
+        CHECK(got == block(root, static_cast<size_t>(me) * count), "scatter %s", w.c_str());
+      }
+      {  // alltoall: rank r sends val(r, j*count + i) to rank j
+        std::vector<uint8_t> src(count * es * un), out(count * es * un), want;
+        fill(src, me, 0, count * un);
+        for (int r = 0; r < n; ++r) {
+          auto b = block(r, static_cast<size_t>(me) * count);
+          want.insert(want.end(), b.begin(), b.end());
+        }
+        c.alltoall(src.data(), out.data(), count, t).wait();
+        CHECK(out == want, "alltoall %s", w.c_str());
+      }
+      if (n > 1) {  // send/recv around a ring, both posted before either is waited on
+        auto mine = block(me, 0);
+        std::vector<uint8_t> got(count * es);
+        auto s = c.send(mine.data(), count, t, (me + 1) % n, 5);
+        auto r = c.recv(got.data(), count, t, (me - 1 + n) % n, 5);
+        s.wait();
+        r.wait();
+        CHECK(got == block((me - 1 + n) % n, 0), "send/recv %s", w.c_str());
+      }
+    }
+  c.barrier().wait();
+}
+
+int mode_collectives(Communicator& c, bool big) {
+  check_reductions(c, {0, 1, 7, 1003});
+  check_data_movement(c, {0, 1, 7, 1003});
+  if (big) {
+    // Tens of MiB through the pipelined ring (many chunks per segment).
+    const size_t count = (24u << 20) / 4 + 5;
+    std::vector<float> buf(count);
+    for (size_t i = 0; i < count; ++i) buf[i] = static_cast<float>(input(c.rank(), i, DataType::kFloat32, ReduceOp::kSum));
+    c.allreduce(buf.data(), count, DataType::kFloat32, ReduceOp::kSum).wait();
+    for (size_t i = 0; i < count; i += 4099) {
+      int64_t s = 0;
+      for (int r = 0; r < c.size(); ++r) s += input(r, i, DataType::kFloat32, ReduceOp::kSum);
+      CHECK(buf[i] == static_cast<float>(s), "big allreduce at %zu", i);
+    }
+    std::vector<uint8_t> bytes(reinterpret_cast<uint8_t*>(buf.data()), reinterpret_cast<uint8_t*>(buf.data() + count));
+    check_identical(c, bytes, "big allreduce");
+  }
+  // Several operations in flight at once complete in issue order.
+  std::vector<std::vector<int32_t>> bufs(16, std::vector<int32_t>(100, c.rank() + 1));
+  std::vector<Work> works;
+  std::vector<int> order;
+  std::mutex mu;
+  for (int k = 0; k < 16; ++k) {
+    works.push_back(c.allreduce(bufs[static_cast<size_t>(k)].data(), 100, DataType::kInt32, ReduceOp::kSum));
+    works.back().on_complete([&, k](std::exception_ptr) {
+      std::lock_guard lk(mu);
+      order.push_back(k);
+    });
+  }
+  for (auto& w : works) w.wait();
+  const int want = c.size() * (c.size() + 1) / 2;
+  for (auto& b : bufs) CHECK(b[99] == want, "concurrent allreduce");
+  for (size_t k = 0; k < order.size(); ++k) CHECK(order[k] == static_cast<int>(k), "completion order");
+  return g_failures ? 1 : 0;
+}
+
+// Expects `w` to fail with `code` within `limit`.
+int expect_error(const std::function<void()>& f, ErrorCode code, std::chrono::milliseconds limit) {
+  const auto t0 = Clock::now();
+  try {
+    f();
+  } catch (const Error& e) {
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0);
+    std::printf("got expected error after %lld ms: %s\n", static_cast<long long>(took.count()), e.what());
+    if (e.code() != code) {
+      std::fprintf(stderr, "wrong error code: wanted %s\n", std::string(error_code_name(code)).c_str());
+      return 1;
+    }
+    return took <= limit ? 0 : 1;
+  }
+  std::fprintf(stderr, "no error raised\n");
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "collectives";
+  try {
+    Config cfg = Config::from_env();
+    if (mode == "kill" || mode == "mismatch-size" || mode == "mismatch-dtype" || mode == "mismatch-op")
+      cfg.op_timeout = std::chrono::seconds(20);
+    Communicator c(cfg);
+    const int me = c.rank(), n = c.size();
+    if (mode == "collectives") return mode_collectives(c, false);
+    if (mode == "collectives-big") return mode_collectives(c, true);
+    if (mode == "kill") {
+      // Rank 1 dies in the middle of a large allreduce; the others must see peer-lost well
+      // before their 20 s deadline.
+      std::vector<float> buf((64u << 20) / 4, 1.f);
+      c.barrier().wait();
+      if (me == 1) {
+        auto w = c.allreduce(buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        raise(SIGKILL);
+      }
+      return expect_error([&] {
+        for (int i = 0; i < 50; ++i) c.allreduce(buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum).wait();
+      }, ErrorCode::kPeerLost, std::chrono::seconds(10));
+    }
+    if (mode == "mismatch-size" || mode == "mismatch-dtype" || mode == "mismatch-op") {
+      std::vector<double> buf(1000, 1.0);
+      size_t count = 1000;
+      DataType t = DataType::kFloat64;
+      const char* op = "allreduce";
+      if (me == n - 1) {
+        if (mode == "mismatch-size") count = 999;
+        if (mode == "mismatch-dtype") t = DataType::kInt64;
+        if (mode == "mismatch-op") op = "broadcast";
+      }
+      return expect_error([&] {
+        if (std::string(op) == "broadcast") c.broadcast(buf.data(), count, t, 0).wait();
+        else c.allreduce(buf.data(), count, t, ReduceOp::kSum).wait();
+      }, ErrorCode::kMismatch, std::chrono::seconds(10));
+    }
+    if (mode == "garbage") {
+      // Rank 1 connects to rank 0's transport port and sends junk; it must be rejected and the
+      // group must keep working.
+      if (me == 1) {
+        StoreClient store(cfg.master_addr, cfg.master_port, std::chrono::seconds(10));
+        auto a = store.get("geoccl/" + cfg.session + "/g1/addr/0", std::chrono::seconds(10));
+        std::string host;
+        uint16_t port = 0;
+        transport::tcp::split_host_port(std::string(a.begin(), a.end()), &host, &port);
+        const int fd = transport::tcp::connect_with_timeout(host, port, std::chrono::seconds(5));
+        CHECK(fd >= 0, "connect to rank 0");
+        const char junk[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+        [[maybe_unused]] auto w = ::send(fd, junk, sizeof junk, MSG_NOSIGNAL);
+        char buf[64];
+        const ssize_t got = ::recv(fd, buf, sizeof buf, 0);  // reply with a reason, then EOF
+        CHECK(got >= 0, "rejected connection read");
+        while (::recv(fd, buf, sizeof buf, 0) > 0) {
+        }
+        ::close(fd);
+      }
+      std::vector<int64_t> v(100, me);
+      c.allreduce(v.data(), v.size(), DataType::kInt64, ReduceOp::kSum).wait();
+      CHECK(v[0] == static_cast<int64_t>(n) * (n - 1) / 2, "allreduce after garbage");
+      c.barrier().wait();
+      return g_failures ? 1 : 0;
+    }
+    if (mode == "invalid") {
+      // Bad arguments are rejected before anything is sent, and the group keeps working.
+      int x = 0;
+      int rc = expect_error([&] { c.broadcast(&x, 1, DataType::kInt32, n); }, ErrorCode::kInvalidArgument,
+                            std::chrono::seconds(1));
+      rc |= expect_error([&] { c.allreduce(nullptr, 4, DataType::kInt32, ReduceOp::kSum); },
+                         ErrorCode::kInvalidArgument, std::chrono::seconds(1));
+      rc |= expect_error([&] { c.allreduce(&x, 1, static_cast<DataType>(99), ReduceOp::kSum); },
+                         ErrorCode::kInvalidArgument, std::chrono::seconds(1));
+      c.allreduce(&x, 1, DataType::kInt32, ReduceOp::kSum).wait();
+      return rc;
+    }
+    std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mp_check %s: %s\n", mode.c_str(), e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,44 @@
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "geoccl/config.h"
+#include "geoccl/error.h"
+
+using namespace geoccl;
+
+TEST(Config, EnvironmentOverridesDefaultsAndGeocclOverridesTorchrun) {
+  setenv("RANK", "2", 1);
+  setenv("WORLD_SIZE", "4", 1);
+  setenv("GEOCCL_RANK", "3", 1);
+  setenv("MASTER_PORT", "1234", 1);
+  setenv("GEOCCL_CHUNK_BYTES", "2M", 1);
+  setenv("GEOCCL_TIMEOUT_MS", "1500", 1);
+  Config c = Config::from_env();
+  EXPECT_EQ(c.rank, 3);
+  EXPECT_EQ(c.world_size, 4);
+  EXPECT_EQ(c.master_port, 1234);
+  EXPECT_EQ(c.chunk_bytes, 2u << 20);
+  EXPECT_EQ(c.op_timeout.count(), 1500);
+  c.validate();
+  for (const char* v : {"RANK", "WORLD_SIZE", "GEOCCL_RANK", "MASTER_PORT", "GEOCCL_CHUNK_BYTES", "GEOCCL_TIMEOUT_MS"})
+    unsetenv(v);
+}
+
+TEST(Config, MalformedValuesAreInvalidArguments) {
+  setenv("WORLD_SIZE", "four", 1);
+  EXPECT_THROW(Config::from_env(), Error);
+  unsetenv("WORLD_SIZE");
+  Config c;
+  c.world_size = 2;
+  c.rank = 2;
+  try {
+    c.validate();
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  }
+  c.rank = 0;
+  c.algo = "magic";
+  EXPECT_THROW(c.validate(), Error);
+}

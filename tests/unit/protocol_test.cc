@@ -1,0 +1,122 @@
+#include <gtest/gtest.h>
+
+#include "protocol/frame.h"
+#include "protocol/handshake.h"
+#include "protocol/store_codec.h"
+
+using namespace geoccl::protocol;
+
+TEST(Frame, RoundTrip) {
+  FrameHeader h;
+  h.kind = OpKind::kAllreduce;
+  h.dtype = 1;
+  h.reduce_op = 2;
+  h.tag = 7;
+  h.payload_len = 12345;
+  h.seq = 0x0102030405060708ull;
+  h.op_bytes = 1ull << 40;
+  h.offset = 99;
+  const auto b = encode_frame_header(h);
+  EXPECT_EQ(b[0], 'G');  // magic is little-endian "GCF1"
+  EXPECT_EQ(b[16], 0x08);  // seq low byte first
+  FrameHeader d;
+  ASSERT_EQ(decode_frame_header(b, &d), DecodeStatus::kOk);
+  EXPECT_EQ(d, h);
+}
+
+TEST(Frame, RejectsBadInput) {
+  FrameHeader h, d;
+  auto b = encode_frame_header(h);
+  b[0] ^= 1;
+  EXPECT_EQ(decode_frame_header(b, &d), DecodeStatus::kBadMagic);
+  b = encode_frame_header(h);
+  b[4] = 9;
+  EXPECT_EQ(decode_frame_header(b, &d), DecodeStatus::kBadType);
+  h.payload_len = kMaxPayload + 1;
+  b = encode_frame_header(h);
+  EXPECT_EQ(decode_frame_header(b, &d), DecodeStatus::kBadLength);
+  h.payload_len = 0;
+  b = encode_frame_header(h);
+  b[47] = 1;
+  EXPECT_EQ(decode_frame_header(b, &d), DecodeStatus::kBadReserved);
+}
+
+TEST(Frame, MismatchNamesTheField) {
+  FrameHeader a, b;
+  a.kind = b.kind = OpKind::kAllreduce;
+  EXPECT_EQ(describe_mismatch(a, b), "");
+  b.op_bytes = 8;
+  EXPECT_NE(describe_mismatch(a, b).find("size"), std::string::npos);
+  b = a;
+  b.dtype = 3;
+  EXPECT_NE(describe_mismatch(a, b).find("dtype"), std::string::npos);
+  b = a;
+  b.kind = OpKind::kBroadcast;
+  EXPECT_NE(describe_mismatch(a, b).find("broadcast"), std::string::npos);
+}
+
+TEST(Frame, AbortPayload) {
+  const auto p = encode_abort(3, "rank 2 died");
+  uint8_t code = 0;
+  std::string msg;
+  ASSERT_TRUE(decode_abort(p, &code, &msg));
+  EXPECT_EQ(code, 3);
+  EXPECT_EQ(msg, "rank 2 died");
+  auto q = p;
+  q.push_back(0);
+  EXPECT_FALSE(decode_abort(q, &code, &msg));
+}
+
+TEST(Handshake, HelloRoundTripAndChecks) {
+  Hello h;
+  h.stream = 1;
+  h.rank = 3;
+  h.world_size = 4;
+  h.session_id = 42;
+  Hello d;
+  ASSERT_EQ(decode_hello(encode_hello(h), &d), HandshakeStatus::kAccepted);
+  EXPECT_EQ(d.rank, 3u);
+  EXPECT_EQ(d.stream, 1);
+  EXPECT_EQ(check_hello(d, 4, 42, 2), HandshakeStatus::kAccepted);
+  EXPECT_EQ(check_hello(d, 5, 42, 2), HandshakeStatus::kBadWorldSize);
+  EXPECT_EQ(check_hello(d, 4, 43, 2), HandshakeStatus::kBadSession);
+  EXPECT_EQ(check_hello(d, 4, 42, 1), HandshakeStatus::kBadStream);
+  d.version = 2;
+  EXPECT_EQ(check_hello(d, 4, 42, 2), HandshakeStatus::kBadVersion);
+  std::array<uint8_t, kHelloSize> garbage{};
+  garbage.fill('x');
+  EXPECT_EQ(decode_hello(garbage, &d), HandshakeStatus::kBadMagic);
+}
+
+TEST(Handshake, Reply) {
+  Reply r;
+  r.status = HandshakeStatus::kBadSession;
+  r.rank = 9;
+  Reply d;
+  ASSERT_EQ(decode_reply(encode_reply(r), &d), HandshakeStatus::kAccepted);
+  EXPECT_EQ(d.status, HandshakeStatus::kBadSession);
+  EXPECT_EQ(d.rank, 9u);
+}
+
+TEST(StoreCodec, RoundTripAndLimits) {
+  StoreRequest q{StoreCommand::kSet, "key", {1, 2, 3}, -5, 77};
+  auto bytes = encode_store_request(q);
+  auto d = decode_store_request(std::span<const uint8_t>(bytes).subspan(4));
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->key, "key");
+  EXPECT_EQ(d->value, (std::vector<uint8_t>{1, 2, 3}));
+  EXPECT_EQ(d->delta, -5);
+  EXPECT_EQ(d->timeout_ms, 77u);
+  // Truncated, trailing garbage, or a length beyond the limit: rejected.
+  EXPECT_FALSE(decode_store_request(std::span<const uint8_t>(bytes).subspan(4, bytes.size() - 5)));
+  bytes.push_back(0);
+  EXPECT_FALSE(decode_store_request(std::span<const uint8_t>(bytes).subspan(4)));
+  std::vector<uint8_t> huge = {2, 0xff, 0xff, 0xff, 0x7f};
+  EXPECT_FALSE(decode_store_request(huge));
+  StoreResponse r{StoreStatus::kTimeout, {9}, 123};
+  auto rb = encode_store_response(r);
+  auto rd = decode_store_response(std::span<const uint8_t>(rb).subspan(4));
+  ASSERT_TRUE(rd);
+  EXPECT_EQ(rd->status, StoreStatus::kTimeout);
+  EXPECT_EQ(rd->number, 123);
+}

@@ -1,0 +1,229 @@
+#include "bench_cmd.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "core/half.h"
+#include "geoccl/geoccl.h"
+
+namespace geoccl::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Element access by value so one pattern works for every dtype. Pattern values are small
+// integers, exact in every type.
+void put(void* base, size_t i, DataType t, double v) {
+  switch (t) {
+    case DataType::kFloat32: static_cast<float*>(base)[i] = static_cast<float>(v); break;
+    case DataType::kFloat64: static_cast<double*>(base)[i] = v; break;
+    case DataType::kFloat16: static_cast<uint16_t*>(base)[i] = core::float_to_half(static_cast<float>(v)); break;
+    case DataType::kBFloat16: static_cast<uint16_t*>(base)[i] = core::float_to_bf16(static_cast<float>(v)); break;
+    case DataType::kInt8: static_cast<int8_t*>(base)[i] = static_cast<int8_t>(v); break;
+    case DataType::kUInt8: static_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(v); break;
+    case DataType::kInt32: static_cast<int32_t*>(base)[i] = static_cast<int32_t>(v); break;
+    case DataType::kInt64: static_cast<int64_t*>(base)[i] = static_cast<int64_t>(v); break;
+  }
+}
+double get(const void* base, size_t i, DataType t) {
+  switch (t) {
+    case DataType::kFloat32: return static_cast<const float*>(base)[i];
+    case DataType::kFloat64: return static_cast<const double*>(base)[i];
+    case DataType::kFloat16: return core::half_to_float(static_cast<const uint16_t*>(base)[i]);
+    case DataType::kBFloat16: return core::bf16_to_float(static_cast<const uint16_t*>(base)[i]);
+    case DataType::kInt8: return static_cast<const int8_t*>(base)[i];
+    case DataType::kUInt8: return static_cast<const uint8_t*>(base)[i];
+    case DataType::kInt32: return static_cast<const int32_t*>(base)[i];
+    case DataType::kInt64: return static_cast<double>(static_cast<const int64_t*>(base)[i]);
+  }
+  return 0;
+}
+// Value of element i contributed by rank r.
+double pattern(int r, size_t i) { return (r + 1) + static_cast<double>(i % 7); }
+
+struct Case {
+  size_t count = 0;        // elements per block / buffer
+  size_t send_elems = 0, recv_elems = 0;
+  double bus_factor = 1;
+  std::function<Work(Communicator&, void*, void*)> run;
+  // Expected value of recv element i on rank r.
+  std::function<double(int r, size_t i)> expect;
+  bool in_place = false;
+};
+
+Case make_case(const std::string& op, size_t bytes, DataType t, int n, int me) {
+  const size_t es = dtype_size(t);
+  Case c;
+  const double sum_r = n * (n + 1) / 2.0;
+  auto sum = [=](size_t i) { return sum_r + n * static_cast<double>(i % 7); };
+  const int root = 0;
+  if (op == "allreduce" || op == "reduce" || op == "broadcast") {
+    c.count = bytes / es;
+    c.send_elems = c.recv_elems = c.count;
+    c.in_place = true;
+    if (op == "allreduce") {
+      c.bus_factor = 2.0 * (n - 1) / n;
+      c.run = [=](Communicator& cm, void* b, void*) { return cm.allreduce(b, c.count, t, ReduceOp::kSum); };
+      c.expect = [=](int, size_t i) { return sum(i); };
+    } else if (op == "reduce") {
+      c.run = [=](Communicator& cm, void* b, void*) { return cm.reduce(b, c.count, t, ReduceOp::kSum, root); };
+      c.expect = [=](int r, size_t i) { return r == root ? sum(i) : pattern(r, i); };
+    } else {
+      c.run = [=](Communicator& cm, void* b, void*) { return cm.broadcast(b, c.count, t, root); };
+      c.expect = [=](int, size_t i) { return pattern(root, i); };
+    }
+    return c;
+  }
+  // Sizes of the block-structured collectives are the total buffer (nccl-tests convention).
+  c.count = bytes / es / static_cast<size_t>(n);
+  const size_t total = c.count * static_cast<size_t>(n);
+  c.bus_factor = (n - 1.0) / n;
+  if (op == "allgather") {
+    c.send_elems = c.count;
+    c.recv_elems = total;
+    c.run = [=](Communicator& cm, void* s, void* r) { return cm.allgather(s, r, c.count, t); };
+    // Block b holds rank b's pattern over its own indices.
+    c.expect = [=](int, size_t i) { return pattern(static_cast<int>(i / c.count), i % c.count); };
+  } else if (op == "reduce_scatter") {
+    c.send_elems = total;
+    c.recv_elems = c.count;
+    c.run = [=](Communicator& cm, void* s, void* r) { return cm.reduce_scatter(s, r, c.count, t, ReduceOp::kSum); };
+    c.expect = [=](int r, size_t i) { return sum(static_cast<size_t>(r) * c.count + i); };
+  } else if (op == "alltoall") {
+    c.send_elems = c.recv_elems = total;
+    c.run = [=](Communicator& cm, void* s, void* r) { return cm.alltoall(s, r, c.count, t); };
+    // Rank src's block for me is its pattern at indices [me*count, ...).
+    c.expect = [=](int r, size_t i) {
+      return pattern(static_cast<int>(i / c.count), static_cast<size_t>(r) * c.count + i % c.count);
+    };
+  } else if (op == "gather") {
+    c.bus_factor = 1;
+    c.send_elems = c.count;
+    c.recv_elems = total;
+    c.run = [=](Communicator& cm, void* s, void* r) { return cm.gather(s, r, c.count, t, root); };
+    c.expect = [=](int r, size_t i) {
+      return r == root ? pattern(static_cast<int>(i / c.count), i % c.count) : 0.0;
+    };
+  } else if (op == "scatter") {
+    c.bus_factor = 1;
+    c.send_elems = total;
+    c.recv_elems = c.count;
+    c.run = [=](Communicator& cm, void* s, void* r) { return cm.scatter(s, r, c.count, t, root); };
+    c.expect = [=](int r, size_t i) { return pattern(root, static_cast<size_t>(r) * c.count + i); };
+  } else if (op == "barrier") {
+    c.run = [=](Communicator& cm, void*, void*) { return cm.barrier(); };
+    c.expect = nullptr;
+  } else {
+    throw std::invalid_argument("unknown op '" + op + "'");
+  }
+  (void)me;
+  return c;
+}
+
+}  // namespace
+
+std::vector<size_t> parse_sizes(const std::string& s) {
+  std::vector<size_t> out;
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    const size_t comma = s.find(',', pos);
+    std::string tok = s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    if (tok.empty()) throw std::invalid_argument("empty size in '" + s + "'");
+    size_t mult = 1;
+    const char u = static_cast<char>(std::toupper(tok.back()));
+    if (u == 'K') mult = 1024;
+    if (u == 'M') mult = 1024 * 1024;
+    if (u == 'G') mult = 1024ull * 1024 * 1024;
+    if (mult != 1 || u == 'B') tok.pop_back();
+    size_t idx = 0;
+    const unsigned long long v = std::stoull(tok, &idx);
+    if (idx != tok.size()) throw std::invalid_argument("bad size '" + tok + "'");
+    out.push_back(static_cast<size_t>(v) * mult);
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
+int run_bench(const BenchSpec& spec) {
+  const auto dt = parse_dtype(spec.dtype);
+  if (!dt) throw std::invalid_argument("unknown dtype '" + spec.dtype + "'");
+  const DataType t = *dt;
+  Config cfg = Config::from_env();
+  if (cfg.world_size < 0) {  // run directly, not under `geoccl run`
+    cfg.world_size = 1;
+    cfg.rank = 0;
+  }
+  if (spec.algo != "auto") cfg.algo = spec.algo;
+  Communicator comm(cfg);
+  const int n = comm.size(), me = comm.rank();
+  const size_t es = dtype_size(t);
+  nlohmann::json results = nlohmann::json::array();
+  bool all_ok = true;
+  if (me == 0)
+    std::printf("# geoccl bench: op=%s dtype=%s ranks=%d iters=%d warmup=%d algo=%s\n"
+                "%12s %12s %12s %12s %12s %10s %10s %8s\n",
+                spec.op.c_str(), spec.dtype.c_str(), n, spec.iters, spec.warmup, spec.algo.c_str(),
+                "bytes", "count", "median_us", "min_us", "max_us", "algbw_GB/s", "busbw_GB/s", "correct");
+  for (size_t bytes : spec.sizes) {
+    Case c = make_case(spec.op, bytes, t, n, me);
+    std::vector<uint8_t> send_init(std::max<size_t>(c.send_elems, 1) * es);
+    for (size_t i = 0; i < c.send_elems; ++i) put(send_init.data(), i, t, pattern(me, i));
+    std::vector<uint8_t> send = send_init;
+    std::vector<uint8_t> recv(std::max<size_t>(c.recv_elems, 1) * es, 0);
+    std::vector<double> times;
+    for (int it = 0; it < spec.warmup + spec.iters; ++it) {
+      if (c.in_place)
+        std::copy(send_init.begin(), send_init.end(), send.begin());
+      const auto t0 = Clock::now();
+      c.run(comm, send.data(), recv.data()).wait();
+      const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+      if (it >= spec.warmup) times.push_back(us);
+    }
+    // The slowest rank defines each iteration's time.
+    comm.allreduce(times.data(), times.size(), DataType::kFloat64, ReduceOp::kMax).wait();
+    // Verify the last iteration's output.
+    const void* out = c.in_place ? send.data() : recv.data();
+    int64_t bad = 0;
+    if (c.expect)
+      for (size_t i = 0; i < c.recv_elems; ++i)
+        if (get(out, i, t) != c.expect(me, i)) ++bad;
+    comm.allreduce(&bad, 1, DataType::kInt64, ReduceOp::kSum).wait();
+    const bool ok = bad == 0;
+    all_ok = all_ok && ok;
+    std::sort(times.begin(), times.end());
+    const double med = times.empty() ? 0 : times[times.size() / 2];
+    const double mn = times.empty() ? 0 : times.front(), mx = times.empty() ? 0 : times.back();
+    const size_t eff_bytes = c.count * es * (c.in_place ? 1 : static_cast<size_t>(n));
+    const double algbw = med > 0 ? static_cast<double>(eff_bytes) / (med * 1e-6) / 1e9 : 0;
+    const double busbw = algbw * c.bus_factor;
+    if (me == 0) {
+      std::printf("%12zu %12zu %12.1f %12.1f %12.1f %10.3f %10.3f %8s\n", eff_bytes, c.count, med, mn,
+                  mx, algbw, busbw, ok ? "yes" : "NO");
+      std::fflush(stdout);
+      results.push_back({{"backend", "geoccl"}, {"op", spec.op}, {"dtype", spec.dtype},
+                         {"bytes", bytes}, {"count", c.count}, {"world_size", n},
+                         {"iters", spec.iters}, {"algo", spec.algo},
+                         {"time_us_median", med}, {"time_us_min", mn}, {"time_us_max", mx},
+                         {"algbw_gbps", algbw}, {"busbw_gbps", busbw}, {"correct", ok}});
+    }
+  }
+  if (spec.verbose)
+    for (const auto& s : comm.peer_stats())
+      std::printf("# rank %d -> peer %d: sent %llu B, received %llu B\n", me, s.peer,
+                  static_cast<unsigned long long>(s.bytes_sent),
+                  static_cast<unsigned long long>(s.bytes_received));
+  if (me == 0 && !spec.json_path.empty()) {
+    std::ofstream f(spec.json_path);
+    f << results.dump(2) << "\n";
+    if (!f) throw std::runtime_error("cannot write " + spec.json_path);
+  }
+  return all_ok ? 0 : 1;
+}
+
+}  // namespace geoccl::tools

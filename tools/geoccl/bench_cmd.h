@@ -1,0 +1,27 @@
+// `geoccl bench`: nccl-tests style timing of one collective over a list of sizes, with results
+// verified against a known pattern on every rank.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace geoccl::tools {
+
+struct BenchSpec {
+  std::string op = "allreduce";
+  std::vector<size_t> sizes;
+  std::string dtype = "f32";
+  int iters = 20;
+  int warmup = 3;
+  std::string algo = "auto";
+  std::string json_path;
+  bool verbose = false;
+};
+
+// Runs inside a rank (environment from `geoccl run`). Returns 0 when every size verified.
+int run_bench(const BenchSpec& spec);
+
+// "4K,1M,96M" -> bytes (powers of 1024). Throws std::invalid_argument.
+std::vector<size_t> parse_sizes(const std::string& s);
+
+}  // namespace geoccl::tools

@@ -1,0 +1,31 @@
+// The local launcher behind `geoccl run`: starts N ranks with torchrun's environment, prefixes
+// their output with the rank, and stops the group as soon as one rank fails.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace geoccl::tools {
+
+struct LaunchSpec {
+  int nranks = 1;
+  std::vector<std::string> command;
+  double timeout_s = 0;  // 0 = none; on expiry ranks are killed and the exit code is 124
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;   // 0 = a free port
+  // Extra environment per rank (GEOCCL_DOMAIN, GEOCCL_BIND_ADDR, ...).
+  std::function<std::map<std::string, std::string>(int rank)> rank_env;
+  // Runs in the forked child before exec (e.g. enter the rank's network namespace).
+  std::function<void(int rank)> in_child;
+};
+
+// Returns the first non-zero exit code of a rank (128+signal for a signalled rank), 124 on
+// timeout, 130 when interrupted, else 0.
+int launch(const LaunchSpec& spec);
+
+// A port that was free on 127.0.0.1 a moment ago.
+int pick_free_port();
+
+}  // namespace geoccl::tools
