@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <map>
 #include <cstdio>
 #include <iostream>
 #include <thread>
@@ -11,6 +12,9 @@
 #include "bench_cmd.h"
 #include "geoccl/geoccl.h"
 #include "launcher.h"
+#include "testbed/scenario.h"
+#include "testbed/wan_session.h"
+#include "testbed/wanem_cli.h"
 
 namespace {
 
@@ -30,7 +34,29 @@ int store_main(uint16_t port, const std::string& bind) {
 
 }  // namespace
 
+// `geoccl run --wan`: ranks start inside their region's namespace, behind the link emulator.
+int run_on_wan(geoccl::tools::LaunchSpec spec, const std::string& scenario_path,
+               const std::string& domains, const std::string& host_cc) {
+  const auto scenario = geoccl::testbed::load_scenario(scenario_path);
+  geoccl::testbed::WanSession wan(scenario, spec.nranks, domains, host_cc);
+  spec.master_addr = wan.master_addr();
+  spec.rank_env = [&wan](int r) {
+    return std::map<std::string, std::string>{{"GEOCCL_DOMAIN", wan.domain_of_rank(r)},
+                                              {"GEOCCL_BIND_ADDR", wan.addr_of_rank(r)}};
+  };
+  spec.in_child = [&wan](int r) { wan.enter_rank_namespace(r); };
+  std::fprintf(stderr, "geoccl run: %d ranks on %s (host congestion control %s):", spec.nranks,
+               scenario_path.c_str(), wan.host_cc().c_str());
+  for (const auto& d : wan.domains())
+    std::fprintf(stderr, " %s=%d@%s", d.name.c_str(), d.ranks, d.addr.c_str());
+  std::fprintf(stderr, "\n");
+  const int rc = geoccl::tools::launch(spec);
+  std::fprintf(stderr, "geoccl run: link counters\n%s", wan.stats().c_str());
+  return rc;
+}
+
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "wanem") return geoccl::testbed::wanem_main(argc - 1, argv + 1);
   CLI::App app{"geoccl: collective communication across regions"};
   app.require_subcommand(1);
 
@@ -39,6 +65,10 @@ int main(int argc, char** argv) {
   run->add_option("-n,--nranks", launch.nranks, "number of ranks")->required()->check(CLI::Range(1, 4096));
   run->add_option("--timeout", launch.timeout_s, "kill all ranks after this many seconds (exit 124)");
   run->add_option("--master-port", launch.master_port, "rendezvous port (default: a free one)");
+  std::string wan_scenario, wan_domains, host_cc;
+  run->add_option("--wan", wan_scenario, "run the ranks on the emulated WAN of this scenario file");
+  run->add_option("--domains", wan_domains, "rank placement, e.g. a:2,b:2,c:2 (with --wan)");
+  run->add_option("--host-cc", host_cc, "default TCP congestion control of emulated hosts (cubic|bbr|reno)");
   run->add_option("command", launch.command, "command and arguments")->required();
   run->prefix_command();  // everything after the options (or after --) is the rank's command
 
@@ -64,6 +94,9 @@ int main(int argc, char** argv) {
   try {
     if (*run) {
       if (!launch.command.empty() && launch.command.front() == "--") launch.command.erase(launch.command.begin());
+      if (!wan_scenario.empty()) return run_on_wan(launch, wan_scenario, wan_domains, host_cc);
+      if (!wan_domains.empty() || !host_cc.empty())
+        throw std::invalid_argument("--domains and --host-cc need --wan SCENARIO");
       return geoccl::tools::launch(launch);
     }
     if (*b) {
