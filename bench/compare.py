@@ -1,27 +1,44 @@
 #!/usr/bin/env python3
-"""Side-by-side allreduce comparison: geoccl vs Gloo (and optionally torch's Gloo backend).
+"""Side-by-side benchmarks: geoccl vs Gloo (and torch's Gloo backend), on loopback or on the
+emulated WAN, against the physical limit of the scenario.
 
-Every backend runs under the same launcher (`geoccl run -n N -- PROGRAM ...`) with the same
-flags, and writes the shared JSON schema (backend, op, dtype, bytes, count, world_size, iters,
+Every backend runs under the same launcher with the same flags and rank placement, and writes
+the shared JSON schema (backend, op, dtype, bytes, count, world_size, iters,
 time_us_median/min/max, algbw_gbps, busbw_gbps, correct). Backends are interleaved
-(A B C A B C ... for --rounds rounds) so that slow drift of the machine, e.g. another job or
-thermal throttling, hits all of them alike instead of biasing whichever ran last.
+(A B C A B C ... for --rounds rounds) so that slow drift of the machine, e.g. another job,
+hits all of them alike instead of biasing whichever ran last.
+
+Loopback (as before):
 
     compare.py --geoccl BUILD/tools/geoccl/geoccl --gloo BUILD/bench/gloo_bench \
         [--torch-gloo bench/torch_gloo_bench.py] -n 2,4 --sizes 1M,4M,16M,96M \
         --iters 10 --rounds 2 [--json FILE]
 
-Per world size it prints a Markdown table: the median over rounds of each backend's median
-time, and the ratio backend/geoccl (> 1 means geoccl is faster). Exits nonzero if any run
-failed, timed out, wrote no or malformed JSON, or reported correct=false.
+Emulated WAN (each run is `geoccl run --wan S --domains D --host-cc C -n N -- PROGRAM ...`):
 
-Standard library only; runs under any python3 >= 3.8.
+    compare.py --geoccl BUILD/tools/geoccl/geoccl --gloo BUILD/bench/gloo_bench \
+        --torch-gloo bench/torch_gloo_bench.py --wan bench/scenarios/seed.toml \
+        --domains a:2,b:2,c:2 --host-cc bbr --sizes 4K,256K,4M,32M,96M --iters 3 --rounds 1 \
+        [--backends geoccl,gloo,torch-gloo] [--algo ring] [--train resnet50] \
+        [--json FILE] [--plot FILE.png]
+
+With --wan the table also gives the physical limit of an allreduce of S bytes across the k
+domains, limit = 2(k-1)/k * 8S / B + RTT, where B is the bottleneck rate (the smallest uplink
+or per-pair rate among the domains used, bits/s) and RTT the largest pair RTT of the scenario,
+and each backend's time as a multiple of it. --train resnet50 replays a ResNet-50 data-parallel
+step (bench/train_step.cc, bench/train_step_torch.py) on each backend, alternately.
+
+Exits nonzero if any run failed, timed out, wrote no or malformed JSON, or reported
+correct=false. Standard library only (tomllib: python >= 3.11 for --wan); the plot uses gnuplot.
 """
 
 import argparse
+import datetime
 import json
 import os
+import platform
 import shlex
+import shutil
 import signal
 import statistics
 import subprocess
@@ -35,6 +52,13 @@ REQUIRED_KEYS = {
     "time_us_max": (int, float), "algbw_gbps": (int, float), "busbw_gbps": (int, float),
     "correct": bool,
 }
+TRAIN_KEYS = {
+    "backend": str, "op": str, "world_size": int, "steps": int, "bytes": int,
+    "step_ms_median": (int, float), "compute_ms_median": (int, float),
+    "exposed_comm_share_median": (int, float), "correct": bool,
+}
+ALL_BACKENDS = ["geoccl", "gloo", "torch-gloo"]
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def parse_size(text):
@@ -63,6 +87,19 @@ def parse_world_sizes(text):
     return sizes
 
 
+def parse_domains(text):
+    """'a:2,b:2,c:2' -> [('a', 2), ('b', 2), ('c', 2)]"""
+    out = []
+    for part in [p for p in text.split(",") if p]:
+        name, _, count = part.partition(":")
+        if not name or not count.isdigit() or int(count) < 1:
+            raise argparse.ArgumentTypeError("bad --domains entry '%s' (want NAME:RANKS)" % part)
+        out.append((name, int(count)))
+    if not out:
+        raise argparse.ArgumentTypeError("--domains is empty")
+    return out
+
+
 def positive(text):
     v = int(text)
     if v < 1:
@@ -70,51 +107,252 @@ def positive(text):
     return v
 
 
+# ---------------------------------------------------------------------------------------------
+# Scenario files (format: docs/testbed.md) -> physical limit
+
+_RATE = {"bit": 1.0, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12}
+_DUR = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
+
+
+def _split_unit(text):
+    text = str(text).strip().lower()
+    i = len(text)
+    while i > 0 and not (text[i - 1].isdigit() or text[i - 1] == "."):
+        i -= 1
+    return float(text[:i]), text[i:].strip()
+
+
+def parse_rate(text):
+    """bits/s; 0 (no limit) -> None."""
+    value, unit = _split_unit(text)
+    if unit == "" and value == 0:
+        return None
+    if unit not in _RATE:
+        raise ValueError("bad rate '%s'" % text)
+    return value * _RATE[unit] or None
+
+
+def parse_duration(text):
+    value, unit = _split_unit(text)
+    if unit == "" and value == 0:
+        return 0.0
+    if unit not in _DUR:
+        raise ValueError("bad duration '%s'" % text)
+    return value * _DUR[unit]
+
+
+class Scenario:
+    """What the limit needs from a scenario file: domains, uplinks, pair rates, delays."""
+
+    def __init__(self, path):
+        try:
+            import tomllib
+        except ImportError:  # python < 3.11
+            sys.exit("compare.py: --wan needs python >= 3.11 (tomllib)")
+        with open(path, "rb") as f:
+            self.doc = tomllib.load(f)
+        self.path = path
+        self.name = self.doc.get("name", os.path.basename(path))
+        self.host_cc = self.doc.get("host_cc", "cubic")
+        doms = self.doc.get("domains", {})
+        self.domain_names = list(doms)
+        default_ranks = int(self.doc.get("ranks_per_domain", 1))
+        self.ranks = {d: int(doms[d].get("ranks", default_ranks)) for d in doms}
+        default_up = self.doc.get("uplink", "0")
+        self.uplink = {d: parse_rate(doms[d].get("uplink", default_up)) for d in doms}
+        self.links = self.doc.get("links", {})
+
+    def _link_param(self, src, dst, key):
+        """Value of `key` for the directed link src>dst: default, then pair, then direction."""
+        val = None
+        for sect in ("default", "%s-%s" % (src, dst), "%s-%s" % (dst, src), "%s>%s" % (src, dst)):
+            entry = self.links.get(sect, {})
+            if key in entry:
+                val = entry[key]
+            elif key == "delay" and "rtt" in entry:
+                val = "%.9fs" % (parse_duration(entry["rtt"]) / 2)
+            elif key == "rtt" and "delay" in entry:
+                val = "%.9fs" % (parse_duration(entry["delay"]) * 2)
+        return val
+
+    def one_way(self, src, dst):
+        d = self._link_param(src, dst, "delay")
+        return parse_duration(d) if d is not None else 0.0
+
+    def pair_rate(self, src, dst):
+        r = self._link_param(src, dst, "rate")
+        return parse_rate(r) if r is not None else None
+
+    def limit(self, domains):
+        """(bottleneck bits/s or None, max pair RTT s) among `domains`."""
+        used = [d for d in domains]
+        for d in used:
+            if d not in self.ranks:
+                sys.exit("compare.py: domain '%s' is not in %s" % (d, self.path))
+        rates = [self.uplink[d] for d in used if self.uplink[d]]
+        rtt = 0.0
+        for a in used:
+            for b in used:
+                if a == b:
+                    continue
+                r = self.pair_rate(a, b)
+                if r:
+                    rates.append(r)
+                rtt = max(rtt, self.one_way(a, b) + self.one_way(b, a))
+        return (min(rates) if rates else None), rtt
+
+
+def limit_us(nbytes, k, rate_bps, rtt_s):
+    """Physical limit of an allreduce of nbytes across k domains (microseconds)."""
+    if k < 2:
+        return None
+    wire = 0.0 if rate_bps is None else 2.0 * (k - 1) / k * nbytes * 8 / rate_bps
+    return (wire + rtt_s) * 1e6
+
+
+def fmt_rate(bps):
+    if bps is None:
+        return "unlimited"
+    for unit, div in (("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
+        if bps >= div:
+            return "%g %s" % (bps / div, unit)
+    return "%g bit/s" % bps
+
+
+# ---------------------------------------------------------------------------------------------
+
 def parse_args(argv):
     p = argparse.ArgumentParser(
-        description="Compare geoccl allreduce against Gloo baselines under `geoccl run`.")
+        description="Compare geoccl against Gloo baselines under `geoccl run` "
+                    "(loopback or --wan emulated regions).")
     p.add_argument("--geoccl", required=True, help="path to the geoccl binary (launcher + bench)")
     p.add_argument("--gloo", help="path to gloo_bench (bench/gloo_bench in the build tree)")
     p.add_argument("--torch-gloo", help="path to bench/torch_gloo_bench.py")
     p.add_argument("--python", default="/usr/bin/python3",
                    help="interpreter with torch for --torch-gloo (default: %(default)s)")
-    p.add_argument("-n", "--world-sizes", type=parse_world_sizes, default=[2, 4],
-                   help="comma-separated world sizes (default: 2,4)")
-    p.add_argument("--sizes", type=parse_sizes, default=parse_sizes("1M,4M,16M,96M"),
-                   help="bytes per rank; K/M/G are powers of 1024 (default: 1M,4M,16M,96M)")
+    p.add_argument("--backends", default=None,
+                   help="comma-separated subset of geoccl,gloo,torch-gloo (default: geoccl and "
+                        "every baseline whose path is given)")
+    p.add_argument("-n", "--world-sizes", type=parse_world_sizes, default=None,
+                   help="comma-separated world sizes (default: 2,4; with --wan the sum of "
+                        "--domains)")
+    p.add_argument("--op", default="allreduce", choices=["allreduce"])
+    p.add_argument("--sizes", type=parse_sizes, default=None,
+                   help="bytes per rank; K/M/G are powers of 1024 (default: 1M,4M,16M,96M; "
+                        "none with --train unless given)")
     p.add_argument("--iters", type=positive, default=10)
     p.add_argument("--warmup", type=int, default=None,
                    help="passed through as --warmup (default: each program's own)")
     p.add_argument("--rounds", type=positive, default=2)
+    p.add_argument("--algo", default=None, help="geoccl's --algo (auto|ring|rd); Gloo: its ring")
     p.add_argument("--timeout-s", type=positive, default=900, help="per run (default: 900)")
     p.add_argument("--launcher", default=None,
-                   help="launcher prefix, called as `LAUNCHER -n N -- CMD...` "
+                   help="launcher prefix, called as `LAUNCHER [WAN OPTIONS] -n N -- CMD...` "
                         "(default: '<geoccl> run')")
-    p.add_argument("--json", help="write all results and the summary here")
+    p.add_argument("--wan", help="scenario TOML: run every rank in its emulated region")
+    p.add_argument("--domains", type=parse_domains, default=None,
+                   help="rank placement with --wan, e.g. a:2,b:2,c:2 (default: the scenario's)")
+    p.add_argument("--host-cc", choices=["cubic", "bbr", "reno"], default=None,
+                   help="TCP congestion control of the emulated hosts (default: the scenario's)")
+    p.add_argument("--train", choices=["resnet50"], default=None,
+                   help="also replay a data-parallel training step of this model")
+    p.add_argument("--train-step", default=None,
+                   help="train_step binary (default: next to --gloo, else "
+                        "<geoccl>/../../bench/train_step)")
+    p.add_argument("--train-torch", default=os.path.join(HERE, "train_step_torch.py"),
+                   help="torch-gloo train step script (default: %(default)s)")
+    p.add_argument("--steps", type=positive, default=5, help="measured training steps per run")
+    p.add_argument("--train-warmup", type=int, default=1, help="untimed training steps per run")
+    p.add_argument("--compute-ms", type=float, default=200.0,
+                   help="emulated backward compute per step (default: %(default)s)")
+    p.add_argument("--bucket-mb", type=float, default=25.0)
+    p.add_argument("--json", help="write all results, records and the summary here")
+    p.add_argument("--plot", help="write a log-log PNG of time vs size (needs gnuplot)")
     p.add_argument("-v", "--verbose", action="store_true", help="echo every run's output")
     args = p.parse_args(argv)
     if args.warmup is not None and args.warmup < 0:
         p.error("--warmup must be >= 0")
+    if args.sizes is None and not args.train:
+        args.sizes = parse_sizes("1M,4M,16M,96M")
+    if args.sizes is None:
+        args.sizes = []
+    if (args.domains or args.host_cc) and not args.wan:
+        p.error("--domains and --host-cc need --wan")
+    if args.wan:
+        args.scenario = Scenario(args.wan)
+        if args.domains is None:
+            args.domains = [(d, args.scenario.ranks[d]) for d in args.scenario.domain_names
+                            if args.scenario.ranks[d] > 0]
+        total = sum(c for _, c in args.domains)
+        if args.world_sizes is None:
+            args.world_sizes = [total]
+        elif args.world_sizes != [total]:
+            p.error("with --wan, -n must be the number of ranks in --domains (%d)" % total)
+    else:
+        args.scenario = None
+        if args.world_sizes is None:
+            args.world_sizes = [2, 4]
+    wanted = args.backends.split(",") if args.backends else None
+    if wanted:
+        for b in wanted:
+            if b not in ALL_BACKENDS:
+                p.error("unknown backend '%s' (want %s)" % (b, ",".join(ALL_BACKENDS)))
+        if "gloo" in wanted and not args.gloo and not (args.train and not args.sizes):
+            p.error("--backends gloo needs --gloo")
+        if "torch-gloo" in wanted and not args.torch_gloo and args.sizes:
+            p.error("--backends torch-gloo needs --torch-gloo")
+    args.wanted = wanted
+    if args.train and args.train_step is None:
+        cands = []
+        if args.gloo:
+            cands.append(os.path.join(os.path.dirname(args.gloo), "train_step"))
+        cands.append(os.path.join(os.path.dirname(os.path.abspath(args.geoccl)), "..", "..",
+                                  "bench", "train_step"))
+        args.train_step = next((c for c in cands if os.path.exists(c)), cands[-1])
     return args
 
 
 def backends(args):
-    """(name, argv prefix) of every program to compare; geoccl first, it is the reference."""
-    out = [("geoccl", [args.geoccl, "bench"])]
+    """(name, argv prefix) of every allreduce program; geoccl first, it is the reference."""
+    geo = [args.geoccl, "bench"] + (["--algo", args.algo] if args.algo else [])
+    out = [("geoccl", geo)]
     if args.gloo:
         out.append(("gloo", [args.gloo]))
     if args.torch_gloo:
         out.append(("torch-gloo", [args.python, args.torch_gloo]))
+    if args.wanted:
+        out = [(n, p) for n, p in out if n in args.wanted]
     return out
 
 
-def run_once(args, launcher, backend, program, n, json_path):
-    """Runs one backend at one world size. Returns (results, error message or None)."""
-    cmd = list(launcher) + ["-n", str(n), "--"] + program + [
-        "--op", "allreduce", "--sizes", ",".join(args.sizes), "--iters", str(args.iters),
-        "--json", json_path]
-    if args.warmup is not None:
-        cmd += ["--warmup", str(args.warmup)]
+def train_programs(args):
+    """(name, argv) of every training-step program."""
+    common = ["--steps", str(args.steps), "--warmup", str(args.train_warmup),
+              "--compute-ms", "%g" % args.compute_ms, "--bucket-mb", "%g" % args.bucket_mb]
+    geo = [args.train_step, "--backend", "geoccl"] + (["--algo", args.algo] if args.algo else [])
+    out = [("geoccl", geo + common),
+           ("gloo", [args.train_step, "--backend", "gloo"] + common),
+           ("torch-gloo", [args.python, args.train_torch, "--train-step", args.train_step]
+            + common)]
+    if args.wanted:
+        return [(n, p) for n, p in out if n in args.wanted]
+    # Default: geoccl plus the baselines the user named.
+    return [(n, p) for n, p in out if n == "geoccl" or (n == "gloo" and args.gloo)
+            or (n == "torch-gloo" and args.torch_gloo)]
+
+
+def launcher_argv(args):
+    base = shlex.split(args.launcher) if args.launcher else [args.geoccl, "run"]
+    if args.wan:
+        base += ["--wan", args.wan, "--domains",
+                 ",".join("%s:%d" % dc for dc in args.domains)]
+        if args.host_cc:
+            base += ["--host-cc", args.host_cc]
+    return base
+
+
+def run_cmd(args, cmd):
+    """Runs one launch. Returns (output text, error message or None)."""
     print("  $ %s" % " ".join(shlex.quote(c) for c in cmd), flush=True)
     start = time.monotonic()
     try:
@@ -122,12 +360,12 @@ def run_once(args, launcher, backend, program, n, json_path):
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     except OSError as e:
-        return None, "cannot start %s: %s" % (cmd[0], e)
+        return "", "cannot start %s: %s" % (cmd[0], e)
     try:
         output, _ = proc.communicate(timeout=args.timeout_s)
     except subprocess.TimeoutExpired:
-        # SIGTERM first so the launcher can stop ranks it started in sessions of their own;
-        # then SIGKILL whatever is left of the group.
+        # SIGTERM first so the launcher can stop ranks and tear down the WAN bed; then SIGKILL
+        # whatever is left of the group.
         _signal_group(proc.pid, signal.SIGTERM)
         try:
             output, _ = proc.communicate(timeout=10)
@@ -135,7 +373,7 @@ def run_once(args, launcher, backend, program, n, json_path):
             _signal_group(proc.pid, signal.SIGKILL)
             output, _ = proc.communicate()
         _echo_tail(output)
-        return None, "timed out after %d s" % args.timeout_s
+        return "", "timed out after %d s" % args.timeout_s
     text = output.decode("utf-8", "replace")
     if args.verbose:
         sys.stdout.write(text)
@@ -143,15 +381,55 @@ def run_once(args, launcher, backend, program, n, json_path):
     if proc.returncode != 0:
         if not args.verbose:
             _echo_tail(output)
-        return None, "exit status %d after %.1f s" % (proc.returncode, elapsed)
+        return text, "exit status %d after %.1f s" % (proc.returncode, elapsed)
+    print("    (%.1f s)" % elapsed, flush=True)
+    return text, None
+
+
+def load_json(path, backend):
     try:
-        with open(json_path, encoding="utf-8") as f:
-            results = json.load(f)
+        with open(path, encoding="utf-8") as f:
+            return json.load(f), None
     except (OSError, ValueError) as e:
         return None, "no usable JSON from %s: %s" % (backend, e)
+
+
+def run_once(args, launcher, backend, program, n, json_path):
+    """Runs one backend's allreduce at one world size. Returns (results, error or None)."""
+    cmd = list(launcher) + ["-n", str(n), "--"] + program + [
+        "--op", args.op, "--sizes", ",".join(args.sizes), "--iters", str(args.iters),
+        "--json", json_path]
+    if args.warmup is not None:
+        cmd += ["--warmup", str(args.warmup)]
+    _, err = run_cmd(args, cmd)
+    if err:
+        return None, err
+    results, err = load_json(json_path, backend)
+    if err:
+        return None, err
     err = validate(results, backend, n, [parse_size(s) for s in args.sizes])
     if err:
         return None, err
+    return results, None
+
+
+def run_train_once(args, launcher, backend, program, n, json_path):
+    cmd = list(launcher) + ["-n", str(n), "--"] + program + ["--json", json_path]
+    _, err = run_cmd(args, cmd)
+    if err:
+        return None, err
+    results, err = load_json(json_path, backend)
+    if err:
+        return None, err
+    if not isinstance(results, list) or len(results) != 1 or not isinstance(results[0], dict):
+        return None, "train JSON is not a one-element array"
+    for key, typ in TRAIN_KEYS.items():
+        if key not in results[0] or not isinstance(results[0][key], typ) or (
+                typ is not bool and isinstance(results[0][key], bool)):
+            return None, "train result lacks or mistypes '%s'" % key
+    if results[0]["backend"] != backend or results[0]["world_size"] != n:
+        return None, "train result is for %s n=%d" % (results[0]["backend"],
+                                                      results[0]["world_size"])
     return results, None
 
 
@@ -194,62 +472,267 @@ def fmt_us(v):
     return "-" if v is None else "%.1f" % v
 
 
+def fmt_ms(v):
+    if v is None:
+        return "-"
+    return "%.3f" % v if v < 10 else "%.1f" % v
+
+
 def fmt_ratio(num, den):
     return "-" if num is None or den is None or den <= 0 else "%.2f" % (num / den)
 
 
-def summarize(n, sizes, names, rows):
-    """Median over rounds per (backend, size); rows are all result dicts for world size n."""
+def summarize(args, n, names, rows, k, rate, rtt):
+    """Per (backend, size) over rounds: median of medians, min of mins, max of maxes."""
     summary = []
-    for spec in sizes:
+    for spec in args.sizes:
         nbytes = parse_size(spec)
-        entry = {"world_size": n, "bytes": nbytes, "size": spec}
+        lim = limit_us(nbytes, k, rate, rtt) if args.wan else None
+        entry = {"world_size": n, "bytes": nbytes, "size": spec, "limit_us": lim}
         for name in names:
-            ts = [r["time_us_median"] for r in rows if r["backend"] == name and r["bytes"] == nbytes]
-            ok = [r["correct"] for r in rows if r["backend"] == name and r["bytes"] == nbytes]
+            rs = [r for r in rows if r["backend"] == name and r["bytes"] == nbytes]
+            med = statistics.median(r["time_us_median"] for r in rs) if rs else None
             entry[name] = {
-                "time_us_median": statistics.median(ts) if ts else None,
-                "rounds": len(ts),
-                "busbw_gbps": (statistics.median(r["busbw_gbps"] for r in rows
-                                                 if r["backend"] == name and r["bytes"] == nbytes)
-                               if ts else None),
-                "correct": bool(ok) and all(ok),
+                "time_us_median": med,
+                "time_us_min": min(r["time_us_min"] for r in rs) if rs else None,
+                "time_us_max": max(r["time_us_max"] for r in rs) if rs else None,
+                "rounds": len(rs),
+                "algbw_gbps": (nbytes / (med * 1e-6) / 1e9) if med else None,
+                "busbw_gbps": (statistics.median(r["busbw_gbps"] for r in rs) if rs else None),
+                "correct": bool(rs) and all(r["correct"] for r in rs),
+                "ratio_to_limit": (med / lim) if (med and lim) else None,
             }
-        ref = entry["geoccl"]["time_us_median"]
-        for name in names[1:]:
+        ref = entry.get("geoccl", {}).get("time_us_median")
+        for name in names:
             t = entry[name]["time_us_median"]
             entry[name]["ratio_vs_geoccl"] = (t / ref) if (t is not None and ref) else None
         summary.append(entry)
     return summary
 
 
-def print_table(n, names, summary, rounds):
-    print("\n### allreduce f32, world size %d (median of %d round(s))\n" % (n, rounds))
-    head = ["size", "geoccl us", "geoccl busbw GB/s"]
-    for name in names[1:]:
-        head += ["%s us" % name, "%s/geoccl" % name]
+def records_from(args, summary, names):
+    """One flat record per backend and size (the documented JSON output)."""
+    out = []
+    for e in summary:
+        for name in names:
+            b = e[name]
+            out.append({
+                "backend": name, "op": args.op, "bytes": e["bytes"], "size": e["size"],
+                "world_size": e["world_size"], "rounds": b["rounds"],
+                "time_us_median": b["time_us_median"], "time_us_min": b["time_us_min"],
+                "time_us_max": b["time_us_max"], "algbw_gbps": b["algbw_gbps"],
+                "busbw_gbps": b["busbw_gbps"], "ratio_vs_geoccl": b["ratio_vs_geoccl"],
+                "limit_us": e["limit_us"], "ratio_to_limit": b["ratio_to_limit"],
+                "correct": b["correct"],
+            })
+    return out
+
+
+def machine_description():
+    cpu = platform.processor() or "?"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mem = ""
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as f:
+            kb = int(f.readline().split()[1])
+            mem = ", %.0f GiB RAM" % (kb / 2**20)
+    except (OSError, ValueError, IndexError):
+        pass
+    return "%d CPU(s) %s%s, Linux %s" % (os.cpu_count() or 0, cpu, mem, platform.release())
+
+
+def print_header(args, n, k, rate, rtt, title):
+    print("\n### %s, world size %d\n" % (title, n))
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    if args.wan:
+        sc = args.scenario
+        cc = args.host_cc or sc.host_cc
+        print("- scenario: `%s` (%s): %s" % (args.wan, sc.name, sc.doc.get("description", "")))
+        print("- placement: %s (%d domains); host cc: **%s**" % (
+            ",".join("%s:%d" % dc for dc in args.domains), k, cc))
+        print("- limit = 2(k-1)/k * 8S/B + RTT with B = %s (bottleneck), RTT = %.1f ms "
+              "(largest pair), k = %d" % (fmt_rate(rate), rtt * 1e3, k))
+    else:
+        print("- loopback (no emulated WAN): no physical limit")
+    print("- date: %s; machine: %s" % (now, machine_description()))
+    print("- rounds: %d (backends alternate per round)%s" % (
+        args.rounds, "" if not args.algo else "; geoccl --algo %s" % args.algo))
+    print()
+
+
+def print_table(args, n, names, summary, k, rate, rtt):
+    print_header(args, n, k, rate, rtt, "%s f32, %d iters/run" % (args.op, args.iters))
+    head = ["size"]
+    if args.wan:
+        head += ["limit ms"]
+    for name in names:
+        head += ["%s ms (min-max)" % name, "%s algbw GB/s" % name]
+        if name != "geoccl":
+            head += ["%s/geoccl" % name]
+        if args.wan:
+            head += ["%s x limit" % name]
     print("| " + " | ".join(head) + " |")
     print("|" + "|".join("---:" for _ in head) + "|")
     for e in summary:
-        g = e["geoccl"]
-        cells = [e["size"], fmt_us(g["time_us_median"]),
-                 "-" if g["busbw_gbps"] is None else "%.3f" % g["busbw_gbps"]]
-        for name in names[1:]:
-            t = e[name]["time_us_median"]
-            cells += [fmt_us(t), fmt_ratio(t, g["time_us_median"])]
+        cells = [e["size"]]
+        if args.wan:
+            cells.append(fmt_ms(e["limit_us"] / 1e3 if e["limit_us"] else None))
+        for name in names:
+            b = e[name]
+            if b["time_us_median"] is None:
+                cells += ["-", "-"]
+            else:
+                cells.append("%s (%s-%s)" % (fmt_ms(b["time_us_median"] / 1e3),
+                                             fmt_ms(b["time_us_min"] / 1e3),
+                                             fmt_ms(b["time_us_max"] / 1e3)))
+                cells.append("%.4f" % b["algbw_gbps"])
+            if name != "geoccl":
+                cells.append(fmt_ratio(b["time_us_median"], e.get("geoccl", {}).get(
+                    "time_us_median")))
+            if args.wan:
+                cells.append("-" if b["ratio_to_limit"] is None else "%.1f" % b["ratio_to_limit"])
         print("| " + " | ".join(cells) + " |")
-    print("\nratio > 1: geoccl is faster.", flush=True)
+    print("\nX/geoccl > 1: geoccl is faster. x limit: time / physical limit (1 = at the limit).",
+          flush=True)
+
+
+def summarize_train(args, n, names, rows, k, rate, rtt):
+    out = []
+    ref = None
+    for name in names:
+        rs = [r for r in rows if r["backend"] == name]
+        e = {"backend": name, "op": "train_step", "model": args.train, "world_size": n,
+             "rounds": len(rs)}
+        if rs:
+            e["bytes"] = rs[0]["bytes"]
+            e["buckets"] = rs[0].get("buckets")
+            steps = [x for r in rs for x in r.get("step_ms", [r["step_ms_median"]])]
+            e["step_ms_median"] = statistics.median(r["step_ms_median"] for r in rs)
+            e["step_ms_min"] = min(steps)
+            e["step_ms_max"] = max(steps)
+            e["compute_ms_median"] = statistics.median(r["compute_ms_median"] for r in rs)
+            e["exposed_comm_share_median"] = statistics.median(
+                r["exposed_comm_share_median"] for r in rs)
+            e["correct"] = all(r["correct"] for r in rs)
+            lim = limit_us(e["bytes"], k, rate, rtt) if args.wan else None
+            # A step can finish no sooner than its compute, nor than the allreduce of all
+            # gradients at the physical limit.
+            e["comm_limit_ms"] = lim / 1e3 if lim else None
+            e["step_limit_ms"] = max(e["compute_ms_median"], lim / 1e3) if lim else None
+            e["ratio_to_limit"] = (e["step_ms_median"] / e["step_limit_ms"]
+                                   if e["step_limit_ms"] else None)
+            if name == "geoccl":
+                ref = e["step_ms_median"]
+        out.append(e)
+    for e in out:
+        e["ratio_vs_geoccl"] = (e["step_ms_median"] / ref
+                                if ref and e.get("step_ms_median") else None)
+    return out
+
+
+def print_train_table(args, n, summary, k, rate, rtt):
+    print_header(args, n, k, rate, rtt,
+                 "training step replay: %s, DDP buckets %g MiB, backward compute %g ms, "
+                 "%d steps/run" % (args.train, args.bucket_mb, args.compute_ms, args.steps))
+    lim = next((e.get("comm_limit_ms") for e in summary if e.get("comm_limit_ms")), None)
+    if lim:
+        print("Allreduce of all gradients (%.1f MiB) at the limit: %.1f ms; step limit = "
+              "max(compute, that).\n" % (summary[0].get("bytes", 0) / 2**20, lim))
+    head = ["backend", "step ms (min-max)", "compute ms", "exposed comm", "X/geoccl"]
+    if args.wan:
+        head.append("x step limit")
+    print("| " + " | ".join(head) + " |")
+    print("|---|" + "|".join("---:" for _ in head[1:]) + "|")
+    for e in summary:
+        if "step_ms_median" not in e:
+            print("| %s | " % e["backend"] + " | ".join("-" for _ in head[1:]) + " |")
+            continue
+        cells = [e["backend"], "%s (%s-%s)" % (fmt_ms(e["step_ms_median"]),
+                                               fmt_ms(e["step_ms_min"]), fmt_ms(e["step_ms_max"])),
+                 fmt_ms(e["compute_ms_median"]), "%.0f %%" % (e["exposed_comm_share_median"] * 100),
+                 fmt_ratio(e["step_ms_median"], next((x["step_ms_median"] for x in summary
+                                                      if x["backend"] == "geoccl"
+                                                      and "step_ms_median" in x), None))]
+        if args.wan:
+            cells.append("-" if e["ratio_to_limit"] is None else "%.1f" % e["ratio_to_limit"])
+        print("| " + " | ".join(cells) + " |")
+    print("\nexposed comm = (step - compute) / step: the communication compute did not hide.",
+          flush=True)
+
+
+def write_plot(args, path, summaries, names, title):
+    """Log-log time vs size, one line per backend (median, min-max bars) plus the limit."""
+    gnuplot = shutil.which("gnuplot")
+    if not gnuplot:
+        print("compare.py: gnuplot not found (apt-get install gnuplot-nox); no plot",
+              file=sys.stderr)
+        return False
+    with tempfile.TemporaryDirectory(prefix="geoccl-plot-") as tmp:
+        plots = []
+        colors = {"geoccl": "#1f77b4", "gloo": "#d62728", "torch-gloo": "#2ca02c"}
+        for name in names:
+            dat = os.path.join(tmp, "%s.dat" % name)
+            with open(dat, "w", encoding="utf-8") as f:
+                for e in summaries:
+                    b = e[name]
+                    if b["time_us_median"] is not None:
+                        f.write("%d %g %g %g\n" % (e["bytes"], b["time_us_median"] / 1e3,
+                                                   b["time_us_min"] / 1e3,
+                                                   b["time_us_max"] / 1e3))
+            plots.append("'%s' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc rgb '%s' title '%s'"
+                         % (dat, colors.get(name, "black"), name))
+        if any(e["limit_us"] for e in summaries):
+            dat = os.path.join(tmp, "limit.dat")
+            with open(dat, "w", encoding="utf-8") as f:
+                for e in summaries:
+                    if e["limit_us"]:
+                        f.write("%d %g\n" % (e["bytes"], e["limit_us"] / 1e3))
+            plots.append("'%s' using 1:2 with lines dt 2 lw 2 lc rgb 'black' "
+                         "title 'physical limit'" % dat)
+        script = "\n".join([
+            "set terminal pngcairo size 900,600 enhanced font 'sans,10'",
+            "set output '%s'" % os.path.abspath(path).replace("'", "''"),
+            "set logscale xy",
+            "set grid",
+            "set key top left",
+            "set title '%s' noenhanced" % title.replace("'", "''"),
+            "set xlabel 'allreduce size per rank (bytes, f32)'",
+            "set ylabel 'time (ms), median of medians, bars: min-max'",
+            "set format x '%.0s%cB'",
+            "plot " + ", \\\n  ".join(plots),
+        ])
+        proc = subprocess.run([gnuplot], input=script, text=True, capture_output=True)
+        if proc.returncode != 0:
+            print("compare.py: gnuplot failed: %s" % proc.stderr.strip(), file=sys.stderr)
+            return False
+    print("plot: %s" % path)
+    return True
 
 
 def main(argv):
     args = parse_args(argv)
-    launcher = shlex.split(args.launcher) if args.launcher else [args.geoccl, "run"]
-    progs = backends(args)
+    launcher = launcher_argv(args)
+    progs = backends(args) if args.sizes else []
     names = [name for name, _ in progs]
-    all_results, failures, summaries = [], [], []
+    tprogs = train_programs(args) if args.train else []
+    tnames = [name for name, _ in tprogs]
+    if args.wan:
+        k = len(args.domains)
+        rate, rtt = args.scenario.limit([d for d, _ in args.domains])
+    else:
+        k, rate, rtt = 0, None, 0.0
+    all_results, failures, summaries, records, train_rows, train_summaries = [], [], [], [], [], []
     with tempfile.TemporaryDirectory(prefix="geoccl-compare-") as tmp:
+        os.chmod(tmp, 0o755)
         for n in args.world_sizes:
-            rows = []
+            rows, trows = [], []
             for rnd in range(args.rounds):
                 for name, program in progs:
                     print("[n=%d round %d/%d] %s" % (n, rnd + 1, args.rounds, name), flush=True)
@@ -266,18 +749,67 @@ def main(argv):
                             failures.append({"backend": name, "world_size": n, "round": rnd,
                                              "error": "correct=false at %d bytes" % r["bytes"]})
                     rows += results
+                for name, program in tprogs:
+                    print("[n=%d round %d/%d] train %s %s" % (n, rnd + 1, args.rounds,
+                                                              args.train, name), flush=True)
+                    path = os.path.join(tmp, "train-%s-n%d-r%d.json" % (name, n, rnd))
+                    results, err = run_train_once(args, launcher, name, program, n, path)
+                    if err:
+                        print("  FAILED: %s" % err, flush=True)
+                        failures.append({"backend": name, "world_size": n, "round": rnd,
+                                         "error": "train: " + err})
+                        continue
+                    for r in results:
+                        r["round"] = rnd
+                        if not r["correct"]:
+                            failures.append({"backend": name, "world_size": n, "round": rnd,
+                                             "error": "train: correct=false"})
+                    trows += results
             all_results += rows
-            summary = summarize(n, args.sizes, names, rows)
-            summaries += summary
-            print_table(n, names, summary, args.rounds)
+            train_rows += trows
+            if progs:
+                summary = summarize(args, n, names, rows, k, rate, rtt)
+                summaries += summary
+                records += records_from(args, summary, names)
+                print_table(args, n, names, summary, k, rate, rtt)
+            if tprogs:
+                ts = summarize_train(args, n, tnames, trows, k, rate, rtt)
+                train_summaries += ts
+                print_train_table(args, n, ts, k, rate, rtt)
+
+    if args.plot and summaries:
+        if args.wan:
+            title = "%s f32 on %s (%s, host cc %s), %d ranks" % (
+                args.op, args.scenario.name, ",".join("%s:%d" % dc for dc in args.domains),
+                args.host_cc or args.scenario.host_cc, args.world_sizes[0])
+        else:
+            title = "%s f32 on loopback, %s ranks" % (
+                args.op, ",".join(map(str, args.world_sizes)))
+        for n in args.world_sizes:
+            path = args.plot if len(args.world_sizes) == 1 else "%s-n%d.png" % (
+                args.plot[:-4] if args.plot.endswith(".png") else args.plot, n)
+            write_plot(args, path, [e for e in summaries if e["world_size"] == n], names, title)
 
     if args.json:
+        cfg = {"world_sizes": args.world_sizes, "sizes": args.sizes, "op": args.op,
+               "iters": args.iters, "warmup": args.warmup, "rounds": args.rounds,
+               "backends": names, "algo": args.algo,
+               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+               "machine": machine_description()}
+        if args.wan:
+            cfg.update({"scenario": args.wan, "scenario_name": args.scenario.name,
+                        "domains": ",".join("%s:%d" % dc for dc in args.domains),
+                        "host_cc": args.host_cc or args.scenario.host_cc,
+                        "bottleneck_bps": rate, "rtt_s": rtt, "k": k})
+        if args.train:
+            cfg.update({"train": args.train, "steps": args.steps, "compute_ms": args.compute_ms,
+                        "bucket_mb": args.bucket_mb, "train_backends": tnames})
         merged = {
-            "config": {"world_sizes": args.world_sizes, "sizes": args.sizes,
-                       "iters": args.iters, "warmup": args.warmup, "rounds": args.rounds,
-                       "backends": names},
+            "config": cfg,
+            "records": records + train_summaries,
             "results": all_results,
             "summary": summaries,
+            "train_results": train_rows,
             "failures": failures,
         }
         tmp_path = args.json + ".tmp"

@@ -8,10 +8,14 @@ cd "$root"
 bash scripts/install-deps.sh
 bash scripts/build.sh build
 scenario=${SCENARIO:-bench/scenarios/seed.toml}
-n=${NRANKS:-6}
 sizes=${SIZES:-4K,1M,16M,64M}
 geoccl=build/tools/geoccl/geoccl
-echo "== geoccl vs Gloo, $n ranks on $scenario (sizes $sizes)"
+cc_opt=()
+[[ -n "${HOST_CC:-}" ]] && cc_opt=(--host-cc "$HOST_CC")
+echo "== geoccl vs Gloo on $scenario (sizes $sizes)"
+# Ranks are placed as the scenario says (seed: 3 regions x 2); DOMAINS=a:1,b:1,c:1 overrides.
+dom_opt=()
+[[ -n "${DOMAINS:-}" ]] && dom_opt=(--domains "$DOMAINS")
 python3 bench/compare.py --geoccl "$geoccl" --gloo build/bench/gloo_bench \
-  --launcher "$geoccl run --wan $scenario" -n "$n" --sizes "$sizes" --iters "${ITERS:-5}" \
-  --rounds "${ROUNDS:-2}" --json "${JSON:-build/demo.json}"
+  --wan "$scenario" "${dom_opt[@]}" "${cc_opt[@]}" --sizes "$sizes" --iters "${ITERS:-5}" \
+  --rounds "${ROUNDS:-2}" --json "${JSON:-build/demo.json}" --plot "${PLOT:-build/demo.png}"

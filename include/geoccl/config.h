@@ -19,6 +19,13 @@ struct Config {
 
   // Networking.
   std::string bind_addr;  // GEOCCL_BIND_ADDR: address peers connect to (default: auto)
+  // GEOCCL_TCP_CC: congestion control of peer sockets. "auto" = bbr when this rank belongs to a
+  // labelled domain (a multi-region job) and the kernel offers it, else the system default;
+  // "system" = leave it; any other name (bbr, cubic, reno) is requested for every peer socket.
+  std::string tcp_cc = "auto";
+  // GEOCCL_TCP_STREAMS: data connections per peer pair; 0 = auto (1 on a single site, 4 when
+  // this rank belongs to a labelled domain). Rank 0's value is used by every rank.
+  int tcp_streams = 0;
 
   // Deadlines.
   std::chrono::milliseconds op_timeout{std::chrono::minutes(5)};       // GEOCCL_TIMEOUT_MS

@@ -93,8 +93,13 @@ CommunicatorImpl::CommunicatorImpl(Config cfg) : cfg_(std::move(cfg)) {
   if (cfg_.world_size > 1) {
     rdv_ = membership::join_store(cfg_);
     const std::string bind = membership::choose_bind_address(cfg_);
+    std::string cc = cfg_.tcp_cc;
+    if (cc == "auto") cc = cfg_.domain.empty() ? "" : "bbr";
+    if (cc == "system") cc = "";
     transport_ = std::make_unique<transport::tcp::TcpTransport>(
-        loop_, cfg_.rank, cfg_.world_size, bind, rdv_.session_id, [this] { progress_.notify(); });
+        loop_, cfg_.rank, cfg_.world_size, bind, rdv_.session_id, [this] { progress_.notify(); }, cc,
+        rdv_.data_streams);
+    GEOCCL_LOG(kInfo, rdv_.data_streams << " data stream(s) per peer");
     const std::string addr = transport_->address();
     rdv_.store->set(rdv_.prefix + "addr/" + std::to_string(cfg_.rank),
                     std::vector<uint8_t>(addr.begin(), addr.end()));

@@ -12,7 +12,6 @@ void detail::WorkState::complete(std::exception_ptr e) {
     error = e;
     cbs.swap(callbacks);
   }
-  cv.notify_all();
   for (auto& cb : cbs) {
     try {
       cb(e);
@@ -22,12 +21,18 @@ void detail::WorkState::complete(std::exception_ptr e) {
       GEOCCL_LOG(kError, "a completion callback threw");
     }
   }
+  // Callbacks registered while the ones above ran saw done == true and ran inline.
+  {
+    std::lock_guard lk(mu);
+    settled = true;
+  }
+  cv.notify_all();
 }
 
 void Work::wait(std::chrono::milliseconds timeout) const {
   if (!state_) throw Error(ErrorCode::kInvalidArgument, "wait() on an empty Work");
   std::unique_lock lk(state_->mu);
-  auto is_done = [&] { return state_->done; };
+  auto is_done = [&] { return state_->settled; };
   if (timeout == std::chrono::milliseconds::max()) {
     state_->cv.wait(lk, is_done);
   } else if (!state_->cv.wait_for(lk, timeout, is_done)) {

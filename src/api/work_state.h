@@ -12,11 +12,13 @@ namespace geoccl::detail {
 struct WorkState {
   std::mutex mu;
   std::condition_variable cv;
-  bool done = false;
+  bool done = false;     // the operation finished (test() is true from here on)
+  bool settled = false;  // ... and its callbacks have run: wait() returns from here on
   std::exception_ptr error;
   std::vector<std::function<void(std::exception_ptr)>> callbacks;
 
-  // Called once, by the worker thread; runs the callbacks on this thread.
+  // Called once, by the worker thread; runs the callbacks on this thread, then releases wait().
+  // A callback must not wait() on its own Work.
   void complete(std::exception_ptr e);
 };
 

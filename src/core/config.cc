@@ -61,6 +61,8 @@ void Config::apply_env() {
   apply({"GEOCCL_DOMAIN"}, [&](auto, auto v) { domain = v; });
   apply({"GEOCCL_SESSION"}, [&](auto, auto v) { session = v; });
   apply({"GEOCCL_BIND_ADDR"}, [&](auto, auto v) { bind_addr = v; });
+  apply({"GEOCCL_TCP_CC"}, [&](auto, auto v) { tcp_cc = v; });
+  apply({"GEOCCL_TCP_STREAMS"}, [&](auto n, auto v) { tcp_streams = parse_int<int>(n, v); });
   apply({"GEOCCL_TIMEOUT_MS"},
         [&](auto n, auto v) { op_timeout = std::chrono::milliseconds(parse_int<int64_t>(n, v)); });
   apply({"GEOCCL_CONNECT_TIMEOUT_MS"}, [&](auto n, auto v) {
@@ -85,6 +87,7 @@ void Config::validate() const {
     bad("rank " + std::to_string(rank) + " out of range for world size " + std::to_string(world_size));
   if (op_timeout.count() <= 0) bad("GEOCCL_TIMEOUT_MS must be > 0");
   if (connect_timeout.count() <= 0) bad("GEOCCL_CONNECT_TIMEOUT_MS must be > 0");
+  if (tcp_streams < 0 || tcp_streams > 64) bad("GEOCCL_TCP_STREAMS must be in 0..64");
   if (chunk_bytes < 4096) bad("GEOCCL_CHUNK_BYTES must be >= 4096");
   if (algo != "auto" && algo != "ring" && algo != "rd" && algo != "tree")
     bad("GEOCCL_ALGO must be auto, ring, rd or tree, got '" + algo + "'");

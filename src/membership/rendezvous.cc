@@ -10,17 +10,23 @@
 namespace geoccl::membership {
 namespace {
 
-std::vector<uint8_t> u64_bytes(uint64_t v) {
+// The group's parameters, chosen by rank 0: u64 session id | u32 data streams per peer.
+std::vector<uint8_t> encode_params(uint64_t session, int streams) {
   std::vector<uint8_t> out;
-  protocol::Writer(&out).u64(v);
+  protocol::Writer w(&out);
+  w.u64(session);
+  w.u32(static_cast<uint32_t>(streams));
   return out;
 }
 
-uint64_t bytes_u64(const std::vector<uint8_t>& b) {
+void decode_params(const std::vector<uint8_t>& b, RendezvousInfo* info) {
   protocol::Reader r(b);
-  uint64_t v = 0;
-  if (!r.u64(&v)) throw Error(ErrorCode::kProtocol, "malformed session id in the store");
-  return v;
+  uint64_t session = 0;
+  uint32_t streams = 0;
+  if (!r.u64(&session) || !r.u32(&streams) || streams < 1 || streams > 64)
+    throw Error(ErrorCode::kProtocol, "malformed group parameters in the store");
+  info->session_id = session;
+  info->data_streams = static_cast<int>(streams);
 }
 
 }  // namespace
@@ -50,9 +56,10 @@ RendezvousInfo join_store(const Config& cfg) {
   if (cfg.rank == 0) {
     std::random_device rd;
     info.session_id = (uint64_t{rd()} << 32) ^ rd() ^ 0x9e3779b97f4a7c15ull;
-    info.store->set(info.prefix + "session_id", u64_bytes(info.session_id));
+    info.data_streams = cfg.tcp_streams > 0 ? cfg.tcp_streams : (cfg.domain.empty() ? 1 : 4);
+    info.store->set(info.prefix + "params", encode_params(info.session_id, info.data_streams));
   } else {
-    info.session_id = bytes_u64(info.store->get(info.prefix + "session_id", cfg.connect_timeout));
+    decode_params(info.store->get(info.prefix + "params", cfg.connect_timeout), &info);
   }
   return info;
 }

@@ -16,6 +16,7 @@ struct RendezvousInfo {
   std::unique_ptr<StoreClient> store;
   std::string prefix;                   // key prefix unique to this communicator
   uint64_t session_id = 0;              // random, chosen by rank 0, checked in every handshake
+  int data_streams = 1;                 // rank 0's choice, so that every rank agrees
 };
 
 // Connects to (or, on rank 0, starts) the store at master_addr:master_port and agrees on a

@@ -22,7 +22,8 @@ int free_port() {
 }
 
 // Returns each rank's exit status (exit code, or 128+signal).
-std::vector<int> run_ranks(int n, const std::string& mode, int timeout_s = 240) {
+std::vector<int> run_ranks(int n, const std::string& mode, int timeout_s = 240,
+                           const std::vector<std::pair<std::string, std::string>>& env = {}) {
   const int port = free_port();
   std::vector<pid_t> pids;
   for (int r = 0; r < n; ++r) {
@@ -33,6 +34,7 @@ std::vector<int> run_ranks(int n, const std::string& mode, int timeout_s = 240) 
       setenv("MASTER_ADDR", "127.0.0.1", 1);
       setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
       setenv("GEOCCL_CONNECT_TIMEOUT_MS", "60000", 1);
+      for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
       execl(MP_CHECK_PATH, MP_CHECK_PATH, mode.c_str(), nullptr);
       _exit(127);
     }
@@ -72,6 +74,15 @@ TEST_P(Collectives, EveryOpEveryDtypeMatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, Collectives, ::testing::Values(1, 2, 3, 4, 5, 6, 7, 8));
+
+TEST(Collectives, EightStripedStreamsPerPeer) {
+  for (int n : {2, 3, 5}) {
+    const auto codes = run_ranks(n, "collectives", 240, {{"GEOCCL_TCP_STREAMS", "8"}});
+    for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "n=" << n << " rank " << r;
+  }
+  const auto codes = run_ranks(3, "collectives-big", 240, {{"GEOCCL_TCP_STREAMS", "8"}});
+  for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "big, rank " << r;
+}
 
 TEST(CollectivesBig, TensOfMiBOnThreeAndFourRanks) {
   for (int n : {3, 4}) {

@@ -201,3 +201,19 @@ void set_nodelay(int fd) {
 }
 
 }  // namespace geoccl::transport::tcp
+
+namespace geoccl::transport::tcp {
+
+std::string set_congestion_control(int fd, const std::string& name) {
+  setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name.data(), static_cast<socklen_t>(name.size()));
+  return congestion_control(fd);
+}
+
+std::string congestion_control(int fd) {
+  char buf[32] = {};
+  socklen_t len = sizeof buf;
+  if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, buf, &len) != 0) return "";
+  return std::string(buf, strnlen(buf, sizeof buf));
+}
+
+}  // namespace geoccl::transport::tcp

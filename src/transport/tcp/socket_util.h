@@ -27,6 +27,10 @@ bool write_all(int fd, std::span<const uint8_t> data, std::chrono::steady_clock:
 bool read_all(int fd, std::span<uint8_t> data, std::chrono::steady_clock::time_point deadline);
 
 void set_nonblocking(int fd, bool on);
+// Requests congestion control `name` (e.g. "bbr") on a socket. Returns the algorithm the kernel
+// reports afterwards ("" if it cannot be read), which differs from `name` when it was refused.
+std::string set_congestion_control(int fd, const std::string& name);
+std::string congestion_control(int fd);
 void set_nodelay(int fd);
 
 }  // namespace geoccl::transport::tcp

@@ -84,18 +84,15 @@ void TcpConnection::post_control(FrameType type, std::vector<uint8_t> payload) {
 void TcpConnection::fail_requests(const Failure& f) {
   for (auto& r : recvq_) complete(r.req, f);
   recvq_.clear();
-  // A partially written frame stays so the stream is not cut mid-frame before the abort frame.
+  // Data frames are dropped even when partly written: their payload is user memory, which the
+  // caller may free as soon as the request completes. The stream is dead from here on; the
+  // peer learns why from the abort frame on the control stream.
   std::deque<SendOp> keep;
   for (auto& s : sendq_) {
-    if (s.req) {
+    if (s.req)
       complete(s.req, f);
-      if (s.sent > 0) {
-        s.req = nullptr;
-        keep.push_back(std::move(s));
-      }
-    } else {
+    else if (s.sent == 0 || s.owned)
       keep.push_back(std::move(s));
-    }
   }
   sendq_.swap(keep);
 }

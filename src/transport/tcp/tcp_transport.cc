@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <future>
@@ -33,18 +34,28 @@ struct TcpTransport::PendingAccept {
 
 TcpTransport::TcpTransport(runtime::EventLoop& loop, int rank, int size,
                            const std::string& bind_addr, uint64_t session_id,
-                           std::function<void()> on_progress)
+                           std::function<void()> on_progress,
+                           const std::string& congestion_control, int data_streams)
     : loop_(loop),
       rank_(rank),
       size_(size),
       session_id_(session_id),
       on_progress_(std::move(on_progress)),
-      conns_(static_cast<size_t>(size) * kStreams) {
+      cc_(congestion_control),
+      streams_(1 + std::max(1, data_streams)),
+      frames_sent_(static_cast<size_t>(size), 0),
+      frames_received_(static_cast<size_t>(size), 0),
+      conns_(static_cast<size_t>(size) * static_cast<size_t>(streams_)) {
   for (int i = 0; i < size; ++i) {
     bytes_sent_.push_back(std::make_unique<std::atomic<uint64_t>>(0));
     bytes_received_.push_back(std::make_unique<std::atomic<uint64_t>>(0));
   }
   listen_fd_ = listen_on(bind_addr, 0);
+  if (!cc_.empty()) {
+    const std::string got = set_congestion_control(listen_fd_, cc_);
+    GEOCCL_LOG(kInfo, "TCP congestion control: requested " << cc_ << ", kernel uses " << got);
+    if (got != cc_) GEOCCL_LOG(kWarn, "congestion control " << cc_ << " refused; using " << got);
+  }
   address_ = bind_addr + ":" + std::to_string(local_port(listen_fd_));
   if (bind_addr.find(':') != std::string::npos)
     address_ = "[" + bind_addr + "]:" + std::to_string(local_port(listen_fd_));
@@ -128,9 +139,10 @@ void TcpTransport::on_pending_readable(int fd) {
   protocol::Hello hello;
   auto st = protocol::decode_hello(p->buf, &hello);
   if (st == protocol::HandshakeStatus::kAccepted)
-    st = protocol::check_hello(hello, static_cast<uint32_t>(size_), session_id_, kStreams);
+    st = protocol::check_hello(hello, static_cast<uint32_t>(size_), session_id_,
+                               static_cast<uint16_t>(streams_));
   if (st == protocol::HandshakeStatus::kAccepted &&
-      (static_cast<int>(hello.rank) <= rank_ || conns_[hello.rank * kStreams + hello.stream]))
+      (static_cast<int>(hello.rank) <= rank_ || conn(static_cast<int>(hello.rank), hello.stream)))
     st = protocol::HandshakeStatus::kBadRank;  // only higher ranks connect to us, once per stream
   protocol::Reply reply;
   reply.status = st;
@@ -149,7 +161,7 @@ void TcpTransport::on_pending_readable(int fd) {
 }
 
 void TcpTransport::adopt(int fd, int peer, int stream) {
-  conns_[static_cast<size_t>(peer * kStreams + stream)] =
+  conns_[static_cast<size_t>(peer * streams_ + stream)] =
       std::make_unique<TcpConnection>(*this, fd, peer, stream);
   ++connected_;
   notify();
@@ -162,7 +174,7 @@ void TcpTransport::connect_all(const std::function<std::string(int)>& addr_of,
     std::string host;
     uint16_t port = 0;
     split_host_port(addr_of(peer), &host, &port);
-    for (int stream = 0; stream < kStreams; ++stream) {
+    for (int stream = 0; stream < streams_; ++stream) {
       int fd = -1;
       // The peer is listening already (it published its address), but retry briefly on refusal.
       while (fd < 0) {
@@ -174,6 +186,7 @@ void TcpTransport::connect_all(const std::function<std::string(int)>& addr_of,
         if (fd < 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
       set_nodelay(fd);
+      if (!cc_.empty()) set_congestion_control(fd, cc_);
       protocol::Hello hello;
       hello.stream = static_cast<uint16_t>(stream);
       hello.rank = static_cast<uint32_t>(rank_);
@@ -203,14 +216,14 @@ void TcpTransport::connect_all(const std::function<std::string(int)>& addr_of,
     }
   }
   // Wait for every higher rank's connections.
-  const int expected = size_ * kStreams - kStreams;  // every stream of every other rank
+  const int expected = (size_ - 1) * streams_;  // every stream of every other rank
   for (;;) {
     int have = 0;
     std::string missing;
     loop_.run_sync([&] {
       have = connected_;
       for (int r = rank_ + 1; r < size_; ++r)
-        if (!conns_[static_cast<size_t>(r * kStreams)] || !conns_[static_cast<size_t>(r * kStreams + kStreams - 1)])
+        if (!conn(r, 0) || !conn(r, streams_ - 1))
           missing += (missing.empty() ? "" : ",") + std::to_string(r);
     });
     if (have == expected) return;
@@ -218,6 +231,25 @@ void TcpTransport::connect_all(const std::function<std::string(int)>& addr_of,
       throw Error(ErrorCode::kTimeout, "rank(s) " + missing + " did not connect in time");
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
+}
+
+bool TcpTransport::complete_if_failed(const RequestPtr& req) {
+  auto f = failure();
+  if (!f) return false;
+  req->failure = *f;
+  req->done.store(true, std::memory_order_release);
+  notify();
+  return true;
+}
+
+TcpConnection& TcpTransport::next_send_conn(int peer) {
+  const uint64_t k = frames_sent_[static_cast<size_t>(peer)]++;
+  return *conn(peer, 1 + static_cast<int>(k % static_cast<uint64_t>(streams_ - 1)));
+}
+
+TcpConnection& TcpTransport::next_recv_conn(int peer) {
+  const uint64_t k = frames_received_[static_cast<size_t>(peer)]++;
+  return *conn(peer, 1 + static_cast<int>(k % static_cast<uint64_t>(streams_ - 1)));
 }
 
 RequestPtr TcpTransport::send(int peer, const FrameHeader& h, std::span<const uint8_t> payload) {
@@ -230,13 +262,7 @@ RequestPtr TcpTransport::send(int peer, const FrameHeader& h, std::span<const ui
   op.payload = payload;
   op.req = req;
   loop_.post([this, peer, op = std::move(op)]() mutable {
-    if (auto f = failure()) {
-      op.req->failure = *f;
-      op.req->done.store(true, std::memory_order_release);
-      notify();
-      return;
-    }
-    conns_[static_cast<size_t>(peer * kStreams + kDataStream)]->post_send(std::move(op));
+    if (!complete_if_failed(op.req)) next_send_conn(peer).post_send(std::move(op));
   });
   return req;
 }
@@ -245,13 +271,7 @@ RequestPtr TcpTransport::recv(int peer, const FrameHeader& expect, std::span<uin
   auto req = std::make_shared<Request>();
   TcpConnection::RecvOp op{expect, dst, req};
   loop_.post([this, peer, op = std::move(op)]() mutable {
-    if (auto f = failure()) {
-      op.req->failure = *f;
-      op.req->done.store(true, std::memory_order_release);
-      notify();
-      return;
-    }
-    conns_[static_cast<size_t>(peer * kStreams + kDataStream)]->post_recv(std::move(op));
+    if (!complete_if_failed(op.req)) next_recv_conn(peer).post_recv(std::move(op));
   });
   return req;
 }
@@ -286,8 +306,8 @@ void TcpTransport::fail(ErrorCode code, const std::string& message, bool tell_pe
   if (tell_peers) {
     const auto payload = protocol::encode_abort(static_cast<uint8_t>(code), message);
     for (int p = 0; p < size_; ++p) {
-      auto& c = conns_[static_cast<size_t>(p * kStreams + kControlStream)];
-      if (c) c->post_control(protocol::FrameType::kAbort, payload);
+      if (p == rank_) continue;
+      if (TcpConnection* c = conn(p, kControlStream)) c->post_control(protocol::FrameType::kAbort, payload);
     }
   }
   notify();

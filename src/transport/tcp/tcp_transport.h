@@ -1,8 +1,11 @@
 // TcpTransport: a full mesh of TCP connections, driven by the runtime's event loop.
 //
-// Each pair of ranks holds kStreams connections: stream 0 carries control frames (abort,
-// goodbye) and is always read, so a failure report never waits behind data; stream 1 carries
-// data frames. The higher rank connects to the lower one and introduces itself with a Hello;
+// Each pair of ranks holds 1 + S connections: stream 0 carries control frames (abort,
+// goodbye) and is always read, so a failure report never waits behind data; streams 1..S carry
+// data frames. Several data streams fill a long, lossy path that one TCP connection cannot
+// (PCCL's approach; Gloo keeps one per pair): frame k to a peer travels on data stream k mod S,
+// and the receiver reads frame k from the same stream, so each stream stays in order and the
+// frames of one large send arrive in parallel. The higher rank connects to the lower one and introduces itself with a Hello;
 // strangers and mismatched versions are answered with a reason and closed while the group goes on.
 //
 // Zero copy: a send is one sendmsg() of [header iovec, payload iovec] straight from the user's
@@ -28,14 +31,16 @@ class TcpConnection;
 
 class TcpTransport final : public Transport {
  public:
-  static constexpr int kStreams = 2;
   static constexpr int kControlStream = 0;
-  static constexpr int kDataStream = 1;
 
   // Listens on bind_addr (any port). `on_progress` runs on the loop thread after requests
   // complete. Throws Error(kIo).
+  // `congestion_control`: "" leaves the system default; otherwise requested on the listening
+  // socket (accepted sockets inherit it) and on every outgoing connection.
+  // `data_streams`: S >= 1, equal on every rank.
   TcpTransport(runtime::EventLoop& loop, int rank, int size, const std::string& bind_addr,
-               uint64_t session_id, std::function<void()> on_progress);
+               uint64_t session_id, std::function<void()> on_progress,
+               const std::string& congestion_control = "", int data_streams = 1);
   // Says goodbye to every peer (bounded wait for the send queues to drain), then closes.
   ~TcpTransport() override;
 
@@ -71,6 +76,14 @@ class TcpTransport final : public Transport {
   // Loop thread: records the first failure, fails every pending request, tells peers if asked.
   void fail(ErrorCode code, const std::string& message, bool tell_peers);
   void notify() { on_progress_(); }
+  // Loop thread: completes `req` with the group's failure, if the group has failed.
+  bool complete_if_failed(const RequestPtr& req);
+  // Loop thread: the stream of the next data frame to / from `peer`.
+  TcpConnection& next_send_conn(int peer);
+  TcpConnection& next_recv_conn(int peer);
+  TcpConnection* conn(int peer, int stream) const {
+    return conns_[static_cast<size_t>(peer * streams_ + stream)].get();
+  }
 
   runtime::EventLoop& loop_;
   const int rank_;
@@ -79,8 +92,11 @@ class TcpTransport final : public Transport {
   std::function<void()> on_progress_;
   int listen_fd_ = -1;
   std::string address_;
+  std::string cc_;
+  const int streams_;  // per peer: control + data streams
+  std::vector<uint64_t> frames_sent_, frames_received_;  // per peer, loop thread
 
-  // conns_[peer * kStreams + stream]; touched only on the loop thread after setup.
+  // conns_[peer * streams_ + stream]; touched only on the loop thread after setup.
   std::vector<std::unique_ptr<TcpConnection>> conns_;
   std::vector<std::unique_ptr<PendingAccept>> pending_;
   int connected_ = 0;  // loop thread

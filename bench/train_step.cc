@@ -1,0 +1,797 @@
+// train_step: replays one data-parallel training step of ResNet-50 (gradient communication
+// only) on geoccl or Gloo, and reports the step time and the share of communication that the
+// emulated backward compute does not hide.
+//
+// Model. The 161 parameter tensors of torchvision's resnet50 (25,557,032 fp32 parameters,
+// 97.5 MiB of gradients), in backward order (the reverse of registration order, which is the
+// order autograd makes gradients ready in, layer by layer from fc down to conv1). Each row
+// carries the forward multiply-accumulates of the module that owns the tensor at 224x224,
+// batch 1 (conv: Cout*Cin*k*k*Hout*Wout; fc: 2048*1000; BatchNorm and biases: 0).
+//
+// Compute. Backward is emulated by sleeping before each tensor's gradient is released; the
+// sleep is --compute-ms (default 200 ms per step) split in proportion to the module's MACs, so
+// conv layers near the input (large activations) take longest, as on a GPU. 200 ms is a
+// typical ResNet-50 backward on one GPU at a per-GPU batch of ~64-128 (a V100 does a whole
+// fwd+bwd step of batch 64 in roughly 200 ms); scale it with --compute-ms.
+//
+// Buckets. As torch DDP: gradients are packed in backward order into buckets; a bucket is closed
+// once it reaches its cap (the first bucket 1 MiB, DDP's _DEFAULT_FIRST_BUCKET_BYTES; the others
+// --bucket-mb, default 25 MiB), so a bucket may exceed the cap by its last tensor. A bucket is
+// allreduced (fp32 sum, in place) as soon as its last gradient is released, asynchronously:
+// geoccl issues Communicator::allreduce and keeps the Work; Gloo hands the bucket to one comm
+// thread that runs gloo::allreduce on the buckets in order, one at a time. (torch's
+// ProcessGroupGloo has two worker threads by default, so bench/train_step_torch.py can have two
+// buckets in flight at once.)
+//
+// Timing per step, after a barrier: t0 = start of backward; compute = until the last gradient is
+// released; step = until every bucket is reduced. Both are taken as the max over ranks.
+// exposed = (step - compute) / step is the communication that compute did not hide. Results are
+// checked (rank r contributes (r+1) + (i % 7)); a wrong sum gives a nonzero exit.
+//
+// Usage (one process per rank, under `geoccl run` or torchrun):
+//   train_step --backend geoccl|gloo [--steps 5] [--warmup 1] [--compute-ms 200]
+//              [--bucket-mb 25] [--first-bucket-mb 1] [--algo auto|ring|rd] [--json FILE]
+//   train_step --print-layers      # the tensor table as JSON (bench/train_step_torch.py uses it)
+
+#include <geoccl/geoccl.h>
+
+#ifdef GEOCCL_HAVE_GLOO
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/device.h>
+#endif
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <chrono>
+#include <cinttypes>
+#include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+constexpr std::string_view kUsage =
+    "usage: train_step --backend geoccl|gloo [--model resnet50] [--steps 5] [--warmup 1]\n"
+    "                  [--compute-ms 200] [--bucket-mb 25] [--first-bucket-mb 1]\n"
+    "                  [--algo auto|ring|rd] [--json FILE] [--timeout-s 600]\n"
+    "       train_step --print-layers\n"
+    "  env: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (GEOCCL_RUN_ID, GEOCCL_BIND_ADDR)\n";
+
+// ---------------------------------------------------------------------------------------------
+// ResNet-50 (torchvision, v1.5: stride on the 3x3 conv), parameter tensors in BACKWARD order.
+
+struct Tensor {
+  const char* name;
+  std::vector<std::int64_t> shape;
+  std::int64_t macs;  // forward MACs of the owning module at 224x224, batch 1 (0: BN, bias)
+};
+
+// clang-format off
+const std::vector<Tensor>& ResNet50() {
+  static const std::vector<Tensor> kTensors = {
+    {"fc.bias", {1000}, 0},
+    {"fc.weight", {1000, 2048}, 2048000},
+    {"layer4.2.bn3.bias", {2048}, 0},
+    {"layer4.2.bn3.weight", {2048}, 0},
+    {"layer4.2.conv3.weight", {2048, 512, 1, 1}, 51380224},
+    {"layer4.2.bn2.bias", {512}, 0},
+    {"layer4.2.bn2.weight", {512}, 0},
+    {"layer4.2.conv2.weight", {512, 512, 3, 3}, 115605504},
+    {"layer4.2.bn1.bias", {512}, 0},
+    {"layer4.2.bn1.weight", {512}, 0},
+    {"layer4.2.conv1.weight", {512, 2048, 1, 1}, 51380224},
+    {"layer4.1.bn3.bias", {2048}, 0},
+    {"layer4.1.bn3.weight", {2048}, 0},
+    {"layer4.1.conv3.weight", {2048, 512, 1, 1}, 51380224},
+    {"layer4.1.bn2.bias", {512}, 0},
+    {"layer4.1.bn2.weight", {512}, 0},
+    {"layer4.1.conv2.weight", {512, 512, 3, 3}, 115605504},
+    {"layer4.1.bn1.bias", {512}, 0},
+    {"layer4.1.bn1.weight", {512}, 0},
+    {"layer4.1.conv1.weight", {512, 2048, 1, 1}, 51380224},
+    {"layer4.0.downsample.1.bias", {2048}, 0},
+    {"layer4.0.downsample.1.weight", {2048}, 0},
+    {"layer4.0.downsample.0.weight", {2048, 1024, 1, 1}, 102760448},
+    {"layer4.0.bn3.bias", {2048}, 0},
+    {"layer4.0.bn3.weight", {2048}, 0},
+    {"layer4.0.conv3.weight", {2048, 512, 1, 1}, 51380224},
+    {"layer4.0.bn2.bias", {512}, 0},
+    {"layer4.0.bn2.weight", {512}, 0},
+    {"layer4.0.conv2.weight", {512, 512, 3, 3}, 115605504},
+    {"layer4.0.bn1.bias", {512}, 0},
+    {"layer4.0.bn1.weight", {512}, 0},
+    {"layer4.0.conv1.weight", {512, 1024, 1, 1}, 102760448},
+    {"layer3.5.bn3.bias", {1024}, 0},
+    {"layer3.5.bn3.weight", {1024}, 0},
+    {"layer3.5.conv3.weight", {1024, 256, 1, 1}, 51380224},
+    {"layer3.5.bn2.bias", {256}, 0},
+    {"layer3.5.bn2.weight", {256}, 0},
+    {"layer3.5.conv2.weight", {256, 256, 3, 3}, 115605504},
+    {"layer3.5.bn1.bias", {256}, 0},
+    {"layer3.5.bn1.weight", {256}, 0},
+    {"layer3.5.conv1.weight", {256, 1024, 1, 1}, 51380224},
+    {"layer3.4.bn3.bias", {1024}, 0},
+    {"layer3.4.bn3.weight", {1024}, 0},
+    {"layer3.4.conv3.weight", {1024, 256, 1, 1}, 51380224},
+    {"layer3.4.bn2.bias", {256}, 0},
+    {"layer3.4.bn2.weight", {256}, 0},
+    {"layer3.4.conv2.weight", {256, 256, 3, 3}, 115605504},
+    {"layer3.4.bn1.bias", {256}, 0},
+    {"layer3.4.bn1.weight", {256}, 0},
+    {"layer3.4.conv1.weight", {256, 1024, 1, 1}, 51380224},
+    {"layer3.3.bn3.bias", {1024}, 0},
+    {"layer3.3.bn3.weight", {1024}, 0},
+    {"layer3.3.conv3.weight", {1024, 256, 1, 1}, 51380224},
+    {"layer3.3.bn2.bias", {256}, 0},
+    {"layer3.3.bn2.weight", {256}, 0},
+    {"layer3.3.conv2.weight", {256, 256, 3, 3}, 115605504},
+    {"layer3.3.bn1.bias", {256}, 0},
+    {"layer3.3.bn1.weight", {256}, 0},
+    {"layer3.3.conv1.weight", {256, 1024, 1, 1}, 51380224},
+    {"layer3.2.bn3.bias", {1024}, 0},
+    {"layer3.2.bn3.weight", {1024}, 0},
+    {"layer3.2.conv3.weight", {1024, 256, 1, 1}, 51380224},
+    {"layer3.2.bn2.bias", {256}, 0},
+    {"layer3.2.bn2.weight", {256}, 0},
+    {"layer3.2.conv2.weight", {256, 256, 3, 3}, 115605504},
+    {"layer3.2.bn1.bias", {256}, 0},
+    {"layer3.2.bn1.weight", {256}, 0},
+    {"layer3.2.conv1.weight", {256, 1024, 1, 1}, 51380224},
+    {"layer3.1.bn3.bias", {1024}, 0},
+    {"layer3.1.bn3.weight", {1024}, 0},
+    {"layer3.1.conv3.weight", {1024, 256, 1, 1}, 51380224},
+    {"layer3.1.bn2.bias", {256}, 0},
+    {"layer3.1.bn2.weight", {256}, 0},
+    {"layer3.1.conv2.weight", {256, 256, 3, 3}, 115605504},
+    {"layer3.1.bn1.bias", {256}, 0},
+    {"layer3.1.bn1.weight", {256}, 0},
+    {"layer3.1.conv1.weight", {256, 1024, 1, 1}, 51380224},
+    {"layer3.0.downsample.1.bias", {1024}, 0},
+    {"layer3.0.downsample.1.weight", {1024}, 0},
+    {"layer3.0.downsample.0.weight", {1024, 512, 1, 1}, 102760448},
+    {"layer3.0.bn3.bias", {1024}, 0},
+    {"layer3.0.bn3.weight", {1024}, 0},
+    {"layer3.0.conv3.weight", {1024, 256, 1, 1}, 51380224},
+    {"layer3.0.bn2.bias", {256}, 0},
+    {"layer3.0.bn2.weight", {256}, 0},
+    {"layer3.0.conv2.weight", {256, 256, 3, 3}, 115605504},
+    {"layer3.0.bn1.bias", {256}, 0},
+    {"layer3.0.bn1.weight", {256}, 0},
+    {"layer3.0.conv1.weight", {256, 512, 1, 1}, 102760448},
+    {"layer2.3.bn3.bias", {512}, 0},
+    {"layer2.3.bn3.weight", {512}, 0},
+    {"layer2.3.conv3.weight", {512, 128, 1, 1}, 51380224},
+    {"layer2.3.bn2.bias", {128}, 0},
+    {"layer2.3.bn2.weight", {128}, 0},
+    {"layer2.3.conv2.weight", {128, 128, 3, 3}, 115605504},
+    {"layer2.3.bn1.bias", {128}, 0},
+    {"layer2.3.bn1.weight", {128}, 0},
+    {"layer2.3.conv1.weight", {128, 512, 1, 1}, 51380224},
+    {"layer2.2.bn3.bias", {512}, 0},
+    {"layer2.2.bn3.weight", {512}, 0},
+    {"layer2.2.conv3.weight", {512, 128, 1, 1}, 51380224},
+    {"layer2.2.bn2.bias", {128}, 0},
+    {"layer2.2.bn2.weight", {128}, 0},
+    {"layer2.2.conv2.weight", {128, 128, 3, 3}, 115605504},
+    {"layer2.2.bn1.bias", {128}, 0},
+    {"layer2.2.bn1.weight", {128}, 0},
+    {"layer2.2.conv1.weight", {128, 512, 1, 1}, 51380224},
+    {"layer2.1.bn3.bias", {512}, 0},
+    {"layer2.1.bn3.weight", {512}, 0},
+    {"layer2.1.conv3.weight", {512, 128, 1, 1}, 51380224},
+    {"layer2.1.bn2.bias", {128}, 0},
+    {"layer2.1.bn2.weight", {128}, 0},
+    {"layer2.1.conv2.weight", {128, 128, 3, 3}, 115605504},
+    {"layer2.1.bn1.bias", {128}, 0},
+    {"layer2.1.bn1.weight", {128}, 0},
+    {"layer2.1.conv1.weight", {128, 512, 1, 1}, 51380224},
+    {"layer2.0.downsample.1.bias", {512}, 0},
+    {"layer2.0.downsample.1.weight", {512}, 0},
+    {"layer2.0.downsample.0.weight", {512, 256, 1, 1}, 102760448},
+    {"layer2.0.bn3.bias", {512}, 0},
+    {"layer2.0.bn3.weight", {512}, 0},
+    {"layer2.0.conv3.weight", {512, 128, 1, 1}, 51380224},
+    {"layer2.0.bn2.bias", {128}, 0},
+    {"layer2.0.bn2.weight", {128}, 0},
+    {"layer2.0.conv2.weight", {128, 128, 3, 3}, 115605504},
+    {"layer2.0.bn1.bias", {128}, 0},
+    {"layer2.0.bn1.weight", {128}, 0},
+    {"layer2.0.conv1.weight", {128, 256, 1, 1}, 102760448},
+    {"layer1.2.bn3.bias", {256}, 0},
+    {"layer1.2.bn3.weight", {256}, 0},
+    {"layer1.2.conv3.weight", {256, 64, 1, 1}, 51380224},
+    {"layer1.2.bn2.bias", {64}, 0},
+    {"layer1.2.bn2.weight", {64}, 0},
+    {"layer1.2.conv2.weight", {64, 64, 3, 3}, 115605504},
+    {"layer1.2.bn1.bias", {64}, 0},
+    {"layer1.2.bn1.weight", {64}, 0},
+    {"layer1.2.conv1.weight", {64, 256, 1, 1}, 51380224},
+    {"layer1.1.bn3.bias", {256}, 0},
+    {"layer1.1.bn3.weight", {256}, 0},
+    {"layer1.1.conv3.weight", {256, 64, 1, 1}, 51380224},
+    {"layer1.1.bn2.bias", {64}, 0},
+    {"layer1.1.bn2.weight", {64}, 0},
+    {"layer1.1.conv2.weight", {64, 64, 3, 3}, 115605504},
+    {"layer1.1.bn1.bias", {64}, 0},
+    {"layer1.1.bn1.weight", {64}, 0},
+    {"layer1.1.conv1.weight", {64, 256, 1, 1}, 51380224},
+    {"layer1.0.downsample.1.bias", {256}, 0},
+    {"layer1.0.downsample.1.weight", {256}, 0},
+    {"layer1.0.downsample.0.weight", {256, 64, 1, 1}, 51380224},
+    {"layer1.0.bn3.bias", {256}, 0},
+    {"layer1.0.bn3.weight", {256}, 0},
+    {"layer1.0.conv3.weight", {256, 64, 1, 1}, 51380224},
+    {"layer1.0.bn2.bias", {64}, 0},
+    {"layer1.0.bn2.weight", {64}, 0},
+    {"layer1.0.conv2.weight", {64, 64, 3, 3}, 115605504},
+    {"layer1.0.bn1.bias", {64}, 0},
+    {"layer1.0.bn1.weight", {64}, 0},
+    {"layer1.0.conv1.weight", {64, 64, 1, 1}, 12845056},
+    {"bn1.bias", {64}, 0},
+    {"bn1.weight", {64}, 0},
+    {"conv1.weight", {64, 3, 7, 7}, 118013952},
+  };
+  return kTensors;
+}
+// clang-format on
+
+std::int64_t Numel(const Tensor& t) {
+  return std::accumulate(t.shape.begin(), t.shape.end(), std::int64_t{1},
+                         std::multiplies<std::int64_t>());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Command line
+
+struct Options {
+  std::string backend;
+  std::string model = "resnet50";
+  int steps = 5;
+  int warmup = 1;
+  double compute_ms = 200;
+  double bucket_mb = 25;
+  double first_bucket_mb = 1;
+  std::string algo = "auto";
+  std::string json_path;
+  int timeout_s = 600;
+  bool print_layers = false;
+};
+
+double ParseDouble(std::string_view name, std::string_view text, double min_value) {
+  double v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || !(v >= min_value)) {
+    throw UsageError(std::string(name) + ": expected a number >= " + std::to_string(min_value) +
+                     ", got '" + std::string(text) + "'");
+  }
+  return v;
+}
+
+int ParseInt(std::string_view name, std::string_view text, int min_value) {
+  int v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || v < min_value) {
+    throw UsageError(std::string(name) + ": expected an integer >= " + std::to_string(min_value) +
+                     ", got '" + std::string(text) + "'");
+  }
+  return v;
+}
+
+std::optional<Options> ParseArgs(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      std::cout << kUsage;
+      return std::nullopt;
+    }
+    std::string_view name = arg;
+    std::optional<std::string_view> value;
+    if (const auto eq = arg.find('='); arg.starts_with("--") && eq != std::string_view::npos) {
+      name = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+    }
+    const auto next = [&]() -> std::string_view {
+      if (value) return *value;
+      if (i + 1 >= argc) throw UsageError(std::string(name) + " needs a value");
+      return argv[++i];
+    };
+    if (name == "--backend") o.backend = next();
+    else if (name == "--model") o.model = next();
+    else if (name == "--steps") o.steps = ParseInt(name, next(), 1);
+    else if (name == "--warmup") o.warmup = ParseInt(name, next(), 0);
+    else if (name == "--compute-ms") o.compute_ms = ParseDouble(name, next(), 0);
+    else if (name == "--bucket-mb") o.bucket_mb = ParseDouble(name, next(), 0.001);
+    else if (name == "--first-bucket-mb") o.first_bucket_mb = ParseDouble(name, next(), 0.001);
+    else if (name == "--algo") o.algo = next();
+    else if (name == "--json") o.json_path = next();
+    else if (name == "--timeout-s") o.timeout_s = ParseInt(name, next(), 1);
+    else if (name == "--print-layers") o.print_layers = true;
+    else throw UsageError("unknown argument '" + std::string(arg) + "'");
+  }
+  if (o.model != "resnet50") throw UsageError("--model " + o.model + ": only resnet50");
+  if (!o.print_layers && o.backend != "geoccl" && o.backend != "gloo") {
+    throw UsageError("--backend must be geoccl or gloo");
+  }
+#ifndef GEOCCL_HAVE_GLOO
+  if (o.backend == "gloo") throw UsageError("built without Gloo (apt-get install libgloo-dev)");
+#endif
+  return o;
+}
+
+void PrintLayers() {
+  std::printf("{\"model\": \"resnet50\", \"order\": \"backward\", \"tensors\": [\n");
+  const auto& ts = ResNet50();
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    std::printf("  {\"name\": \"%s\", \"shape\": [", ts[i].name);
+    for (std::size_t d = 0; d < ts[i].shape.size(); ++d) {
+      std::printf("%s%" PRId64, d ? ", " : "", ts[i].shape[d]);
+    }
+    std::printf("], \"macs\": %" PRId64 "}%s\n", ts[i].macs, i + 1 < ts.size() ? "," : "");
+  }
+  std::printf("]}\n");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Buckets and the emulated backward pass
+
+struct Bucket {
+  std::size_t first = 0, last = 0;  // tensor index range [first, last)
+  std::size_t count = 0;            // fp32 elements
+  std::vector<float> data;
+};
+
+struct Plan {
+  std::vector<Bucket> buckets;
+  std::vector<std::size_t> bucket_of;   // tensor -> bucket
+  std::vector<double> sleep_us;         // tensor -> compute before its gradient is ready
+  std::size_t total_params = 0;
+};
+
+Plan MakePlan(const Options& o) {
+  const auto& ts = ResNet50();
+  Plan p;
+  p.bucket_of.resize(ts.size());
+  double total_macs = 0;
+  for (const auto& t : ts) total_macs += static_cast<double>(t.macs);
+  Bucket cur;
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    const double cap_mb = p.buckets.empty() ? o.first_bucket_mb : o.bucket_mb;
+    const auto n = static_cast<std::size_t>(Numel(ts[i]));
+    p.total_params += n;
+    cur.count += n;
+    cur.last = i + 1;
+    p.bucket_of[i] = p.buckets.size();
+    p.sleep_us.push_back(o.compute_ms * 1000.0 * static_cast<double>(ts[i].macs) / total_macs);
+    if (static_cast<double>(cur.count) * 4 >= cap_mb * 1024 * 1024 || i + 1 == ts.size()) {
+      p.buckets.push_back(std::move(cur));
+      cur = Bucket{};
+      cur.first = i + 1;
+    }
+  }
+  for (auto& b : p.buckets) b.data.resize(b.count);
+  return p;
+}
+
+void FillPattern(std::vector<float>& v, int rank) {
+  int phase = 0;
+  const float base = static_cast<float>(rank + 1);
+  for (float& x : v) {
+    x = base + static_cast<float>(phase);
+    if (++phase == 7) phase = 0;
+  }
+}
+
+std::size_t CountMismatches(const std::vector<float>& v, int n) {
+  const float fn = static_cast<float>(n);
+  const float base = fn * (fn + 1) / 2;
+  std::size_t bad = 0;
+  int phase = 0;
+  for (const float x : v) {
+    if (x != base + fn * static_cast<float>(phase)) ++bad;
+    if (++phase == 7) phase = 0;
+  }
+  return bad;
+}
+
+// Sleeps until an absolute deadline: the per-layer slices are scheduled from t0, so the timer
+// slack of one sleep does not accumulate over the 161 layers and no CPU is spent spinning.
+void SleepUntil(Clock::time_point until) { std::this_thread::sleep_until(until); }
+
+// The backend interface the step driver uses.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual void barrier() = 0;
+  // Starts an in-place fp32 sum allreduce of bucket `b`; completion in issue order.
+  virtual void start(Bucket& b) = 0;
+  // Waits for every started allreduce.
+  virtual void wait_all() = 0;
+  // Elementwise max over ranks, synchronous (no allreduce may be in flight).
+  virtual void max(std::vector<double>& v) = 0;
+};
+
+class GeocclBackend final : public Backend {
+ public:
+  GeocclBackend(const Options& o) : comm_(geoccl::Communicator::from_env()) {
+    if (o.algo != "auto") opts_.algo = o.algo;
+    opts_.timeout = std::chrono::seconds(o.timeout_s);
+  }
+  int rank() const override { return comm_->rank(); }
+  int size() const override { return comm_->size(); }
+  void barrier() override { comm_->barrier().wait(); }
+  void start(Bucket& b) override {
+    works_.push_back(comm_->allreduce(b.data.data(), b.count, geoccl::DataType::kFloat32,
+                                      geoccl::ReduceOp::kSum, opts_));
+  }
+  void wait_all() override {
+    for (auto& w : works_) w.wait();
+    works_.clear();
+  }
+  void max(std::vector<double>& v) override {
+    comm_->allreduce(v.data(), v.size(), geoccl::DataType::kFloat64, geoccl::ReduceOp::kMax)
+        .wait();
+  }
+
+ private:
+  std::unique_ptr<geoccl::Communicator> comm_;
+  geoccl::OpOptions opts_;
+  std::vector<geoccl::Work> works_;
+};
+
+#ifdef GEOCCL_HAVE_GLOO
+std::optional<std::string> GetEnv(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  return std::string(v);
+}
+
+std::int64_t UnixMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Gloo rendezvous through a FileStore in /tmp/geoccl-train-step-<uid>/<run id>/, the scheme of
+// gloo_bench.cc (see there): rank 0 publishes a fresh generation that prefixes every key, so
+// leftovers of a crashed run with the same id are never read; rank 0 removes the directory.
+class FileRendezvous {
+ public:
+  FileRendezvous(int rank, std::chrono::milliseconds timeout) : rank_(rank) {
+    std::string id;
+    bool unique = false;
+    if (auto v = GetEnv("GEOCCL_RUN_ID")) {
+      id = "run-" + *v;
+      unique = true;
+    } else if (auto p = GetEnv("MASTER_PORT")) {
+      id = "port-" + *p;
+    } else {
+      throw UsageError("neither GEOCCL_RUN_ID nor MASTER_PORT is set");
+    }
+    for (char& c : id) {
+      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_')) c = '_';
+    }
+    dir_ = fs::path("/tmp") /
+           ("geoccl-train-step-" + std::to_string(static_cast<long>(::getuid()))) / id;
+    fs::create_directories(dir_);
+    const fs::path gen = dir_ / "generation";
+    if (rank_ == 0) {
+      std::random_device rd;
+      char name[32];
+      std::snprintf(name, sizeof name, "g%08x%08x", rd(), rd() ^ static_cast<unsigned>(::getpid()));
+      const fs::path tmp = dir_ / (".generation." + std::to_string(::getpid()));
+      {
+        std::ofstream out(tmp, std::ios::trunc);
+        out << name << ' ' << UnixMillis() << '\n';
+        if (!out.flush()) throw std::runtime_error("cannot write " + tmp.string());
+      }
+      fs::rename(tmp, gen);
+      generation_ = name;
+    } else {
+      const std::int64_t not_before = UnixMillis() - 30000;
+      const auto deadline = Clock::now() + timeout;
+      while (true) {
+        std::ifstream in(gen);
+        std::string name;
+        std::int64_t written = 0;
+        if (in >> name >> written && (unique || written >= not_before)) {
+          generation_ = name;
+          break;
+        }
+        if (Clock::now() >= deadline) throw std::runtime_error("gloo rendezvous timed out");
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+    file_store_ = std::make_unique<gloo::rendezvous::FileStore>(dir_.string());
+    store_ = std::make_unique<gloo::rendezvous::PrefixStore>(generation_, *file_store_);
+  }
+  ~FileRendezvous() {
+    if (rank_ != 0) return;
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  gloo::rendezvous::Store& store() { return *store_; }
+
+ private:
+  int rank_;
+  fs::path dir_;
+  std::string generation_;
+  std::unique_ptr<gloo::rendezvous::FileStore> file_store_;
+  std::unique_ptr<gloo::rendezvous::PrefixStore> store_;
+};
+
+// One comm thread runs the queued allreduces in order, one at a time.
+class GlooBackend final : public Backend {
+ public:
+  explicit GlooBackend(const Options& o) : timeout_(std::chrono::seconds(o.timeout_s)) {
+    const int rank = std::stoi(GetEnv("RANK").value_or("0"));
+    const int world = std::stoi(GetEnv("WORLD_SIZE").value_or("1"));
+    rdv_ = std::make_unique<FileRendezvous>(rank, timeout_);
+    gloo::transport::tcp::attr attr;
+    attr.hostname = GetEnv("GEOCCL_BIND_ADDR").value_or("127.0.0.1");
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, world);
+    ctx->setTimeout(timeout_);
+    ctx->connectFullMesh(rdv_->store(), device);
+    ctx_ = ctx;
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~GlooBackend() override {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  int rank() const override { return ctx_->rank; }
+  int size() const override { return ctx_->size; }
+  void barrier() override {
+    gloo::BarrierOptions opts(ctx_);
+    opts.setTimeout(timeout_);
+    gloo::barrier(opts);
+  }
+  void start(Bucket& b) override {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      queue_.push_back(&b);
+      ++pending_;
+    }
+    cv_.notify_all();
+  }
+  void wait_all() override {
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] { return pending_ == 0 || error_; });
+    if (error_) std::rethrow_exception(error_);
+  }
+  void max(std::vector<double>& v) override {
+    gloo::AllreduceOptions opts(ctx_);
+    opts.setOutput(v.data(), v.size());
+    opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, std::size_t)>(
+        &gloo::max<double>));
+    opts.setTimeout(timeout_);
+    gloo::allreduce(opts);
+  }
+
+ private:
+  void Loop() {
+    while (true) {
+      Bucket* b = nullptr;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        b = queue_.front();
+        queue_.pop_front();
+      }
+      try {
+        gloo::AllreduceOptions opts(ctx_);
+        opts.setOutput(b->data.data(), b->count);
+        opts.setReduceFunction(
+            static_cast<void (*)(void*, const void*, const void*, std::size_t)>(
+                &gloo::sum<float>));
+        opts.setTimeout(timeout_);
+        gloo::allreduce(opts);
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (!error_) error_ = std::current_exception();
+      }
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        --pending_;
+      }
+      cv_.notify_all();
+    }
+  }
+
+  std::chrono::milliseconds timeout_;
+  std::unique_ptr<FileRendezvous> rdv_;
+  std::shared_ptr<gloo::Context> ctx_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Bucket*> queue_;
+  int pending_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+};
+#endif  // GEOCCL_HAVE_GLOO
+
+// ---------------------------------------------------------------------------------------------
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+}
+
+std::string JsonNumber(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[32];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  return ec == std::errc() ? std::string(buf, end) : "null";
+}
+
+std::string JsonList(const std::vector<double>& v) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + JsonNumber(v[i]);
+  return s + "]";
+}
+
+int Run(int argc, char** argv) {
+  const auto opt = ParseArgs(argc, argv);
+  if (!opt) return 0;
+  if (opt->print_layers) {
+    PrintLayers();
+    return 0;
+  }
+  Plan plan = MakePlan(*opt);
+  std::unique_ptr<Backend> be;
+  if (opt->backend == "geoccl") {
+    be = std::make_unique<GeocclBackend>(*opt);
+  } else {
+#ifdef GEOCCL_HAVE_GLOO
+    be = std::make_unique<GlooBackend>(*opt);
+#endif
+  }
+  const int rank = be->rank(), n = be->size();
+  const auto& ts = ResNet50();
+  if (rank == 0) {
+    std::printf("# train_step: resnet50, %zu tensors, %zu params (%.1f MiB fp32), %zu buckets "
+                "(first %.3g MiB, then %.3g MiB), compute %.0f ms, backend %s, world_size %d\n",
+                ts.size(), plan.total_params, plan.total_params * 4.0 / (1 << 20),
+                plan.buckets.size(), opt->first_bucket_mb, opt->bucket_mb, opt->compute_ms,
+                opt->backend.c_str(), n);
+    std::printf("# %6s %12s %12s %10s\n", "step", "step_ms", "compute_ms", "exposed");
+    std::fflush(stdout);
+  }
+
+  std::vector<double> step_us, compute_us;  // this rank's, measured steps only
+  std::size_t mismatches = 0;
+  for (int s = 0; s < opt->warmup + opt->steps; ++s) {
+    for (auto& b : plan.buckets) FillPattern(b.data, rank);
+    be->barrier();
+    const auto t0 = Clock::now();
+    auto due = t0;
+    for (std::size_t i = 0; i < ts.size(); ++i) {
+      due += std::chrono::nanoseconds(static_cast<std::int64_t>(plan.sleep_us[i] * 1000));
+      SleepUntil(due);
+      Bucket& b = plan.buckets[plan.bucket_of[i]];
+      if (b.last == i + 1) be->start(b);
+    }
+    const auto t_compute = Clock::now();
+    be->wait_all();
+    const auto t_step = Clock::now();
+    for (const auto& b : plan.buckets) mismatches += CountMismatches(b.data, n);
+    if (s >= opt->warmup) {
+      step_us.push_back(std::chrono::duration<double, std::micro>(t_step - t0).count());
+      compute_us.push_back(std::chrono::duration<double, std::micro>(t_compute - t0).count());
+    }
+  }
+
+  std::vector<double> g = step_us;
+  g.insert(g.end(), compute_us.begin(), compute_us.end());
+  g.push_back(mismatches ? 1.0 : 0.0);
+  be->max(g);
+  const bool correct = g.back() == 0.0;
+  std::vector<double> step(g.begin(), g.begin() + opt->steps);
+  std::vector<double> comp(g.begin() + opt->steps, g.begin() + 2 * opt->steps);
+  std::vector<double> exposed;
+  for (int s = 0; s < opt->steps; ++s) exposed.push_back((step[s] - comp[s]) / step[s]);
+
+  if (rank == 0) {
+    for (int s = 0; s < opt->steps; ++s) {
+      std::printf("  %6d %12.1f %12.1f %9.1f%%\n", s, step[s] / 1000, comp[s] / 1000,
+                  exposed[s] * 100);
+    }
+    std::printf("  median %12.1f %12.1f %9.1f%%   correct %s\n", Median(step) / 1000,
+                Median(comp) / 1000, Median(exposed) * 100, correct ? "yes" : "NO");
+    std::fflush(stdout);
+    if (!opt->json_path.empty()) {
+      std::ostringstream os;
+      os << "[{\"backend\": \"" << opt->backend << "\", \"op\": \"train_step\""
+         << ", \"model\": \"resnet50\", \"params\": " << plan.total_params
+         << ", \"bytes\": " << plan.total_params * 4 << ", \"buckets\": " << plan.buckets.size()
+         << ", \"bucket_mb\": " << JsonNumber(opt->bucket_mb)
+         << ", \"first_bucket_mb\": " << JsonNumber(opt->first_bucket_mb)
+         << ", \"world_size\": " << n << ", \"steps\": " << opt->steps
+         << ", \"compute_ms_target\": " << JsonNumber(opt->compute_ms)
+         << ", \"step_ms_median\": " << JsonNumber(Median(step) / 1000)
+         << ", \"step_ms_min\": " << JsonNumber(*std::min_element(step.begin(), step.end()) / 1000)
+         << ", \"step_ms_max\": " << JsonNumber(*std::max_element(step.begin(), step.end()) / 1000)
+         << ", \"compute_ms_median\": " << JsonNumber(Median(comp) / 1000)
+         << ", \"exposed_comm_share_median\": " << JsonNumber(Median(exposed))
+         << ", \"step_ms\": " << JsonList([&] {
+              std::vector<double> v;
+              for (double x : step) v.push_back(x / 1000);
+              return v;
+            }())
+         << ", \"correct\": " << (correct ? "true" : "false") << "}]\n";
+      const std::string tmp = opt->json_path + ".tmp";
+      {
+        std::ofstream out(tmp, std::ios::trunc);
+        out << os.str();
+        if (!out.flush()) throw std::runtime_error("cannot write " + tmp);
+      }
+      fs::rename(tmp, opt->json_path);
+    }
+  }
+  if (!correct) {
+    std::fprintf(stderr, "train_step[rank %d]: wrong allreduce results\n", rank);
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return Run(argc, argv);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "train_step: %s\n%.*s", e.what(), static_cast<int>(kUsage.size()),
+                 kUsage.data());
+    return 2;
+  } catch (const std::exception& e) {
+    const char* rank = std::getenv("RANK");
+    std::fprintf(stderr, "train_step[rank %s]: error: %s\n", rank ? rank : "?", e.what());
+    return 1;
+  }
+}
