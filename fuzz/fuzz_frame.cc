@@ -1,4 +1,5 @@
-// Frame header and abort payload decoders: never crash, and what decodes re-encodes identically.
+// Frame header and abort payload decoders: never crash, and what decodes re-encodes identically
+// (including the data frame number at offset 40; control frames must carry zero there).
 #include <cstdlib>
 #include <cstring>
 

@@ -7,6 +7,7 @@ PKGS=(
   libcli11-dev nlohmann-json3-dev libtomlplusplus-dev
   libgloo-dev python3-torch python3-numpy python3-pytest
   iproute2 iptables iperf3 iputils-ping procps gnuplot-nox
+  pybind11-dev libtorch-dev python3-sklearn
 )
 missing=()
 for p in "${PKGS[@]}"; do

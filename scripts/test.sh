@@ -12,6 +12,13 @@ bash scripts/build.sh build
 echo "== ctest (RelWithDebInfo)"
 ctest --test-dir build --output-on-failure --timeout 600 -j "$jobs"
 
+echo "== pytest (Python module and torch backend, release build)"
+if [ ! -f build/python/geoccl/__init__.py ]; then
+  echo "build/python/geoccl is missing: the Python module was not built (see cmake's 'geoccl python' message)" >&2
+  exit 1
+fi
+PYTHONPATH="$root/build/python${PYTHONPATH:+:$PYTHONPATH}" /usr/bin/python3 -m pytest -q tests/python
+
 echo "== build (ASan+UBSan)"
 bash scripts/build.sh build-asan -DGEOCCL_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug -DGEOCCL_BUILD_BENCH=OFF
 echo "== ctest (ASan+UBSan)"
@@ -19,11 +26,15 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
   ctest --test-dir build-asan --output-on-failure --timeout 900 -j "$jobs" -LE "slow|wan"
 
 echo "== fuzzers (clang, libFuzzer, 20 s each)"
-CC=clang CXX=clang++ bash scripts/build.sh build-fuzz -DGEOCCL_BUILD_FUZZERS=ON -DGEOCCL_BUILD_TESTS=OFF -DGEOCCL_BUILD_BENCH=OFF
-for f in build-fuzz/fuzz/fuzz_*; do
-  [ -x "$f" ] || continue
-  name=$(basename "$f")
+CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DGEOCCL_BUILD_FUZZERS=ON \
+  -DGEOCCL_BUILD_TESTS=OFF -DGEOCCL_BUILD_BENCH=OFF >/dev/null
+fuzzers=(fuzz_frame fuzz_handshake fuzz_store_codec)
+ninja -C build-fuzz "${fuzzers[@]}"
+for name in "${fuzzers[@]}"; do
   mkdir -p "build-fuzz/corpus/$name"
-  "$f" -max_total_time=20 -print_final_stats=0 "build-fuzz/corpus/$name" fuzz/corpus/"$name" 2>&1 | tail -1
+  seeds=()
+  [ -d "fuzz/corpus/$name" ] && seeds=("fuzz/corpus/$name")
+  echo "$name:"
+  "build-fuzz/fuzz/$name" -max_total_time=20 -print_final_stats=0 "build-fuzz/corpus/$name" "${seeds[@]}" 2>&1 | tail -1
 done
 echo "all test suites passed"

@@ -28,6 +28,43 @@ struct PeerStats {
   int peer = -1;
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
+
+  // One data connection to the peer: the kernel's TCP_INFO (Linux) at the time of the call and
+  // the transport's own counters. Zero where the kernel does not report a field.
+  struct Stream {
+    int index = 0;                   // data stream 1..S (0 is the control stream, not listed)
+    std::string congestion_control;  // what the kernel runs on this socket ("bbr", "cubic", ...)
+    double rtt_ms = 0;               // smoothed RTT
+    double min_rtt_ms = 0;
+    uint32_t cwnd_segments = 0;
+    uint32_t mss = 0;
+    uint64_t retransmits = 0;        // segments retransmitted over the connection's life
+    uint64_t bytes_retransmitted = 0;
+    uint64_t delivery_rate_bps = 0;  // bit/s, most recent sample
+    uint64_t pacing_rate_bps = 0;    // bit/s
+    uint64_t send_buffer = 0, receive_buffer = 0;  // SO_SNDBUF / SO_RCVBUF as the kernel holds them
+    uint64_t frames_sent = 0, frames_received = 0, bytes_sent = 0;
+  };
+  // Aggregates over the data streams: RTT is the mean, min RTT the least, the rest are sums.
+  int data_streams = 0;
+  std::string congestion_control;  // of the first data stream
+  double rtt_ms = 0;
+  double min_rtt_ms = 0;
+  uint64_t cwnd_segments = 0;
+  uint64_t retransmits = 0;
+  uint64_t bytes_retransmitted = 0;
+  uint64_t delivery_rate_bps = 0;
+  uint64_t pacing_rate_bps = 0;
+  std::vector<Stream> streams;
+};
+
+// The domains (regions) the group spans, as found at start-up.
+struct TopologyInfo {
+  std::vector<int> domain_of;      // rank -> domain index
+  std::vector<std::string> names;  // domain -> label ("" when discovered from RTTs)
+  std::string source;              // "labels", "rtt" or "single"
+  std::vector<double> rtt_ms;      // size*size matrix when measured, else empty
+  std::string describe;            // one line for logs
 };
 
 // All operations are asynchronous and return a Work. Buffers are raw memory with a count of
@@ -78,6 +115,7 @@ class Communicator {
             const OpOptions& o = {});
 
   std::vector<PeerStats> peer_stats() const;
+  const TopologyInfo& topology() const;
 
  private:
   std::unique_ptr<CommunicatorImpl> impl_;

@@ -32,7 +32,10 @@ struct Config {
   std::chrono::milliseconds connect_timeout{std::chrono::minutes(2)};  // GEOCCL_CONNECT_TIMEOUT_MS
 
   // Algorithms.
-  std::string algo = "auto";                // GEOCCL_ALGO: auto|ring|rd
+  std::string algo = "auto";                // GEOCCL_ALGO: auto|ring|rd|tree|hier|flat
+  // GEOCCL_TOPOLOGY: how domains are found. auto = labels (GEOCCL_DOMAIN) when set, else measure
+  // the RTT matrix at start-up and cluster; labels; probe (measure even with labels); flat.
+  std::string topology = "auto";
   size_t small_msg_bytes = 64 * 1024;       // GEOCCL_SMALL_MSG_BYTES: below: latency algorithm
   size_t chunk_bytes = 1 << 20;             // GEOCCL_CHUNK_BYTES: pipelining unit
 

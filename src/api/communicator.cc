@@ -14,6 +14,7 @@
 #include "membership/rendezvous.h"
 #include "runtime/event_loop.h"
 #include "runtime/progress.h"
+#include "topology/topology.h"
 #include "transport/tcp/tcp_transport.h"
 
 namespace geoccl {
@@ -38,6 +39,8 @@ class CommunicatorImpl {
   // Queues a point-to-point transfer; sequence numbers are kept per peer and direction.
   Work submit_p2p(bool is_send, int peer, FrameHeader h, const OpOptions& o, std::span<uint8_t> data);
   const std::string& algo(const OpOptions& o) const { return o.algo.empty() ? cfg_.algo : o.algo; }
+  const topology::Topology& topo() const { return topo_; }
+  const TopologyInfo& topology_info() const { return topo_info_; }
 
  private:
   struct Op {
@@ -60,6 +63,8 @@ class CommunicatorImpl {
   };
 
   Work enqueue(Op op);
+  // Finds the domains: exchanges labels, and measures RTTs when there are none (see Config).
+  void discover_topology();
   void worker_main();
   void start(Op& op);
   // Completes finished in-flight operations in order; aborts the group on an expired one.
@@ -71,6 +76,8 @@ class CommunicatorImpl {
   runtime::Progress progress_;
   std::unique_ptr<transport::tcp::TcpTransport> transport_;
   collectives::ScratchPool scratch_;
+  topology::Topology topo_;
+  TopologyInfo topo_info_;
 
   // Guarded by progress_.mutex().
   std::deque<Op> queue_;
@@ -119,6 +126,58 @@ CommunicatorImpl::CommunicatorImpl(Config cfg) : cfg_(std::move(cfg)) {
                                                                 [this] { progress_.notify(); });
   }
   worker_ = std::thread([this] { worker_main(); });
+  topo_ = topology::single_domain(cfg_.world_size);
+  if (cfg_.world_size > 1) {
+    try {
+      discover_topology();
+    } catch (...) {
+      // The worker must be stopped before members are destroyed.
+      {
+        std::lock_guard lk(progress_.mutex());
+        stop_ = true;
+      }
+      progress_.notify();
+      worker_.join();
+      throw;
+    }
+  }
+  topo_info_.domain_of = topo_.domain_of;
+  topo_info_.names = topo_.names;
+  topo_info_.source = topo_.source;
+  topo_info_.describe = topo_.describe();
+  if (cfg_.rank == 0) GEOCCL_LOG(kInfo, "topology: " << topo_info_.describe);
+}
+
+void CommunicatorImpl::discover_topology() {
+  constexpr size_t kLabel = 64;
+  const auto n = static_cast<size_t>(cfg_.world_size);
+  std::vector<uint8_t> mine(kLabel, 0), all(kLabel * n, 0);
+  std::copy_n(cfg_.domain.begin(), std::min(kLabel - 1, cfg_.domain.size()), mine.begin());
+  FrameHeader h;
+  h.kind = OpKind::kAllgather;
+  h.dtype = static_cast<uint8_t>(DataType::kUInt8);
+  h.op_bytes = kLabel * n;
+  submit(h, {}, [&](OpContext& c) { collectives::ring_allgather(c, mine.data(), all.data(), kLabel); })
+      .wait();
+  std::vector<std::string> labels;
+  for (size_t r = 0; r < n; ++r)
+    labels.emplace_back(reinterpret_cast<const char*>(all.data() + r * kLabel));
+  const bool labelled = std::any_of(labels.begin(), labels.end(), [](auto& l) { return !l.empty(); });
+  if (cfg_.topology == "flat") return;
+  if (cfg_.topology == "labels" || (cfg_.topology == "auto" && labelled)) {
+    topo_ = topology::from_labels(labels);
+    return;
+  }
+  // No labels: measure. The probe is a collective of its own so that every rank runs it.
+  FrameHeader p;
+  p.kind = OpKind::kBarrier;
+  p.dtype = static_cast<uint8_t>(DataType::kFloat64);
+  p.tag = 0x50524f42;  // "PROB"
+  p.op_bytes = n * n * sizeof(double);
+  std::vector<double> rtt;
+  submit(p, {}, [&](OpContext& c) { rtt = collectives::measure_rtt_matrix(c, 3); }).wait();
+  topo_ = topology::from_rtt(rtt, cfg_.world_size);
+  topo_info_.rtt_ms = rtt;
 }
 
 CommunicatorImpl::~CommunicatorImpl() {
@@ -299,21 +358,30 @@ int Communicator::rank() const { return impl_->rank(); }
 int Communicator::size() const { return impl_->size(); }
 const Config& Communicator::config() const { return impl_->config(); }
 std::vector<PeerStats> Communicator::peer_stats() const { return impl_->transport().stats(); }
+const TopologyInfo& Communicator::topology() const { return impl_->topology_info(); }
 
 Work Communicator::allreduce(void* buf, size_t count, DataType t, ReduceOp op, const OpOptions& o) {
   check_dtype(t);
   check_op(op);
   check_buf(buf, count, "buffer");
   const size_t bytes = checked_bytes(count, t);
-  const auto plan = collectives::plan_allreduce(bytes, size(), config().small_msg_bytes, impl_->algo(o));
+  const auto& topo = impl_->topo();
+  const auto plan = collectives::plan_allreduce(bytes, size(), topo.domains(), config().small_msg_bytes,
+                                                impl_->algo(o));
   GEOCCL_LOG(kDebug, "allreduce " << bytes << " B: " << collectives::algo_name(plan.algo) << " ("
                                   << plan.why << ")");
   return impl_->submit(header(OpKind::kAllreduce, t, bytes, static_cast<uint8_t>(op)), o,
-                       [=](OpContext& c) {
-                         if (plan.algo == collectives::Algo::kRing)
-                           collectives::ring_allreduce(c, buf, count, t, op);
-                         else
-                           collectives::recursive_doubling_allreduce(c, buf, count, t, op);
+                       [=, &topo](OpContext& c) {
+                         switch (plan.algo) {
+                           case collectives::Algo::kRing:
+                             return collectives::ring_allreduce(c, buf, count, t, op);
+                           case collectives::Algo::kHierarchical:
+                             return collectives::hierarchical_allreduce(c, topo, buf, count, t, op);
+                           case collectives::Algo::kHierarchicalSmall:
+                             return collectives::hierarchical_small_allreduce(c, topo, buf, count, t, op);
+                           default:
+                             return collectives::recursive_doubling_allreduce(c, buf, count, t, op);
+                         }
                        });
 }
 

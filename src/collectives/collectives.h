@@ -7,6 +7,7 @@
 
 #include "collectives/op_context.h"
 #include "geoccl/types.h"
+#include "topology/topology.h"
 
 namespace geoccl::collectives {
 
@@ -15,6 +16,24 @@ namespace geoccl::collectives {
 // ranks in first). Both give bit-identical results on every rank.
 void ring_allreduce(OpContext& c, void* buf, size_t count, DataType t, ReduceOp op);
 void recursive_doubling_allreduce(OpContext& c, void* buf, size_t count, DataType t, ReduceOp op);
+
+// The ring's halves, in place, for algorithms that compose them. After the reduce-scatter, rank r
+// holds the reduction of segment r+1 (see ring_owned_segment); sends still in flight are added to
+// `sends` (the caller waits for them before reusing the buffer).
+void ring_reduce_scatter_inplace(OpContext& c, void* buf, size_t count, DataType t, ReduceOp op,
+                                 std::vector<RequestPtr>* sends);
+void ring_allgather_inplace(OpContext& c, void* buf, size_t count, DataType t,
+                            std::vector<RequestPtr>* sends);
+// Element range [*begin, *begin + result) that rank r of n owns after the reduce-scatter.
+size_t ring_owned_segment(size_t count, int n, int r, size_t* begin);
+
+// Across domains: reduce-scatter inside each domain, ring allreduce of each piece among its
+// owners in the k domains, allgather inside each domain (large buffers); or reduce to a leader
+// per domain, direct exchange among leaders, broadcast inside (small buffers).
+void hierarchical_allreduce(OpContext& c, const topology::Topology& topo, void* buf, size_t count,
+                            DataType t, ReduceOp op);
+void hierarchical_small_allreduce(OpContext& c, const topology::Topology& topo, void* buf,
+                                  size_t count, DataType t, ReduceOp op);
 
 // broadcast from root. Binomial tree for small buffers, pipelined chain for large ones.
 void tree_broadcast(OpContext& c, void* buf, size_t bytes, int root);
@@ -28,6 +47,9 @@ void direct_gather(OpContext& c, const void* send, void* recv, size_t block_byte
 void direct_scatter(OpContext& c, const void* send, void* recv, size_t block_bytes, int root);
 void pairwise_alltoall(OpContext& c, const void* send, void* recv, size_t block_bytes);
 void dissemination_barrier(OpContext& c);
+
+// Round-trip times between every pair of ranks, in ms (row-major n*n, same on every rank).
+std::vector<double> measure_rtt_matrix(OpContext& c, int pings);
 
 // Element range [begin, end) of segment i when `count` elements are split into n segments.
 inline size_t segment_begin(size_t count, int n, int i) {

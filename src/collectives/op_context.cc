@@ -13,7 +13,20 @@ OpContext::OpContext(transport::Transport& t, runtime::Progress& progress, Scrat
       header_(header),
       deadline_(deadline),
       chunk_bytes_(chunk_bytes),
-      scratch_(scratch) {}
+      scratch_(scratch) {
+  for (int i = 0; i < t.size(); ++i) members_.push_back(i);
+  my_index_ = t.rank();
+}
+
+OpContext OpContext::sub(std::vector<int> members) {
+  OpContext c(transport_, progress_, scratch_, header_, deadline_, chunk_bytes_);
+  c.my_index_ = -1;
+  for (size_t i = 0; i < members.size(); ++i)
+    if (members[i] == transport_.rank()) c.my_index_ = static_cast<int>(i);
+  if (c.my_index_ < 0) throw Error(ErrorCode::kInternal, "subgroup does not contain this rank");
+  c.members_ = std::move(members);
+  return c;
+}
 
 OpContext::~OpContext() {
   // Requests of a failed group complete with its error; this never waits past the deadline
@@ -32,7 +45,7 @@ OpContext::~OpContext() {
 RequestPtr OpContext::send(int peer, std::span<const uint8_t> data, uint64_t offset) {
   protocol::FrameHeader h = header_;
   h.offset = offset;
-  auto r = transport_.send(peer, h, data);
+  auto r = transport_.send(global(peer), h, data);
   outstanding_.push_back(r);
   return r;
 }
@@ -40,7 +53,7 @@ RequestPtr OpContext::send(int peer, std::span<const uint8_t> data, uint64_t off
 RequestPtr OpContext::recv(int peer, std::span<uint8_t> dst, uint64_t offset) {
   protocol::FrameHeader h = header_;
   h.offset = offset;
-  auto r = transport_.recv(peer, h, dst);
+  auto r = transport_.recv(global(peer), h, dst);
   outstanding_.push_back(r);
   return r;
 }
@@ -61,7 +74,7 @@ void OpContext::wait(const RequestPtr& r) {
     transport_.abort(ErrorCode::kTimeout,
                      std::string(protocol::op_kind_name(header_.kind)) + " #" +
                          std::to_string(header_.seq) + " passed its deadline on rank " +
-                         std::to_string(rank()));
+                         std::to_string(transport_.rank()));
   }
   if (!r->done.load(std::memory_order_acquire))
     progress_.wait_until([&] { return r->done.load(std::memory_order_acquire); },

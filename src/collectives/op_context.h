@@ -50,9 +50,18 @@ class OpContext {
   // Waits for every request still pending (sends from user memory must finish before the
   // operation completes), without throwing.
   ~OpContext();
+  OpContext(OpContext&&) = default;
 
-  int rank() const { return transport_.rank(); }
-  int size() const { return transport_.size(); }
+  // Rank and size within this context's group (the whole communicator unless made by sub()).
+  int rank() const { return my_index_; }
+  int size() const { return static_cast<int>(members_.size()); }
+  // The global rank of group member `i`.
+  int global(int i) const { return members_[static_cast<size_t>(i)]; }
+
+  // A context over a subgroup (global ranks, in the order that defines ring positions; must
+  // contain this rank). It shares the operation's header, deadline and scratch memory, so
+  // subgroup algorithms run one after another, not at the same time.
+  OpContext sub(std::vector<int> members);
   size_t chunk_bytes() const { return chunk_bytes_; }
 
   // One frame each. `offset` is informational (position in the operation's byte stream).
@@ -72,6 +81,8 @@ class OpContext {
  private:
   transport::Transport& transport_;
   runtime::Progress& progress_;
+  std::vector<int> members_;
+  int my_index_ = 0;
   protocol::FrameHeader header_;
   Clock::time_point deadline_;
   size_t chunk_bytes_;

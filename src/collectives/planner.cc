@@ -8,13 +8,24 @@ const char* algo_name(Algo a) {
     case Algo::kRecursiveDoubling: return "rd";
     case Algo::kTree: return "tree";
     case Algo::kChain: return "chain";
+    case Algo::kHierarchical: return "hier";
+    case Algo::kHierarchicalSmall: return "hier-small";
   }
   return "?";
 }
 
-Plan plan_allreduce(size_t bytes, int world, size_t small_msg_bytes, const std::string& forced) {
+Plan plan_allreduce(size_t bytes, int world, int domains, size_t small_msg_bytes,
+                    const std::string& forced) {
   if (forced == "ring") return {Algo::kRing, "forced"};
   if (forced == "rd" || forced == "tree") return {Algo::kRecursiveDoubling, "forced"};
+  const bool small = bytes <= small_msg_bytes;
+  if (forced == "hier" || (forced != "flat" && domains > 1)) {
+    // Across domains the WAN is the bottleneck: cross it once per piece (large) or with one
+    // direct exchange between domain leaders (small).
+    const std::string why = std::to_string(domains) + " domains, " + std::to_string(bytes) + " B";
+    return small ? Plan{Algo::kHierarchicalSmall, why + ": leaders exchange directly"}
+                 : Plan{Algo::kHierarchical, why + ": WAN carries 2(k-1)/k of the buffer per domain"};
+  }
   // The ring moves 2(n-1)/n of the buffer per rank (bandwidth-optimal) but takes 2(n-1) latency
   // steps; recursive doubling takes log2(n) steps but moves the whole buffer each time.
   if (bytes <= small_msg_bytes || bytes < static_cast<size_t>(world) * 64)

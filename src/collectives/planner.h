@@ -7,7 +7,7 @@
 
 namespace geoccl::collectives {
 
-enum class Algo { kRing, kRecursiveDoubling, kTree, kChain };
+enum class Algo { kRing, kRecursiveDoubling, kTree, kChain, kHierarchical, kHierarchicalSmall };
 
 struct Plan {
   Algo algo;
@@ -16,9 +16,11 @@ struct Plan {
 
 const char* algo_name(Algo a);
 
-// `forced`: "" or "auto" to choose; "ring", "rd", "tree" to force (an algorithm that does not
-// apply to the operation falls back to the automatic choice).
-Plan plan_allreduce(size_t bytes, int world, size_t small_msg_bytes, const std::string& forced);
+// `forced`: "" or "auto" to choose; "ring", "rd", "tree", "hier" to force (an algorithm that
+// does not apply to the operation falls back to the automatic choice). `domains`: number of
+// domains (regions) the group spans.
+Plan plan_allreduce(size_t bytes, int world, int domains, size_t small_msg_bytes,
+                    const std::string& forced);
 Plan plan_broadcast(size_t bytes, int world, size_t small_msg_bytes, const std::string& forced);
 
 }  // namespace geoccl::collectives

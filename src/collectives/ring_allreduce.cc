@@ -1,10 +1,10 @@
-// Pipelined ring allreduce.
+// Pipelined ring allreduce, and its two halves for algorithms that compose them.
 //
-// The buffer is split into n segments; segment s is fully reduced on rank s-1 after n-1
-// reduce-scatter steps and then travels once around the ring (allgather). Each segment is further
-// cut into chunks so that, within a step, receiving chunk j+1 overlaps reducing chunk j and
-// forwarding it. Every segment's final value is computed on exactly one rank and copied to the
-// others, so all ranks hold bit-identical results.
+// The buffer is split into n segments; after n-1 reduce-scatter steps segment r+1 is fully
+// reduced on rank r, and n-1 allgather steps send every final segment once around the ring.
+// Each segment is further cut into chunks so that, within a step, receiving chunk j+1 overlaps
+// reducing chunk j and forwarding it. Every segment's final value is computed on exactly one rank
+// and copied to the others, so all ranks hold bit-identical results.
 #include <algorithm>
 #include <cstring>
 
@@ -12,69 +12,94 @@
 #include "core/reduce.h"
 
 namespace geoccl::collectives {
+namespace {
 
-void ring_allreduce(OpContext& c, void* buf, size_t count, DataType t, ReduceOp op) {
-  const int n = c.size(), r = c.rank();
-  if (n == 1 || count == 0) {
-    return;
-  }
-  const size_t es = dtype_size(t);
-  auto* base = static_cast<uint8_t*>(buf);
-  const int right = (r + 1) % n, left = (r - 1 + n) % n;
-  auto seg = [&](int i) {
+struct Ring {
+  OpContext& c;
+  uint8_t* base;
+  size_t count, es, chunk;
+  int n, r, right, left;
+
+  Ring(OpContext& ctx, void* buf, size_t cnt, DataType t)
+      : c(ctx), base(static_cast<uint8_t*>(buf)), count(cnt), es(dtype_size(t)),
+        chunk(std::max(es, ctx.chunk_bytes() / es * es)), n(ctx.size()), r(ctx.rank()),
+        right((r + 1) % n), left((r - 1 + n) % n) {}
+
+  std::span<uint8_t> seg(int i) const {
     i = ((i % n) + n) % n;
     const size_t b = segment_begin(count, n, i), e = segment_begin(count, n, i + 1);
-    return std::span<uint8_t>(base + b * es, (e - b) * es);
-  };
-  // Chunk boundaries in bytes, aligned to elements.
-  const size_t chunk = std::max(es, c.chunk_bytes() / es * es);
-  size_t max_seg = 0;
-  for (int i = 0; i < n; ++i) max_seg = std::max(max_seg, seg(i).size());
-  std::span<uint8_t> staging[2] = {c.scratch(max_seg, 0), c.scratch(max_seg, 1)};
-
-  std::vector<RequestPtr> sends;
-  auto post_recvs = [&](int step, std::vector<RequestPtr>* out) {
-    auto s = seg(r - step - 1);
-    auto dst = staging[step % 2].first(s.size());
-    for (size_t off = 0; off < s.size(); off += chunk)
-      out->push_back(c.recv(left, dst.subspan(off, std::min(chunk, s.size() - off)), off));
-  };
-
-  // Reduce-scatter.
-  {
-    auto s0 = seg(r);
-    for (size_t off = 0; off < s0.size(); off += chunk)
-      sends.push_back(c.send(right, s0.subspan(off, std::min(chunk, s0.size() - off)), off));
+    return {base + b * es, (e - b) * es};
   }
+  void send_chunks(std::span<uint8_t> s, std::vector<RequestPtr>* out) const {
+    for (size_t off = 0; off < s.size(); off += chunk)
+      out->push_back(c.send(right, s.subspan(off, std::min(chunk, s.size() - off)), off));
+  }
+};
+
+}  // namespace
+
+size_t ring_owned_segment(size_t count, int n, int r, size_t* begin) {
+  const int s = (r + 1) % n;
+  *begin = segment_begin(count, n, s);
+  return segment_begin(count, n, s + 1) - *begin;
+}
+
+void ring_reduce_scatter_inplace(OpContext& c, void* buf, size_t count, DataType t, ReduceOp op,
+                                 std::vector<RequestPtr>* sends) {
+  Ring g(c, buf, count, t);
+  if (g.n == 1 || count == 0) return;
+  size_t max_seg = 0;
+  for (int i = 0; i < g.n; ++i) max_seg = std::max(max_seg, g.seg(i).size());
+  std::span<uint8_t> staging[2] = {c.scratch(max_seg, 0), c.scratch(max_seg, 1)};
+  auto post_recvs = [&](int step, std::vector<RequestPtr>* out) {
+    auto s = g.seg(g.r - step - 1);
+    auto dst = staging[step % 2].first(s.size());
+    for (size_t off = 0; off < s.size(); off += g.chunk)
+      out->push_back(c.recv(g.left, dst.subspan(off, std::min(g.chunk, s.size() - off)), off));
+  };
+  g.send_chunks(g.seg(g.r), sends);
   std::vector<RequestPtr> recvs[2];
   post_recvs(0, &recvs[0]);
-  for (int step = 0; step < n - 1; ++step) {
-    if (step + 1 < n - 1) post_recvs(step + 1, &recvs[(step + 1) % 2]);
-    auto s = seg(r - step - 1);
+  for (int step = 0; step < g.n - 1; ++step) {
+    if (step + 1 < g.n - 1) post_recvs(step + 1, &recvs[(step + 1) % 2]);
+    auto s = g.seg(g.r - step - 1);
     auto& rs = recvs[step % 2];
-    for (size_t j = 0, off = 0; off < s.size(); ++j, off += chunk) {
-      const size_t len = std::min(chunk, s.size() - off);
+    for (size_t j = 0, off = 0; off < s.size(); ++j, off += g.chunk) {
+      const size_t len = std::min(g.chunk, s.size() - off);
       c.wait(rs[j]);
-      core::reduce_into(s.data() + off, staging[step % 2].data() + off, len / es, t, op);
-      // At the last step this segment is final: its first allgather hop leaves right away.
-      sends.push_back(c.send(right, s.subspan(off, len), off));
+      core::reduce_into(s.data() + off, staging[step % 2].data() + off, len / g.es, t, op);
+      // The next step forwards this partial sum; after the last step nothing more is sent here
+      // (the allgather half sends the final segment).
+      if (step + 1 < g.n - 1) sends->push_back(c.send(g.right, s.subspan(off, len), off));
     }
     rs.clear();
   }
+}
 
-  // Allgather: receive each final segment straight into place and forward it.
-  for (int step = 0; step < n - 1; ++step) {
-    auto s = seg(r - step);
+void ring_allgather_inplace(OpContext& c, void* buf, size_t count, DataType t,
+                            std::vector<RequestPtr>* sends) {
+  Ring g(c, buf, count, t);
+  if (g.n == 1 || count == 0) return;
+  g.send_chunks(g.seg(g.r + 1), sends);
+  for (int step = 0; step < g.n - 1; ++step) {
+    auto s = g.seg(g.r - step);
     std::vector<RequestPtr> rs;
-    for (size_t off = 0; off < s.size(); off += chunk)
-      rs.push_back(c.recv(left, s.subspan(off, std::min(chunk, s.size() - off)), off));
-    for (size_t j = 0, off = 0; off < s.size(); ++j, off += chunk) {
+    for (size_t off = 0; off < s.size(); off += g.chunk)
+      rs.push_back(c.recv(g.left, s.subspan(off, std::min(g.chunk, s.size() - off)), off));
+    for (size_t j = 0, off = 0; off < s.size(); ++j, off += g.chunk) {
       c.wait(rs[j]);
-      if (step + 1 < n - 1) sends.push_back(c.send(right, s.subspan(off, std::min(chunk, s.size() - off)), off));
+      if (step + 1 < g.n - 1)
+        sends->push_back(c.send(g.right, s.subspan(off, std::min(g.chunk, s.size() - off)), off));
     }
   }
+}
+
+void ring_allreduce(OpContext& c, void* buf, size_t count, DataType t, ReduceOp op) {
+  std::vector<RequestPtr> sends;
+  ring_reduce_scatter_inplace(c, buf, count, t, op, &sends);
+  ring_allgather_inplace(c, buf, count, t, &sends);
   c.wait_all(sends);
-  if (op == ReduceOp::kAvg) core::finish_avg(buf, count, t, n);
+  if (op == ReduceOp::kAvg) core::finish_avg(buf, count, t, c.size());
 }
 
 }  // namespace geoccl::collectives

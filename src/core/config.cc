@@ -69,6 +69,7 @@ void Config::apply_env() {
     connect_timeout = std::chrono::milliseconds(parse_int<int64_t>(n, v));
   });
   apply({"GEOCCL_ALGO"}, [&](auto, auto v) { algo = v; });
+  apply({"GEOCCL_TOPOLOGY"}, [&](auto, auto v) { topology = v; });
   apply({"GEOCCL_SMALL_MSG_BYTES"}, [&](auto n, auto v) { small_msg_bytes = parse_size(n, v); });
   apply({"GEOCCL_CHUNK_BYTES"}, [&](auto n, auto v) { chunk_bytes = parse_size(n, v); });
   apply({"GEOCCL_LOG_LEVEL"}, [&](auto, auto v) { log_level = v; });
@@ -89,8 +90,11 @@ void Config::validate() const {
   if (connect_timeout.count() <= 0) bad("GEOCCL_CONNECT_TIMEOUT_MS must be > 0");
   if (tcp_streams < 0 || tcp_streams > 64) bad("GEOCCL_TCP_STREAMS must be in 0..64");
   if (chunk_bytes < 4096) bad("GEOCCL_CHUNK_BYTES must be >= 4096");
-  if (algo != "auto" && algo != "ring" && algo != "rd" && algo != "tree")
-    bad("GEOCCL_ALGO must be auto, ring, rd or tree, got '" + algo + "'");
+  if (algo != "auto" && algo != "ring" && algo != "rd" && algo != "tree" && algo != "hier" &&
+      algo != "flat")
+    bad("GEOCCL_ALGO must be auto, ring, rd, tree, hier or flat, got '" + algo + "'");
+  if (topology != "auto" && topology != "labels" && topology != "probe" && topology != "flat")
+    bad("GEOCCL_TOPOLOGY must be auto, labels, probe or flat, got '" + topology + "'");
   core::LogLevel l;
   if (!core::parse_log_level(log_level, &l)) bad("GEOCCL_LOG_LEVEL '" + log_level + "' is unknown");
 }

@@ -29,7 +29,7 @@ const char* decode_status_name(DecodeStatus s) {
     case DecodeStatus::kBadMagic: return "bad magic";
     case DecodeStatus::kBadType: return "bad frame type";
     case DecodeStatus::kBadLength: return "payload too long";
-    case DecodeStatus::kBadReserved: return "reserved bits set";
+    case DecodeStatus::kBadReserved: return "frame number set on a control frame";
   }
   return "unknown";
 }
@@ -48,7 +48,7 @@ FrameHeaderBytes encode_frame_header(const FrameHeader& h) {
   w.u64(h.seq);
   w.u64(h.op_bytes);
   w.u64(h.offset);
-  w.u64(0);
+  w.u64(h.type == FrameType::kData ? h.frame : 0);
   FrameHeaderBytes out{};
   std::copy(v.begin(), v.end(), out.begin());
   return out;
@@ -58,7 +58,6 @@ DecodeStatus decode_frame_header(std::span<const uint8_t, kFrameHeaderSize> in, 
   Reader r(in);
   uint32_t magic = 0;
   uint8_t type = 0, kind = 0;
-  uint64_t reserved = 0;
   FrameHeader h;
   r.u32(&magic);
   r.u8(&type);
@@ -70,7 +69,7 @@ DecodeStatus decode_frame_header(std::span<const uint8_t, kFrameHeaderSize> in, 
   r.u64(&h.seq);
   r.u64(&h.op_bytes);
   r.u64(&h.offset);
-  r.u64(&reserved);
+  r.u64(&h.frame);
   if (magic != kFrameMagic) return DecodeStatus::kBadMagic;
   if (type < static_cast<uint8_t>(FrameType::kData) ||
       type > static_cast<uint8_t>(FrameType::kGoodbye))
@@ -81,7 +80,8 @@ DecodeStatus decode_frame_header(std::span<const uint8_t, kFrameHeaderSize> in, 
     return DecodeStatus::kBadLength;
   if (type == static_cast<uint8_t>(FrameType::kGoodbye) && h.payload_len != 0)
     return DecodeStatus::kBadLength;
-  if (reserved != 0) return DecodeStatus::kBadReserved;
+  if (type != static_cast<uint8_t>(FrameType::kData) && h.frame != 0)
+    return DecodeStatus::kBadReserved;
   h.type = static_cast<FrameType>(type);
   h.kind = static_cast<OpKind>(kind);
   *out = h;

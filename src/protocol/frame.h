@@ -11,7 +11,9 @@
 //    16    8 seq          collective sequence number, or per-pair sequence for send/recv
 //    24    8 op_bytes     the sender's buffer size for the whole operation, in bytes
 //    32    8 offset       byte offset of this payload within the operation's stream
-//    40    8 reserved     must be zero
+//    40    8 frame        data frames: per-pair data frame number (0, 1, 2, ... in posting order
+//                         on the sender), which lets the receiver take frame k of a peer from any
+//                         of its striped data streams; control frames: must be zero
 //
 // The receiver compares seq, kind, dtype, reduce_op, tag and op_bytes with what it expects:
 // any difference is a mismatch between ranks, reported as such instead of corrupting data.
@@ -63,6 +65,7 @@ struct FrameHeader {
   uint64_t seq = 0;
   uint64_t op_bytes = 0;
   uint64_t offset = 0;
+  uint64_t frame = 0;  // per-pair data frame number (transport-assigned; 0 on control frames)
 
   bool operator==(const FrameHeader&) const = default;
 };
@@ -78,7 +81,7 @@ const char* decode_status_name(DecodeStatus s);
 DecodeStatus decode_frame_header(std::span<const uint8_t, kFrameHeaderSize> in, FrameHeader* out);
 
 // Describes the first field where `got` differs from `want` ("" when they agree on every field a
-// receiver checks: everything but payload_len and offset).
+// receiver checks: everything but payload_len, offset and frame).
 std::string describe_mismatch(const FrameHeader& want, const FrameHeader& got);
 
 // Abort payload helpers.

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <thread>
@@ -128,7 +129,9 @@ void check_reductions(Communicator& c, const std::vector<size_t>& counts) {
         for (size_t i = 0; i < count; ++i) expected(want, i, t, op, n, i);
         want.resize(count * es);
         // allreduce with both algorithms.
-        for (const char* algo : {"ring", "rd"}) {
+        std::vector<const char*> algos = {"ring", "rd"};
+        if (c.topology().names.size() > 1) algos = {"hier", "ring", "rd"};
+        for (const char* algo : algos) {
           std::vector<uint8_t> buf(count * es);
           for (size_t i = 0; i < count; ++i) put(buf.data(), i, t, input(me, i, t, op));
           OpOptions o;
@@ -247,6 +250,25 @@ int mode_collectives(Communicator& c, bool big) {
     std::vector<uint8_t> bytes(reinterpret_cast<uint8_t*>(buf.data()), reinterpret_cast<uint8_t*>(buf.data() + count));
     check_identical(c, bytes, "big allreduce");
   }
+  // Gradient bucketing: 40 tensors of assorted sizes through 16 KiB buckets.
+  {
+    std::vector<std::vector<float>> grads;
+    GradientBucketer b(c, DataType::kFloat32, ReduceOp::kSum, 16 << 10);
+    for (int k = 0; k < 40; ++k) {
+      grads.emplace_back(static_cast<size_t>(1 + (k * 997) % 5000));
+      for (size_t i = 0; i < grads.back().size(); ++i)
+        grads.back()[i] = static_cast<float>(input(c.rank(), i + static_cast<size_t>(k), DataType::kFloat32, ReduceOp::kSum));
+      b.add(grads.back().data(), grads.back().size());
+    }
+    b.finish().wait();
+    CHECK(b.buckets_started() > 1, "bucketer started %zu buckets", b.buckets_started());
+    for (int k = 0; k < 40; ++k)
+      for (size_t i = 0; i < grads[static_cast<size_t>(k)].size(); i += 13) {
+        int64_t s = 0;
+        for (int r = 0; r < c.size(); ++r) s += input(r, i + static_cast<size_t>(k), DataType::kFloat32, ReduceOp::kSum);
+        CHECK(grads[static_cast<size_t>(k)][i] == static_cast<float>(s), "bucketed tensor %d element %zu", k, i);
+      }
+  }
   // Several operations in flight at once complete in issue order.
   std::vector<std::vector<int32_t>> bufs(16, std::vector<int32_t>(100, c.rank() + 1));
   std::vector<Work> works;
@@ -289,6 +311,22 @@ int expect_error(const std::function<void()>& f, ErrorCode code, std::chrono::mi
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "collectives";
   try {
+    // GEOCCL_TEST_DOMAINS="a,a,b,...": this rank's GEOCCL_DOMAIN is the RANK-th entry.
+    if (const char* doms = std::getenv("GEOCCL_TEST_DOMAINS")) {
+      std::vector<std::string> list;
+      std::string cur;
+      for (const char* p = doms;; ++p) {
+        if (*p == ',' || *p == 0) {
+          list.push_back(cur);
+          cur.clear();
+          if (!*p) break;
+        } else {
+          cur += *p;
+        }
+      }
+      const int r = std::atoi(std::getenv("RANK"));
+      setenv("GEOCCL_DOMAIN", list.at(static_cast<size_t>(r)).c_str(), 1);
+    }
     Config cfg = Config::from_env();
     if (mode == "kill" || mode == "mismatch-size" || mode == "mismatch-dtype" || mode == "mismatch-op")
       cfg.op_timeout = std::chrono::seconds(20);
@@ -296,6 +334,15 @@ int main(int argc, char** argv) {
     const int me = c.rank(), n = c.size();
     if (mode == "collectives") return mode_collectives(c, false);
     if (mode == "collectives-big") return mode_collectives(c, true);
+    if (mode == "topology") {
+      // The domains found must be the ones given in GEOCCL_TEST_EXPECT ("0,0,1,1,2,2").
+      std::string want = std::getenv("GEOCCL_TEST_EXPECT") ? std::getenv("GEOCCL_TEST_EXPECT") : "";
+      std::string got;
+      for (int d : c.topology().domain_of) got += (got.empty() ? "" : ",") + std::to_string(d);
+      std::printf("topology: %s\n", c.topology().describe.c_str());
+      CHECK(got == want, "domains %s, expected %s", got.c_str(), want.c_str());
+      return g_failures ? 1 : 0;
+    }
     if (mode == "kill") {
       // Rank 1 dies in the middle of a large allreduce; the others must see peer-lost well
       // before their 20 s deadline.

@@ -5,7 +5,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -82,6 +84,27 @@ TEST(Collectives, EightStripedStreamsPerPeer) {
   }
   const auto codes = run_ranks(3, "collectives-big", 240, {{"GEOCCL_TCP_STREAMS", "8"}});
   for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "big, rank " << r;
+}
+
+TEST(Hierarchical, UnevenDomainsMatchReferenceAndAreBitIdentical) {
+  for (const char* doms : {"a,a,a,b,c,c", "x,y", "a,b,b,a,c"}) {
+    const int n = static_cast<int>(std::count(doms, doms + std::strlen(doms), ',')) + 1;
+    const auto codes = run_ranks(n, "collectives", 240, {{"GEOCCL_TEST_DOMAINS", doms}});
+    for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << doms << " rank " << r;
+  }
+  const auto codes = run_ranks(4, "collectives-big", 240, {{"GEOCCL_TEST_DOMAINS", "a,a,b,b"}});
+  for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "big, rank " << r;
+}
+
+TEST(Topology, LabelsDefineDomains) {
+  const auto codes = run_ranks(5, "topology", 60,
+                               {{"GEOCCL_TEST_DOMAINS", "b,a,b,c,a"}, {"GEOCCL_TEST_EXPECT", "0,1,0,2,1"}});
+  for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
+TEST(Topology, OneHostWithoutLabelsIsOneDomain) {
+  const auto codes = run_ranks(4, "topology", 60, {{"GEOCCL_TEST_EXPECT", "0,0,0,0"}});
+  for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
 }
 
 TEST(CollectivesBig, TensOfMiBOnThreeAndFourRanks) {

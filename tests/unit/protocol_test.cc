@@ -16,9 +16,11 @@ TEST(Frame, RoundTrip) {
   h.seq = 0x0102030405060708ull;
   h.op_bytes = 1ull << 40;
   h.offset = 99;
+  h.frame = 0x1112131415161718ull;
   const auto b = encode_frame_header(h);
   EXPECT_EQ(b[0], 'G');  // magic is little-endian "GCF1"
   EXPECT_EQ(b[16], 0x08);  // seq low byte first
+  EXPECT_EQ(b[40], 0x18);  // frame number at offset 40, low byte first
   FrameHeader d;
   ASSERT_EQ(decode_frame_header(b, &d), DecodeStatus::kOk);
   EXPECT_EQ(d, h);
@@ -37,13 +39,25 @@ TEST(Frame, RejectsBadInput) {
   EXPECT_EQ(decode_frame_header(b, &d), DecodeStatus::kBadLength);
   h.payload_len = 0;
   b = encode_frame_header(h);
-  b[47] = 1;
+  b[47] = 1;  // a data frame may carry any frame number
+  ASSERT_EQ(decode_frame_header(b, &d), DecodeStatus::kOk);
+  EXPECT_EQ(d.frame, 1ull << 56);
+  h.type = FrameType::kGoodbye;
+  b = encode_frame_header(h);
+  b[47] = 1;  // ... a control frame none
   EXPECT_EQ(decode_frame_header(b, &d), DecodeStatus::kBadReserved);
+  h.frame = 5;  // encoding a control frame drops it
+  b = encode_frame_header(h);
+  ASSERT_EQ(decode_frame_header(b, &d), DecodeStatus::kOk);
+  EXPECT_EQ(d.frame, 0u);
 }
 
 TEST(Frame, MismatchNamesTheField) {
   FrameHeader a, b;
   a.kind = b.kind = OpKind::kAllreduce;
+  EXPECT_EQ(describe_mismatch(a, b), "");
+  b.frame = 3;  // transport bookkeeping, not a disagreement between ranks
+  b.offset = 64;
   EXPECT_EQ(describe_mismatch(a, b), "");
   b.op_bytes = 8;
   EXPECT_NE(describe_mismatch(a, b).find("size"), std::string::npos);

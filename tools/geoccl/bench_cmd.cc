@@ -214,10 +214,31 @@ int run_bench(const BenchSpec& spec) {
     }
   }
   if (spec.verbose)
-    for (const auto& s : comm.peer_stats())
+    for (const auto& s : comm.peer_stats()) {
       std::printf("# rank %d -> peer %d: sent %llu B, received %llu B\n", me, s.peer,
                   static_cast<unsigned long long>(s.bytes_sent),
                   static_cast<unsigned long long>(s.bytes_received));
+      // TCP_INFO of the data streams (aggregate, then one line per stream).
+      std::printf("#   %d data stream(s), cc %s, rtt %.2f ms (min %.2f), cwnd %llu seg, "
+                  "retrans %llu seg / %llu B, delivery %.1f Mbit/s, pacing %.1f Mbit/s\n",
+                  s.data_streams, s.congestion_control.c_str(), s.rtt_ms, s.min_rtt_ms,
+                  static_cast<unsigned long long>(s.cwnd_segments),
+                  static_cast<unsigned long long>(s.retransmits),
+                  static_cast<unsigned long long>(s.bytes_retransmitted),
+                  static_cast<double>(s.delivery_rate_bps) / 1e6,
+                  static_cast<double>(s.pacing_rate_bps) / 1e6);
+      for (const auto& t : s.streams)
+        std::printf("#   stream %d: %s rtt %.2f ms cwnd %u mss %u retrans %llu delivery %.1f "
+                    "Mbit/s pacing %.1f Mbit/s sndbuf %llu rcvbuf %llu frames sent %llu recv %llu\n",
+                    t.index, t.congestion_control.c_str(), t.rtt_ms, t.cwnd_segments, t.mss,
+                    static_cast<unsigned long long>(t.retransmits),
+                    static_cast<double>(t.delivery_rate_bps) / 1e6,
+                    static_cast<double>(t.pacing_rate_bps) / 1e6,
+                    static_cast<unsigned long long>(t.send_buffer),
+                    static_cast<unsigned long long>(t.receive_buffer),
+                    static_cast<unsigned long long>(t.frames_sent),
+                    static_cast<unsigned long long>(t.frames_received));
+    }
   if (me == 0 && !spec.json_path.empty()) {
     std::ofstream f(spec.json_path);
     f << results.dump(2) << "\n";

@@ -12,6 +12,7 @@
 #include "bench_cmd.h"
 #include "geoccl/geoccl.h"
 #include "launcher.h"
+#include "probe_cmd.h"
 #include "testbed/scenario.h"
 #include "testbed/wan_session.h"
 #include "testbed/wanem_cli.h"
@@ -84,6 +85,10 @@ int main(int argc, char** argv) {
   b->add_option("--json", bench.json_path, "write results as JSON (rank 0)");
   b->add_flag("--verbose,-v", bench.verbose, "per-connection statistics");
 
+  std::string probe_bytes = "8M";
+  auto* pr = app.add_subcommand("probe", "measure RTTs and rates between ranks, print the domains found");
+  pr->add_option("--rate-bytes", probe_bytes, "bytes per pair for the rate estimate (0 = skip)");
+
   uint16_t store_port = 29500;
   std::string store_bind = "0.0.0.0";
   auto* st = app.add_subcommand("store", "run a standalone rendezvous store");
@@ -104,6 +109,7 @@ int main(int argc, char** argv) {
       return geoccl::tools::run_bench(bench);
     }
     if (*st) return store_main(store_port, store_bind);
+    if (*pr) return geoccl::tools::run_probe(geoccl::tools::parse_sizes(probe_bytes).front());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "geoccl: %s\n", e.what());
     return 1;

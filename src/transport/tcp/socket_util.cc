@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 
@@ -123,7 +124,8 @@ std::string route_source_address(const std::string& host) {
   return out;
 }
 
-int connect_with_timeout(const std::string& host, uint16_t port, std::chrono::milliseconds timeout) {
+int connect_with_timeout(const std::string& host, uint16_t port, std::chrono::milliseconds timeout,
+                         const std::function<void(int)>& before_connect) {
   const auto deadline = Clock::now() + timeout;
   addrinfo* res = nullptr;
   try {
@@ -136,6 +138,7 @@ int connect_with_timeout(const std::string& host, uint16_t port, std::chrono::mi
   for (addrinfo* a = res; a && fd < 0; a = a->ai_next) {
     fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
     if (fd < 0) continue;
+    if (before_connect) before_connect(fd);
     int rc = connect(fd, a->ai_addr, a->ai_addrlen);
     if (rc != 0 && errno == EINPROGRESS) {
       if (wait_fd(fd, POLLOUT, deadline)) {
@@ -214,6 +217,26 @@ std::string congestion_control(int fd) {
   socklen_t len = sizeof buf;
   if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, buf, &len) != 0) return "";
   return std::string(buf, strnlen(buf, sizeof buf));
+}
+
+}  // namespace geoccl::transport::tcp
+
+namespace geoccl::transport::tcp {
+
+std::pair<uint64_t, uint64_t> set_buffer_sizes(int fd, uint64_t bytes) {
+  const int v = static_cast<int>(std::min<uint64_t>(bytes, 1u << 30));
+  // SO_*BUFFORCE ignores net.core.{w,r}mem_max; it needs CAP_NET_ADMIN (we run as root on the
+  // test bed and in most training containers). Without it the plain option is capped.
+  if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &v, sizeof v) != 0)
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof v);
+  if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &v, sizeof v) != 0)
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof v);
+  int snd = 0, rcv = 0;
+  socklen_t len = sizeof snd;
+  getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &snd, &len);
+  len = sizeof rcv;
+  getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, &len);
+  return {static_cast<uint64_t>(snd), static_cast<uint64_t>(rcv)};
 }
 
 }  // namespace geoccl::transport::tcp

@@ -3,8 +3,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
+#include <utility>
 
 namespace geoccl::transport::tcp {
 
@@ -19,8 +21,16 @@ std::string local_ip(int fd);
 // The local address the kernel would use to reach `host` (no packet is sent). "" on failure.
 std::string route_source_address(const std::string& host);
 
-// Connects with a deadline; returns a blocking socket or -1 (errno set).
-int connect_with_timeout(const std::string& host, uint16_t port, std::chrono::milliseconds timeout);
+// Connects with a deadline; returns a blocking socket or -1 (errno set). `before_connect`, if
+// given, runs on the fresh socket before connect() (socket options that shape the handshake).
+int connect_with_timeout(const std::string& host, uint16_t port, std::chrono::milliseconds timeout,
+                         const std::function<void(int)>& before_connect = {});
+
+// Sets SO_SNDBUF and SO_RCVBUF to `bytes`, with the FORCE variants (CAP_NET_ADMIN) when the
+// system maximum (net.core.wmem_max / rmem_max) is lower, and falls back to the plain options
+// (capped by the maximum) without the capability. This turns the kernel's autotuning off for the
+// socket. Returns what the kernel holds afterwards (it doubles the request for bookkeeping).
+std::pair<uint64_t, uint64_t> set_buffer_sizes(int fd, uint64_t bytes);
 
 // Blocking-socket I/O bounded by a deadline. Return false on EOF, error or timeout (errno=ETIMEDOUT).
 bool write_all(int fd, std::span<const uint8_t> data, std::chrono::steady_clock::time_point deadline);

@@ -1,9 +1,16 @@
 #include "transport/tcp/tcp_connection.h"
 
+#include <linux/errqueue.h>
+#include <linux/sockios.h>
+#include <linux/tcp.h>
+#include <netinet/in.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include <cerrno>
 #include <cstring>
@@ -33,6 +40,19 @@ constexpr int kMaxIov = 64;
 
 TcpConnection::TcpConnection(TcpTransport& owner, int fd, int peer, int stream)
     : owner_(owner), fd_(fd), peer_(peer), stream_(stream) {
+  if (stream_ != TcpTransport::kControlStream) {
+    const auto& o = owner_.options_;
+    if (o.notsent_lowat > 0) {
+      const int v = static_cast<int>(std::min<uint64_t>(o.notsent_lowat, 1u << 30));
+      setsockopt(fd_, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &v, sizeof v);
+    }
+    if (o.zerocopy) {
+      const int one = 1;
+      zerocopy_ = setsockopt(fd_, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof one) == 0;
+      if (!zerocopy_)
+        GEOCCL_LOG(kWarn, "SO_ZEROCOPY refused (" << std::strerror(errno) << "); plain sendmsg");
+    }
+  }
   interest_ = EPOLLIN;
   owner_.loop_.add_fd(fd_, interest_, [this](uint32_t ev) { on_events(ev); });
 }
@@ -52,20 +72,59 @@ void TcpConnection::post_send(SendOp op) {
     owner_.notify();
     return;
   }
+  queued_ += kFrameHeaderSize + op.payload.size() - op.sent;
+  if (op.req) ++frames_sent_;
   sendq_.push_back(std::move(op));
   write_some();
 }
 
-void TcpConnection::post_recv(RecvOp op) {
-  if (fd_ < 0) {
-    complete(op.req, {ErrorCode::kPeerLost, "connection to rank " + std::to_string(peer_) + " is closed"});
-    owner_.notify();
-    return;
-  }
-  recvq_.push_back(std::move(op));
-  // A header may be waiting for exactly this receive.
-  if (have_hdr_) read_some();
+void TcpConnection::on_recv_posted(uint64_t frame) {
+  if (fd_ < 0 || !have_hdr_ || hdr_.type != FrameType::kData || hdr_.frame != frame) return;
+  read_some();
   update_interest();
+}
+
+bool TcpConnection::waiting_for_recv() const {
+  return have_hdr_ && hdr_.type == FrameType::kData &&
+         owner_.recv_windows_[static_cast<size_t>(peer_)].lookup(hdr_.frame) !=
+             RecvWindow<RecvOp>::Lookup::kPosted;
+}
+
+uint64_t TcpConnection::backlog() const {
+  int unsent = 0;
+  if (fd_ >= 0 && ioctl(fd_, SIOCOUTQNSD, &unsent) != 0) unsent = 0;
+  return queued_ + static_cast<uint64_t>(std::max(unsent, 0));
+}
+
+PeerStats::Stream TcpConnection::info() const {
+  PeerStats::Stream s;
+  s.index = stream_;
+  s.frames_sent = frames_sent_;
+  s.frames_received = frames_received_;
+  s.bytes_sent = bytes_sent_;
+  if (fd_ < 0) return s;
+  char cc[32] = {};
+  socklen_t len = sizeof cc;
+  if (getsockopt(fd_, IPPROTO_TCP, TCP_CONGESTION, cc, &len) == 0)
+    s.congestion_control.assign(cc, strnlen(cc, sizeof cc));
+  int v = 0;
+  len = sizeof v;
+  if (getsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &v, &len) == 0) s.send_buffer = static_cast<uint64_t>(v);
+  len = sizeof v;
+  if (getsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &v, &len) == 0) s.receive_buffer = static_cast<uint64_t>(v);
+  tcp_info ti{};
+  len = sizeof ti;
+  if (getsockopt(fd_, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return s;
+  // Older kernels fill a prefix of the structure; fields past `len` stay zero.
+  s.rtt_ms = ti.tcpi_rtt / 1000.0;
+  s.cwnd_segments = ti.tcpi_snd_cwnd;
+  s.mss = ti.tcpi_snd_mss;
+  s.retransmits = ti.tcpi_total_retrans;
+  s.min_rtt_ms = ti.tcpi_min_rtt == ~0u ? 0 : ti.tcpi_min_rtt / 1000.0;
+  s.pacing_rate_bps = ti.tcpi_pacing_rate == ~0ull ? 0 : ti.tcpi_pacing_rate * 8;
+  s.delivery_rate_bps = ti.tcpi_delivery_rate * 8;
+  s.bytes_retransmitted = ti.tcpi_bytes_retrans;
+  return s;
 }
 
 void TcpConnection::post_control(FrameType type, std::vector<uint8_t> payload) {
@@ -82,8 +141,10 @@ void TcpConnection::post_control(FrameType type, std::vector<uint8_t> payload) {
 }
 
 void TcpConnection::fail_requests(const Failure& f) {
-  for (auto& r : recvq_) complete(r.req, f);
-  recvq_.clear();
+  // Zero-copy frames still referenced by the kernel complete now: the group has failed and the
+  // peer drops what it gets; the kernel holds its own references to the pages it still reads.
+  for (auto& z : zc_wait_) complete(z.req, f);
+  zc_wait_.clear();
   // Data frames are dropped even when partly written: their payload is user memory, which the
   // caller may free as soon as the request completes. The stream is dead from here on; the
   // peer learns why from the abort frame on the control stream.
@@ -95,13 +156,15 @@ void TcpConnection::fail_requests(const Failure& f) {
       keep.push_back(std::move(s));
   }
   sendq_.swap(keep);
+  queued_ = 0;
+  for (const auto& s : sendq_) queued_ += kFrameHeaderSize + s.payload.size() - s.sent;
 }
 
 void TcpConnection::update_interest() {
   if (fd_ < 0) return;
   uint32_t want = 0;
   // Stop reading while a data header waits for a receive: its payload stays in the kernel.
-  const bool stalled = have_hdr_ && hdr_.type == FrameType::kData && recvq_.empty();
+  const bool stalled = waiting_for_recv();
   if (!stalled) want |= EPOLLIN;
   if (!sendq_.empty()) want |= EPOLLOUT;
   if (want != interest_) {
@@ -111,14 +174,22 @@ void TcpConnection::update_interest() {
 }
 
 void TcpConnection::on_events(uint32_t events) {
+  if (zerocopy_ && (events & EPOLLERR)) read_errqueue();
   if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) read_some();
   if (fd_ >= 0 && (events & (EPOLLOUT | EPOLLERR))) write_some();
   update_interest();
 }
 
 void TcpConnection::on_closed(const std::string& why) {
-  const bool pending = !recvq_.empty() || std::any_of(sendq_.begin(), sendq_.end(),
-                                                      [](const SendOp& s) { return s.req; });
+  // A stream that ended after its goodbye has delivered every frame put on it; receives of the
+  // peer still pending may be filled by its other data streams, so they matter only when this
+  // was the last one open (or when a frame on this stream was cut short).
+  const bool mid_frame = have_hdr_ || hdr_got_ > 0;
+  const bool recv_pending = stream_ != TcpTransport::kControlStream &&
+                            owner_.recv_windows_[static_cast<size_t>(peer_)].pending() &&
+                            (mid_frame || !owner_.data_stream_open(peer_, this));
+  const bool pending = recv_pending || !zc_wait_.empty() ||
+                       std::any_of(sendq_.begin(), sendq_.end(), [](const SendOp& s) { return s.req; });
   close_fd();
   if (goodbye_ && !pending) return;
   const std::string msg = "rank " + std::to_string(peer_) + " " +
@@ -153,7 +224,7 @@ bool TcpConnection::handle_header() {
 }
 
 void TcpConnection::check_early_frame() {
-  if (!have_hdr_ || hdr_.type != FrameType::kData || !recvq_.empty() || !owner_.current_op_) return;
+  if (!waiting_for_recv() || !owner_.current_op_) return;
   const FrameHeader& cur = *owner_.current_op_;
   if (hdr_.kind == protocol::OpKind::kSendRecv || hdr_.seq > cur.seq) return;
   std::string why = hdr_.seq < cur.seq ? "a frame of an earlier operation arrived late"
@@ -182,12 +253,23 @@ void TcpConnection::read_some() {
     }
 
     std::span<uint8_t> dst;
+    auto& window = owner_.recv_windows_[static_cast<size_t>(peer_)];
     if (hdr_.type == FrameType::kData) {
-      if (recvq_.empty()) {  // stalled until a receive is posted
+      if (owner_.failed_.load(std::memory_order_relaxed)) return;  // the group is gone: drop
+      const auto found = window.lookup(hdr_.frame);
+      if (found == RecvWindow<RecvOp>::Lookup::kNotPosted) {  // stalled until it is posted
         check_early_frame();
         return;
       }
-      RecvOp& r = recvq_.front();
+      if (found == RecvWindow<RecvOp>::Lookup::kStale) {
+        owner_.fail(ErrorCode::kProtocol,
+                    "rank " + std::to_string(peer_) + " sent data frame " +
+                        std::to_string(hdr_.frame) + " twice",
+                    true);
+        close_fd();
+        return;
+      }
+      RecvOp& r = window.at(hdr_.frame);
       if (!payload_checked_) {
         std::string why = protocol::describe_mismatch(r.expect, hdr_);
         if (why.empty() && hdr_.payload_len != r.dst.size())
@@ -225,8 +307,8 @@ void TcpConnection::read_some() {
     ++frames;
     switch (hdr_.type) {
       case FrameType::kData: {
-        RequestPtr req = std::move(recvq_.front().req);
-        recvq_.pop_front();
+        RequestPtr req = window.complete(hdr_.frame).req;
+        ++frames_received_;
         complete(req, {});
         owner_.notify();
         break;
@@ -254,45 +336,100 @@ void TcpConnection::write_some() {
   while (fd_ >= 0 && !sendq_.empty()) {
     iovec iov[kMaxIov];
     int n_iov = 0;
+    size_t bytes = 0;
     for (auto it = sendq_.begin(); it != sendq_.end() && n_iov + 2 <= kMaxIov; ++it) {
       size_t skip = it->sent;
       if (skip < kFrameHeaderSize) {
         iov[n_iov++] = {it->header.data() + skip, kFrameHeaderSize - skip};
+        bytes += kFrameHeaderSize - skip;
         skip = 0;
       } else {
         skip -= kFrameHeaderSize;
       }
-      if (skip < it->payload.size())
+      if (skip < it->payload.size()) {
         iov[n_iov++] = {const_cast<uint8_t*>(it->payload.data()) + skip, it->payload.size() - skip};
+        bytes += it->payload.size() - skip;
+      }
     }
     msghdr msg{};
     msg.msg_iov = iov;
     msg.msg_iovlen = static_cast<size_t>(n_iov);
-    const ssize_t n = ::sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    // Zero copy only pays for large writes (page pinning and a completion per call).
+    const bool zc = zerocopy_ && bytes >= owner_.options_.zerocopy_min_bytes;
+    const ssize_t n = ::sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT | (zc ? MSG_ZEROCOPY : 0));
     if (n < 0) {
       if (errno == EAGAIN || errno == EINTR) break;
+      if (zc && errno == ENOBUFS) {  // optmem exhausted by pending notifications: wait for them
+        read_errqueue();
+        break;
+      }
       on_closed(std::strerror(errno));
       return;
     }
+    if (zc) ++zc_calls_;
     owner_.bytes_sent_[peer_]->fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
-    size_t left = static_cast<size_t>(n);
-    bool completed = false;
-    while (left > 0 && !sendq_.empty()) {
-      SendOp& op = sendq_.front();
-      const size_t total = kFrameHeaderSize + op.payload.size();
-      const size_t take = std::min(left, total - op.sent);
-      op.sent += take;
-      left -= take;
-      if (op.sent == total) {
-        complete(op.req, {});
-        completed = completed || op.req != nullptr;
-        sendq_.pop_front();
-      }
-    }
-    // Zero-length payload frames can complete without consuming bytes beyond their header.
-    if (completed) owner_.notify();
+    bytes_sent_ += static_cast<uint64_t>(n);
+    queued_ -= std::min<uint64_t>(queued_, static_cast<uint64_t>(n));
+    complete_sent(static_cast<size_t>(n));
   }
   update_interest();
+}
+
+// Accounts `n` bytes written by the last sendmsg(): frames fully written complete (or, when the
+// kernel may still read their pages, wait for its zero-copy completion).
+void TcpConnection::complete_sent(size_t n) {
+  size_t left = n;
+  bool completed = false;
+  while (left > 0 && !sendq_.empty()) {
+    SendOp& op = sendq_.front();
+    const size_t total = kFrameHeaderSize + op.payload.size();
+    const size_t take = std::min(left, total - op.sent);
+    op.sent += take;
+    left -= take;
+    if (op.sent < total) break;
+    if (zc_calls_ > 0 && op.req && !op.owned) {
+      // Some of its bytes may have left in a zero-copy call: wait for the latest one.
+      if (zc_done_ >= zc_calls_)
+        completed = true, complete(op.req, {});
+      else
+        zc_wait_.push_back({zc_calls_ - 1, std::move(op.req)});
+    } else {
+      complete(op.req, {});
+      completed = completed || op.req != nullptr;
+    }
+    sendq_.pop_front();
+  }
+  if (completed) owner_.notify();
+}
+
+// Drains MSG_ZEROCOPY completions: each reports a range [lo, hi] of zero-copy calls whose pages
+// the kernel no longer needs.
+void TcpConnection::read_errqueue() {
+  bool completed = false;
+  while (fd_ >= 0) {
+    char control[128];
+    msghdr msg{};
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    if (::recvmsg(fd_, &msg, MSG_ERRQUEUE | MSG_DONTWAIT) < 0) break;
+    for (cmsghdr* cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+      if (!((cm->cmsg_level == SOL_IP && cm->cmsg_type == IP_RECVERR) ||
+            (cm->cmsg_level == SOL_IPV6 && cm->cmsg_type == IPV6_RECVERR)))
+        continue;
+      sock_extended_err ee{};
+      std::memcpy(&ee, CMSG_DATA(cm), sizeof ee);
+      if (ee.ee_origin != SO_EE_ORIGIN_ZEROCOPY || ee.ee_errno != 0) continue;
+      if (ee.ee_code & SO_EE_CODE_ZEROCOPY_COPIED) ++zc_copied_;
+      // Completions arrive in order on TCP; ee_data is the last call of the range.
+      if (ee.ee_data + 1 > zc_done_) zc_done_ = ee.ee_data + 1;
+    }
+  }
+  while (!zc_wait_.empty() && zc_wait_.front().call < zc_done_) {
+    complete(zc_wait_.front().req, {});
+    zc_wait_.pop_front();
+    completed = true;
+  }
+  if (completed) owner_.notify();
 }
 
 }  // namespace geoccl::transport::tcp

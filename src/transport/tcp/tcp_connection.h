@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "geoccl/communicator.h"
 #include "protocol/frame.h"
 #include "transport/transport.h"
 
@@ -25,6 +26,7 @@ class TcpConnection {
     RequestPtr req;                               // null for control frames
     size_t sent = 0;                              // bytes of header+payload written
   };
+  // A posted receive; lives in the transport's per-peer RecvWindow (any data stream may fill it).
   struct RecvOp {
     protocol::FrameHeader expect;
     std::span<uint8_t> dst;
@@ -38,7 +40,9 @@ class TcpConnection {
   TcpConnection& operator=(const TcpConnection&) = delete;
 
   void post_send(SendOp op);
-  void post_recv(RecvOp op);
+  // A receive for data frame `frame` of this peer was posted: resume reading if this stream
+  // stalled on exactly that frame.
+  void on_recv_posted(uint64_t frame);
   // Queues a control frame (abort / goodbye) with its own copy of the payload.
   void post_control(protocol::FrameType type, std::vector<uint8_t> payload);
   // Completes every queued request with `f` (the control frames stay queued).
@@ -48,6 +52,11 @@ class TcpConnection {
   void check_early_frame();
   bool send_queue_empty() const { return sendq_.empty(); }
   bool open() const { return fd_ >= 0; }
+  // Bytes of queued frames not yet handed to the kernel, plus the kernel's not-yet-sent bytes
+  // (SIOCOUTQNSD): how far behind this stream is. The sender picks the stream with the least.
+  uint64_t backlog() const;
+  // TCP_INFO of the socket plus this stream's counters (loop thread).
+  PeerStats::Stream info() const;
 
  private:
   void on_events(uint32_t events);
@@ -58,6 +67,10 @@ class TcpConnection {
   void on_closed(const std::string& why);
   void close_fd();
   bool handle_header();
+  // Data frame header in hdr_ whose receive is not posted yet (the stream waits for it).
+  bool waiting_for_recv() const;
+  void complete_sent(size_t n);
+  void read_errqueue();
 
   TcpTransport& owner_;
   int fd_;
@@ -66,7 +79,20 @@ class TcpConnection {
   uint32_t interest_ = 0;
 
   std::deque<SendOp> sendq_;
-  std::deque<RecvOp> recvq_;
+  uint64_t queued_ = 0;  // header+payload bytes in sendq_ not yet written
+  uint64_t frames_sent_ = 0, frames_received_ = 0, bytes_sent_ = 0;
+  // MSG_ZEROCOPY: frames fully written but whose pages the kernel may still read, with the
+  // number of the last zero-copy sendmsg() that carried their bytes. They complete when the
+  // error queue reports that call done.
+  struct ZcWait {
+    uint32_t call;
+    RequestPtr req;
+  };
+  bool zerocopy_ = false;
+  uint32_t zc_calls_ = 0;  // zero-copy sendmsg() calls made (the kernel numbers them 0, 1, ...)
+  uint32_t zc_done_ = 0;   // calls [0, zc_done_) reported complete
+  std::deque<ZcWait> zc_wait_;
+  uint64_t zc_copied_ = 0;  // completions the kernel reported as copied (zero copy not used)
 
   std::array<uint8_t, protocol::kFrameHeaderSize> hdr_buf_{};
   size_t hdr_got_ = 0;

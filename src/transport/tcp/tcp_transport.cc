@@ -5,7 +5,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <cctype>
 #include <cerrno>
+#include <charconv>
+#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <thread>
@@ -23,7 +27,41 @@ using Clock = std::chrono::steady_clock;
 namespace {
 // An inbound connection must introduce itself within this time or it is dropped.
 constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
+
+// Reads a size variable: bytes with an optional K/M/G suffix (powers of 1024), or "auto" (returns
+// `auto_value`). Unset: `auto_value`.
+uint64_t env_size(const char* name, uint64_t auto_value) {
+  const char* v = std::getenv(name);
+  if (!v || !*v || std::string(v) == "auto") return auto_value;
+  std::string s(v);
+  uint64_t mult = 1;
+  const char suffix = static_cast<char>(std::toupper(static_cast<unsigned char>(s.back())));
+  if (suffix == 'K') mult = 1ull << 10;
+  if (suffix == 'M') mult = 1ull << 20;
+  if (suffix == 'G') mult = 1ull << 30;
+  if (mult != 1) s.pop_back();
+  uint64_t n = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
+  if (ec != std::errc() || ptr != s.data() + s.size() || s.empty())
+    throw Error(ErrorCode::kInvalidArgument,
+                std::string(name) + ": expected a size (e.g. 32M) or auto, got '" + v + "'");
+  return n * mult;
+}
+
 }  // namespace
+
+TcpOptions TcpOptions::from_env() {
+  const char* domain = std::getenv("GEOCCL_DOMAIN");
+  const bool wan = domain && *domain;
+  TcpOptions o;
+  o.buffer_bytes = env_size("GEOCCL_TCP_BUF_BYTES", wan ? 32ull << 20 : 0);
+  o.notsent_lowat = env_size("GEOCCL_TCP_NOTSENT_LOWAT", wan ? 1ull << 20 : 0);
+  o.zerocopy = env_size("GEOCCL_TCP_ZEROCOPY", 0) != 0;
+  o.zerocopy_min_bytes = env_size("GEOCCL_TCP_ZEROCOPY_MIN", o.zerocopy_min_bytes);
+  if (o.buffer_bytes > (1ull << 30))
+    throw Error(ErrorCode::kInvalidArgument, "GEOCCL_TCP_BUF_BYTES must be at most 1G");
+  return o;
+}
 
 struct TcpTransport::PendingAccept {
   int fd = -1;
@@ -35,7 +73,8 @@ struct TcpTransport::PendingAccept {
 TcpTransport::TcpTransport(runtime::EventLoop& loop, int rank, int size,
                            const std::string& bind_addr, uint64_t session_id,
                            std::function<void()> on_progress,
-                           const std::string& congestion_control, int data_streams)
+                           const std::string& congestion_control, int data_streams,
+                           std::optional<TcpOptions> options)
     : loop_(loop),
       rank_(rank),
       size_(size),
@@ -43,14 +82,23 @@ TcpTransport::TcpTransport(runtime::EventLoop& loop, int rank, int size,
       on_progress_(std::move(on_progress)),
       cc_(congestion_control),
       streams_(1 + std::max(1, data_streams)),
+      options_(options ? *options : TcpOptions::from_env()),
       frames_sent_(static_cast<size_t>(size), 0),
-      frames_received_(static_cast<size_t>(size), 0),
+      rotate_(static_cast<size_t>(size), 0),
+      recv_windows_(static_cast<size_t>(size)),
       conns_(static_cast<size_t>(size) * static_cast<size_t>(streams_)) {
   for (int i = 0; i < size; ++i) {
     bytes_sent_.push_back(std::make_unique<std::atomic<uint64_t>>(0));
     bytes_received_.push_back(std::make_unique<std::atomic<uint64_t>>(0));
   }
+  // Buffers are set on the listening socket so that accepted sockets inherit them before the
+  // handshake: the receive buffer decides the window scale offered in the SYN-ACK.
   listen_fd_ = listen_on(bind_addr, 0);
+  if (options_.buffer_bytes > 0) {
+    const auto got = set_buffer_sizes(listen_fd_, options_.buffer_bytes);
+    GEOCCL_LOG(kInfo, "TCP buffers: requested " << options_.buffer_bytes << " B, kernel holds snd "
+                                                << got.first << " rcv " << got.second);
+  }
   if (!cc_.empty()) {
     const std::string got = set_congestion_control(listen_fd_, cc_);
     GEOCCL_LOG(kInfo, "TCP congestion control: requested " << cc_ << ", kernel uses " << got);
@@ -182,7 +230,9 @@ void TcpTransport::connect_all(const std::function<std::string(int)>& addr_of,
         if (left.count() <= 0)
           throw Error(ErrorCode::kTimeout, "cannot connect to rank " + std::to_string(peer) + " at " +
                                                host + ":" + std::to_string(port));
-        fd = connect_with_timeout(host, port, left);
+        fd = connect_with_timeout(host, port, left, [this](int s) {
+          if (options_.buffer_bytes > 0) set_buffer_sizes(s, options_.buffer_bytes);
+        });
         if (fd < 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
       set_nodelay(fd);
@@ -242,14 +292,26 @@ bool TcpTransport::complete_if_failed(const RequestPtr& req) {
   return true;
 }
 
-TcpConnection& TcpTransport::next_send_conn(int peer) {
-  const uint64_t k = frames_sent_[static_cast<size_t>(peer)]++;
-  return *conn(peer, 1 + static_cast<int>(k % static_cast<uint64_t>(streams_ - 1)));
+bool TcpTransport::data_stream_open(int peer, const TcpConnection* except) const {
+  for (int s = 1; s < streams_; ++s) {
+    const TcpConnection* c = conn(peer, s);
+    if (c && c != except && c->open()) return true;
+  }
+  return false;
 }
 
-TcpConnection& TcpTransport::next_recv_conn(int peer) {
-  const uint64_t k = frames_received_[static_cast<size_t>(peer)]++;
-  return *conn(peer, 1 + static_cast<int>(k % static_cast<uint64_t>(streams_ - 1)));
+TcpConnection& TcpTransport::next_send_conn(int peer) {
+  const int data = streams_ - 1;
+  if (data == 1) return *conn(peer, 1);
+  std::array<uint64_t, 64> backlog{};
+  for (int i = 0; i < data; ++i) {
+    const TcpConnection* c = conn(peer, 1 + i);
+    backlog[static_cast<size_t>(i)] = c->open() ? c->backlog() : ~uint64_t{0};  // avoid closed ones
+  }
+  size_t& rot = rotate_[static_cast<size_t>(peer)];
+  const size_t i = pick_stream(std::span<const uint64_t>(backlog.data(), static_cast<size_t>(data)), rot);
+  rot = i + 1;
+  return *conn(peer, 1 + static_cast<int>(i));
 }
 
 RequestPtr TcpTransport::send(int peer, const FrameHeader& h, std::span<const uint8_t> payload) {
@@ -258,11 +320,15 @@ RequestPtr TcpTransport::send(int peer, const FrameHeader& h, std::span<const ui
   hh.type = protocol::FrameType::kData;
   hh.payload_len = static_cast<uint32_t>(payload.size());
   TcpConnection::SendOp op;
-  op.header = protocol::encode_frame_header(hh);
   op.payload = payload;
   op.req = req;
-  loop_.post([this, peer, op = std::move(op)]() mutable {
-    if (!complete_if_failed(op.req)) next_send_conn(peer).post_send(std::move(op));
+  // The frame number is given on the loop thread, where frames are numbered in posting order.
+  loop_.post([this, peer, hh, op = std::move(op)]() mutable {
+    if (complete_if_failed(op.req)) return;
+    FrameHeader numbered = hh;
+    numbered.frame = frames_sent_[static_cast<size_t>(peer)]++;
+    op.header = protocol::encode_frame_header(numbered);
+    next_send_conn(peer).post_send(std::move(op));
   });
   return req;
 }
@@ -271,7 +337,16 @@ RequestPtr TcpTransport::recv(int peer, const FrameHeader& expect, std::span<uin
   auto req = std::make_shared<Request>();
   TcpConnection::RecvOp op{expect, dst, req};
   loop_.post([this, peer, op = std::move(op)]() mutable {
-    if (!complete_if_failed(op.req)) next_recv_conn(peer).post_recv(std::move(op));
+    if (complete_if_failed(op.req)) return;
+    if (!data_stream_open(peer)) {
+      op.req->failure = {ErrorCode::kPeerLost, "connection to rank " + std::to_string(peer) + " is closed"};
+      op.req->done.store(true, std::memory_order_release);
+      notify();
+      return;
+    }
+    const uint64_t frame = recv_windows_[static_cast<size_t>(peer)].post(std::move(op));
+    // The frame may be waiting at the head of one of the data streams already.
+    for (int s = 1; s < streams_; ++s) conn(peer, s)->on_recv_posted(frame);
   });
   return req;
 }
@@ -301,6 +376,11 @@ void TcpTransport::fail(ErrorCode code, const std::string& message, bool tell_pe
   failed_.store(true);
   GEOCCL_LOG(kError, "group failed: " << error_code_name(code) << ": " << message);
   const Failure f{code, message};
+  for (auto& w : recv_windows_)
+    w.drain([&](TcpConnection::RecvOp& r) {
+      r.req->failure = f;
+      r.req->done.store(true, std::memory_order_release);
+    });
   for (auto& c : conns_)
     if (c) c->fail_requests(f);
   if (tell_peers) {
@@ -323,7 +403,39 @@ std::vector<PeerStats> TcpTransport::stats() const {
   std::vector<PeerStats> out;
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
-    out.push_back({p, bytes_sent_[p]->load(), bytes_received_[p]->load()});
+    PeerStats ps;
+    ps.peer = p;
+    ps.bytes_sent = bytes_sent_[p]->load();
+    ps.bytes_received = bytes_received_[p]->load();
+    out.push_back(std::move(ps));
+  }
+  // TCP_INFO is read on the loop thread, the only owner of the sockets.
+  auto read_info = [&] {
+    for (auto& ps : out) {
+      for (int s = 1; s < streams_; ++s) {
+        const TcpConnection* c = conn(ps.peer, s);
+        if (!c) continue;
+        ps.streams.push_back(c->info());
+      }
+      ps.data_streams = static_cast<int>(ps.streams.size());
+      for (const auto& st : ps.streams) {
+        if (ps.congestion_control.empty()) ps.congestion_control = st.congestion_control;
+        ps.rtt_ms += st.rtt_ms / static_cast<double>(ps.streams.size());
+        if (st.min_rtt_ms > 0 && (ps.min_rtt_ms == 0 || st.min_rtt_ms < ps.min_rtt_ms))
+          ps.min_rtt_ms = st.min_rtt_ms;
+        ps.cwnd_segments += st.cwnd_segments;
+        ps.retransmits += st.retransmits;
+        ps.bytes_retransmitted += st.bytes_retransmitted;
+        ps.delivery_rate_bps += st.delivery_rate_bps;
+        ps.pacing_rate_bps += st.pacing_rate_bps;
+      }
+    }
+  };
+  if (size_ > 1) {
+    if (loop_.in_loop_thread())
+      read_info();
+    else
+      loop_.run_sync(read_info);
   }
   return out;
 }

@@ -3,10 +3,16 @@
 // Each pair of ranks holds 1 + S connections: stream 0 carries control frames (abort,
 // goodbye) and is always read, so a failure report never waits behind data; streams 1..S carry
 // data frames. Several data streams fill a long, lossy path that one TCP connection cannot
-// (PCCL's approach; Gloo keeps one per pair): frame k to a peer travels on data stream k mod S,
-// and the receiver reads frame k from the same stream, so each stream stays in order and the
-// frames of one large send arrive in parallel. The higher rank connects to the lower one and introduces itself with a Hello;
-// strangers and mismatched versions are answered with a reason and closed while the group goes on.
+// (PCCL's approach; Gloo keeps one per pair). Data frame k to a peer carries k in its header and
+// goes on the data stream with the least backlog (queued + not yet sent by the kernel), so a
+// stream slowed by loss takes fewer frames; the receiver matches frame k, on whichever stream it
+// arrives, to its k-th posted receive and reads it straight into that destination (stripe.h).
+// The higher rank connects to the lower one and introduces itself with a Hello; strangers and
+// mismatched versions are answered with a reason and closed while the group goes on.
+//
+// Socket tuning (docs/transport.md): data sockets get send/receive buffers sized for the path
+// (forced past the system maximum when we may), TCP_NOTSENT_LOWAT so the kernel's unsent queue
+// stays short, optionally MSG_ZEROCOPY for large writes; TCP_INFO is exposed through stats().
 //
 // Zero copy: a send is one sendmsg() of [header iovec, payload iovec] straight from the user's
 // memory; a receive reads the payload straight into its destination. A data frame that arrives
@@ -23,11 +29,28 @@
 #include <vector>
 
 #include "runtime/event_loop.h"
+#include "transport/tcp/stripe.h"
+#include "transport/tcp/tcp_connection.h"
 #include "transport/transport.h"
 
 namespace geoccl::transport::tcp {
 
-class TcpConnection;
+// Socket tuning of the data streams. from_env() reads (docs/configuration.md):
+//   GEOCCL_TCP_BUF_BYTES       SO_SNDBUF/SO_RCVBUF of every peer socket; "auto" (default) = 32M
+//                              when GEOCCL_DOMAIN is set (a multi-region job), else 0; 0 = leave
+//                              the kernel's autotuning.
+//   GEOCCL_TCP_NOTSENT_LOWAT   TCP_NOTSENT_LOWAT of data sockets; "auto" = 1M when GEOCCL_DOMAIN
+//                              is set, else 0 (unset).
+//   GEOCCL_TCP_ZEROCOPY        1 = MSG_ZEROCOPY for writes of at least GEOCCL_TCP_ZEROCOPY_MIN
+//                              (default 256K) bytes; default 0 (see docs/transport.md).
+struct TcpOptions {
+  uint64_t buffer_bytes = 0;
+  uint64_t notsent_lowat = 0;
+  bool zerocopy = false;
+  uint64_t zerocopy_min_bytes = 256 * 1024;
+  // Throws Error(kInvalidArgument) naming a malformed variable.
+  static TcpOptions from_env();
+};
 
 class TcpTransport final : public Transport {
  public:
@@ -40,7 +63,8 @@ class TcpTransport final : public Transport {
   // `data_streams`: S >= 1, equal on every rank.
   TcpTransport(runtime::EventLoop& loop, int rank, int size, const std::string& bind_addr,
                uint64_t session_id, std::function<void()> on_progress,
-               const std::string& congestion_control = "", int data_streams = 1);
+               const std::string& congestion_control = "", int data_streams = 1,
+               std::optional<TcpOptions> options = std::nullopt);
   // Says goodbye to every peer (bounded wait for the send queues to drain), then closes.
   ~TcpTransport() override;
 
@@ -78,9 +102,10 @@ class TcpTransport final : public Transport {
   void notify() { on_progress_(); }
   // Loop thread: completes `req` with the group's failure, if the group has failed.
   bool complete_if_failed(const RequestPtr& req);
-  // Loop thread: the stream of the next data frame to / from `peer`.
+  // Loop thread: whether a data stream of `peer` other than `except` is open.
+  bool data_stream_open(int peer, const TcpConnection* except = nullptr) const;
+  // Loop thread: the data stream with the least backlog to `peer`.
   TcpConnection& next_send_conn(int peer);
-  TcpConnection& next_recv_conn(int peer);
   TcpConnection* conn(int peer, int stream) const {
     return conns_[static_cast<size_t>(peer * streams_ + stream)].get();
   }
@@ -94,7 +119,10 @@ class TcpTransport final : public Transport {
   std::string address_;
   std::string cc_;
   const int streams_;  // per peer: control + data streams
-  std::vector<uint64_t> frames_sent_, frames_received_;  // per peer, loop thread
+  const TcpOptions options_;
+  std::vector<uint64_t> frames_sent_;  // per peer, loop thread: next data frame number
+  std::vector<size_t> rotate_;         // per peer, loop thread: tie-break for the stream choice
+  std::vector<RecvWindow<TcpConnection::RecvOp>> recv_windows_;  // per peer, loop thread
 
   // conns_[peer * streams_ + stream]; touched only on the loop thread after setup.
   std::vector<std::unique_ptr<TcpConnection>> conns_;

@@ -1,0 +1,162 @@
+#!/usr/bin/python3
+"""Data-parallel training of a small MLP on scikit-learn's bundled digits data set (no download),
+with torch DistributedDataParallel over the "geoccl" backend (or "gloo", for comparison).
+
+Run it under any launcher that sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT:
+
+    geoccl run -n 3 -- /usr/bin/python3 examples/ddp_digits.py --backend geoccl
+    geoccl run --wan bench/scenarios/seed.toml -n 6 -- /usr/bin/python3 examples/ddp_digits.py
+    torchrun --nproc_per_node 2 --redirects 1 --tee 1 --log_dir /tmp/tr examples/ddp_digits.py
+
+(PYTHONPATH must reach the built package: PYTHONPATH=<build>/python.) Rank 0 prints one line per
+epoch (loss, test accuracy, steps/s, mean step time) and a final summary; --json writes every
+rank's result (accuracy, parameter checksum, timings) for tests and the demo.
+"""
+
+import argparse
+import datetime
+import hashlib
+import json
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--backend", default="geoccl", choices=["geoccl", "gloo"])
+    p.add_argument("--steps", type=int, default=300, help="optimizer steps in total")
+    p.add_argument("--batch-size", type=int, default=32, help="per-rank batch size")
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--hook", choices=["none", "allreduce"], default="allreduce",
+                   help="DDP comm hook for --backend geoccl: geoccl.allreduce_hook, or DDP's default")
+    p.add_argument("--bucket-mb", type=float, default=25.0, help="DDP bucket_cap_mb")
+    p.add_argument("--timeout", type=float, default=300.0, help="process-group timeout, seconds")
+    p.add_argument("--json", default=None, help="write this rank's result to JSON (rank suffix added)")
+    p.add_argument("--quiet", action="store_true", help="only the final line")
+    return p.parse_args(argv)
+
+
+def load_data(seed):
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = torch.tensor(d.data, dtype=torch.float32) / 16.0
+    y = torch.tensor(d.target, dtype=torch.int64)
+    g = torch.Generator().manual_seed(seed)
+    perm = torch.randperm(len(y), generator=g)
+    x, y = x[perm], y[perm]
+    n_train = 1500
+    return x[:n_train], y[:n_train], x[n_train:], y[n_train:]
+
+
+class MLP(nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.fc1 = nn.Linear(64, hidden)
+        self.fc2 = nn.Linear(hidden, hidden)
+        self.fc3 = nn.Linear(hidden, 10)
+
+    def forward(self, x):
+        return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
+
+
+def accuracy(model, x, y):
+    with torch.no_grad():
+        return (model(x).argmax(dim=1) == y).float().mean().item()
+
+
+def param_checksum(model):
+    h = hashlib.sha256()
+    for p in model.parameters():
+        h.update(p.detach().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.backend == "geoccl":
+        import geoccl  # noqa: F401  (registers the backend)
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(1)
+    dist.init_process_group(args.backend, timeout=datetime.timedelta(seconds=args.timeout))
+    rank, world = dist.get_rank(), dist.get_world_size()
+
+    x_train, y_train, x_test, y_test = load_data(args.seed)
+    # Every rank starts from different weights on purpose: DDP's broadcast must align them.
+    torch.manual_seed(args.seed + 1000 * rank)
+    model = DDP(MLP(args.hidden), bucket_cap_mb=args.bucket_mb)
+    if args.backend == "geoccl" and args.hook == "allreduce":
+        import geoccl
+
+        model.register_comm_hook(geoccl.GeocclHookState(), geoccl.allreduce_hook)
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+
+    # Each rank draws its own shard of every global batch.
+    g = torch.Generator().manual_seed(args.seed)
+    per_epoch = max(1, len(y_train) // (args.batch_size * world))
+    epochs = (args.steps + per_epoch - 1) // per_epoch
+    step = 0
+    step_times = []
+    t_start = time.perf_counter()
+    for epoch in range(epochs):
+        perm = torch.randperm(len(y_train), generator=g)
+        t_epoch = time.perf_counter()
+        n_epoch, loss_sum = 0, 0.0
+        for b in range(per_epoch):
+            if step >= args.steps:
+                break
+            base = b * args.batch_size * world + rank * args.batch_size
+            idx = perm[base:base + args.batch_size]
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(model(x_train[idx]), y_train[idx])
+            loss.backward()  # DDP allreduces the gradient buckets here
+            opt.step()
+            step_times.append(time.perf_counter() - t0)
+            loss_sum += loss.item()
+            n_epoch += 1
+            step += 1
+        dt = time.perf_counter() - t_epoch
+        acc = accuracy(model.module, x_test, y_test)
+        if rank == 0 and not args.quiet:
+            line = (f"epoch {epoch + 1:3d}/{epochs}  step {step:5d}  loss {loss_sum / max(n_epoch, 1):.4f}  "
+                    f"test acc {acc:.4f}  {n_epoch / dt:8.1f} steps/s  "
+                    f"step {1000 * dt / max(n_epoch, 1):7.2f} ms")
+            print(line, flush=True)
+    total = time.perf_counter() - t_start
+    acc = accuracy(model.module, x_test, y_test)
+    step_times.sort()
+    result = {
+        "backend": args.backend,
+        "rank": rank,
+        "world_size": world,
+        "steps": step,
+        "accuracy": acc,
+        "param_sha256": param_checksum(model.module),
+        "seconds": total,
+        "steps_per_s": step / total if total > 0 else 0.0,
+        "step_ms_median": 1000 * step_times[len(step_times) // 2] if step_times else 0.0,
+        "step_ms_mean": 1000 * sum(step_times) / len(step_times) if step_times else 0.0,
+    }
+    if rank == 0:
+        print(f"final: backend {args.backend}  world {world}  steps {step}  test acc {acc:.4f}  "
+              f"{result['steps_per_s']:.1f} steps/s  step median {result['step_ms_median']:.2f} ms  "
+              f"mean {result['step_ms_mean']:.2f} ms  total {total:.1f} s", flush=True)
+    if args.json:
+        with open(f"{args.json}.{rank}", "w") as f:
+            json.dump(result, f)
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""geoccl: collective communication for training across regions over WAN links.
+
+``import geoccl`` registers the torch.distributed backend "geoccl"::
+
+    import torch.distributed as dist, geoccl
+    dist.init_process_group("geoccl")          # env:// (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)
+
+and exposes the C++ Communicator for numpy arrays and torch CPU tensors (in place, no copies)::
+
+    comm = geoccl.Communicator.from_env()
+    comm.allreduce(array, op="avg").wait()
+"""
+
+import torch  # noqa: F401  (the extension links torch; its types must be registered first)
+import torch.distributed  # noqa: F401
+
+from ._C import Communicator, GeocclError, ProcessGroupGeoccl, StoreServer, Work  # noqa: F401
+from .torch_backend import BACKEND_NAME, create_process_group, register  # noqa: F401
+from . import hooks  # noqa: F401
+from .hooks import GeocclHookState, allreduce_hook  # noqa: F401
+
+__all__ = [
+    "BACKEND_NAME",
+    "Communicator",
+    "GeocclError",
+    "GeocclHookState",
+    "ProcessGroupGeoccl",
+    "StoreServer",
+    "Work",
+    "allreduce_hook",
+    "create_process_group",
+    "hooks",
+    "register",
+]
+
+register()

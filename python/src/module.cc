@@ -1,0 +1,59 @@
+// PYBIND11_MODULE for geoccl._C: the Communicator for numpy arrays / torch CPU tensors, the
+// rendezvous store server, and the c10d ProcessGroup "geoccl".
+#include <pybind11/pybind11.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <stdexcept>
+
+#include "common.h"
+
+namespace py = pybind11;
+
+namespace geoccl::python {
+
+std::optional<DataType> to_geoccl_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return DataType::kFloat32;
+    case at::kDouble: return DataType::kFloat64;
+    case at::kHalf: return DataType::kFloat16;
+    case at::kBFloat16: return DataType::kBFloat16;
+    case at::kChar: return DataType::kInt8;
+    case at::kByte: return DataType::kUInt8;
+    case at::kInt: return DataType::kInt32;
+    case at::kLong: return DataType::kInt64;
+    default: return std::nullopt;
+  }
+}
+
+ReduceOp to_geoccl_op(const c10d::ReduceOp& op) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: return ReduceOp::kSum;
+    case c10d::ReduceOp::AVG: return ReduceOp::kAvg;
+    case c10d::ReduceOp::PRODUCT: return ReduceOp::kProd;
+    case c10d::ReduceOp::MIN: return ReduceOp::kMin;
+    case c10d::ReduceOp::MAX: return ReduceOp::kMax;
+    default:
+      throw std::invalid_argument(
+          "geoccl: unsupported reduce op (supported: SUM, AVG, PRODUCT, MIN, MAX)");
+  }
+}
+
+ReduceOp parse_op(const std::string& name) {
+  auto op = parse_reduce_op(name);
+  if (!op) throw std::invalid_argument("geoccl: unknown reduce op '" + name + "' (sum, avg, prod, min, max)");
+  return *op;
+}
+
+}  // namespace geoccl::python
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "geoccl: collective communication across regions (C++ core of the Python package)";
+  // The base classes (ProcessGroup, Work, Store) are registered by torch's own module.
+  py::module_::import("torch");
+  py::module_::import("torch.distributed");
+
+  py::register_exception<geoccl::Error>(m, "GeocclError", PyExc_RuntimeError);
+
+  geoccl::python::bind_communicator(m);
+  geoccl::python::bind_process_group(m);
+}

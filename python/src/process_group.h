@@ -1,0 +1,97 @@
+// The c10d ProcessGroup "geoccl" (torch 1.13 API) and its Work.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <ATen/core/ivalue.h>
+
+#include <chrono>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "geoccl/geoccl.h"
+
+namespace geoccl::python {
+
+// One torch operation; it may be carried by several geoccl operations (alltoall with uneven
+// splits). Completes on the communicator's worker thread: copies results back into
+// non-contiguous / staged user tensors, then completes the future, then wakes wait().
+class GeocclWork : public c10d::Work {
+ public:
+  GeocclWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs);
+
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  std::vector<at::Tensor> result() override { return outputs_; }
+
+  // Runs exactly once.
+  void complete(std::exception_ptr error);
+
+  // Tensors the library reads or writes until completion (staging buffers, contiguous copies).
+  std::vector<at::Tensor> keep;
+  // Runs on success before the future completes: copy-back into the user's tensors.
+  std::function<void()> finalize;
+
+ private:
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+class ProcessGroupGeoccl : public c10d::ProcessGroup {
+ public:
+  // Connects to the group (blocks until every rank has joined). `server` is the rendezvous store
+  // this rank hosts (group rank 0), kept alive as long as the group.
+  ProcessGroupGeoccl(int rank, int size, Config cfg, std::shared_ptr<StoreServer> server);
+  ~ProcessGroupGeoccl() override;
+
+  const std::string getBackendName() const override { return "geoccl"; }
+  Communicator& communicator() { return *comm_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& output_splits,
+                                               std::vector<int64_t>& input_splits,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+
+ private:
+  OpOptions op_options(std::chrono::milliseconds timeout) const;
+
+  std::shared_ptr<StoreServer> server_;  // destroyed after comm_
+  std::unique_ptr<Communicator> comm_;
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace geoccl::python

@@ -1,0 +1,100 @@
+#include "topology/topology.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <numeric>
+
+#include "geoccl/error.h"
+
+namespace geoccl::topology {
+namespace {
+
+// Numbers groups by their lowest rank so domain indices are the same on every rank.
+Topology from_groups(const std::vector<int>& group_of, std::vector<std::string> names_by_group,
+                     std::string source) {
+  Topology t;
+  t.source = std::move(source);
+  t.domain_of.assign(group_of.size(), -1);
+  std::map<int, int> index;
+  for (size_t r = 0; r < group_of.size(); ++r) {
+    auto [it, fresh] = index.emplace(group_of[r], static_cast<int>(t.members.size()));
+    if (fresh) {
+      t.members.emplace_back();
+      t.names.push_back(names_by_group.empty() ? "" : names_by_group[static_cast<size_t>(group_of[r])]);
+    }
+    t.domain_of[r] = it->second;
+    t.members[static_cast<size_t>(it->second)].push_back(static_cast<int>(r));
+  }
+  return t;
+}
+
+}  // namespace
+
+int Topology::local_index(int rank) const {
+  const auto& m = members[static_cast<size_t>(domain_of[static_cast<size_t>(rank)])];
+  return static_cast<int>(std::find(m.begin(), m.end(), rank) - m.begin());
+}
+
+std::string Topology::describe() const {
+  std::string s = std::to_string(domains()) + (domains() == 1 ? " domain (" : " domains (") + source + "):";
+  for (int d = 0; d < domains(); ++d) {
+    s += " " + (names[static_cast<size_t>(d)].empty() ? "d" + std::to_string(d) : names[static_cast<size_t>(d)]) + "=[";
+    for (size_t i = 0; i < members[static_cast<size_t>(d)].size(); ++i)
+      s += (i ? "," : "") + std::to_string(members[static_cast<size_t>(d)][i]);
+    s += "]";
+  }
+  return s;
+}
+
+Topology single_domain(int world) {
+  return from_groups(std::vector<int>(static_cast<size_t>(world), 0), {}, "single");
+}
+
+Topology from_labels(const std::vector<std::string>& labels) {
+  const size_t empty = static_cast<size_t>(std::count(labels.begin(), labels.end(), std::string()));
+  if (empty == labels.size()) return single_domain(static_cast<int>(labels.size()));
+  if (empty != 0)
+    throw Error(ErrorCode::kInvalidArgument,
+                "GEOCCL_DOMAIN is set on some ranks but not on others (" + std::to_string(empty) +
+                    " of " + std::to_string(labels.size()) + " have none)");
+  std::map<std::string, int> ids;
+  std::vector<std::string> names;
+  std::vector<int> group(labels.size());
+  for (size_t r = 0; r < labels.size(); ++r) {
+    auto [it, fresh] = ids.emplace(labels[r], static_cast<int>(names.size()));
+    if (fresh) names.push_back(labels[r]);
+    group[r] = it->second;
+  }
+  return from_groups(group, names, "labels");
+}
+
+Topology from_rtt(const std::vector<double>& rtt_ms, int n, double floor_ms, double factor) {
+  const auto un = static_cast<size_t>(n);
+  auto at = [&](int i, int j) {
+    return std::max(rtt_ms[static_cast<size_t>(i) * un + static_cast<size_t>(j)],
+                    rtt_ms[static_cast<size_t>(j) * un + static_cast<size_t>(i)]);
+  };
+  double lo = std::numeric_limits<double>::infinity();
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j)
+      if (i != j) lo = std::min(lo, at(i, j));
+  const double threshold = std::max(floor_ms, factor * (std::isinf(lo) ? 0.0 : lo));
+  // Union-find over "close" pairs.
+  std::vector<int> parent(un);
+  std::iota(parent.begin(), parent.end(), 0);
+  auto find = [&](int x) {
+    while (parent[static_cast<size_t>(x)] != x) x = parent[static_cast<size_t>(x)] = parent[static_cast<size_t>(parent[static_cast<size_t>(x)])];
+    return x;
+  };
+  for (int i = 0; i < n; ++i)
+    for (int j = i + 1; j < n; ++j)
+      if (at(i, j) < threshold) parent[static_cast<size_t>(find(j))] = find(i);
+  std::vector<int> group(un);
+  for (int i = 0; i < n; ++i) group[static_cast<size_t>(i)] = find(i);
+  auto t = from_groups(group, {}, "rtt");
+  return t;
+}
+
+}  // namespace geoccl::topology

@@ -1,0 +1,36 @@
+// Topology: which domain (region, data center) each rank belongs to. Built from labels
+// (GEOCCL_DOMAIN) or, without labels, from measured round-trip times. Pure data and functions;
+// no I/O.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace geoccl::topology {
+
+struct Topology {
+  std::vector<int> domain_of;              // rank -> domain index (0..k-1, in order of first rank)
+  std::vector<std::vector<int>> members;   // domain -> its ranks, ascending
+  std::vector<std::string> names;          // domain -> label ("" when discovered)
+  std::string source = "single";           // "labels", "rtt" or "single"
+
+  int domains() const { return static_cast<int>(members.size()); }
+  int local_index(int rank) const;  // position of `rank` in its domain's member list
+  // A one-line description, e.g. "3 domains (labels): a=[0,1] b=[2,3] c=[4,5]".
+  std::string describe() const;
+};
+
+// Every rank in one domain.
+Topology single_domain(int world);
+
+// Ranks with equal labels share a domain. Throws Error(kInvalidArgument) if some ranks have a
+// label and others do not.
+Topology from_labels(const std::vector<std::string>& labels);
+
+// Ranks whose mutual RTT is far below the rest share a domain: the connected components of the
+// graph with an edge where rtt < threshold, threshold = max(floor_ms, factor * smallest RTT).
+// `rtt_ms` is n*n, row-major; the diagonal is ignored; the matrix is symmetrized with max().
+Topology from_rtt(const std::vector<double>& rtt_ms, int n, double floor_ms = 1.0,
+                  double factor = 4.0);
+
+}  // namespace geoccl::topology

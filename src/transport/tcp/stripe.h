@@ -1,0 +1,103 @@
+// Striping of one peer's data frames over several TCP streams: the I/O-free parts, unit-tested
+// without sockets (tests/unit/tcp_stripe_test.cc).
+//
+// Sender: every data frame to a peer gets the next per-pair frame number (carried in the frame
+// header) and goes on the data stream with the fewest bytes still queued (user-space queue plus
+// what the kernel has not sent yet), so a stream slowed by loss or a small window takes fewer
+// frames instead of stalling the others. Ties rotate, so an idle pool is used round robin.
+//
+// Receiver: receives of a peer are numbered in posting order (receive k takes frame k). A frame
+// arriving on any stream is matched by its number to its posted receive and read straight into
+// that receive's destination; frames of one stream arrive in order, frames of different streams
+// in any order, and a receive completes when its whole frame is in. A frame whose receive is not
+// posted yet stays in its stream's kernel buffer (that stream stops reading) until it is.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <span>
+
+namespace geoccl::transport::tcp {
+
+// Index of the stream to put the next frame on: the least `queued[i]`, ties broken by the first
+// index at or after `rotate` (mod size). `queued` must not be empty.
+inline size_t pick_stream(std::span<const uint64_t> queued, size_t rotate) {
+  const size_t n = queued.size();
+  size_t best = rotate % n;
+  for (size_t j = 1; j < n; ++j) {
+    const size_t i = (rotate + j) % n;
+    if (queued[i] < queued[best]) best = i;
+  }
+  return best;
+}
+
+// The posted receives of one peer, by frame number. T is the receive (destination + request).
+template <class T>
+class RecvWindow {
+ public:
+  enum class Lookup {
+    kPosted,     // the receive for this frame is posted and not complete
+    kNotPosted,  // a later frame than any posted receive: wait for the receive
+    kStale,      // an earlier frame that was already received: a protocol violation
+  };
+
+  // Posts the next receive; returns its frame number.
+  uint64_t post(T op) {
+    slots_.push_back(Slot{std::move(op), false});
+    return base_ + slots_.size() - 1;
+  }
+
+  Lookup lookup(uint64_t frame) const {
+    if (frame < base_) return Lookup::kStale;
+    const uint64_t i = frame - base_;
+    if (i >= slots_.size()) return Lookup::kNotPosted;
+    return slots_[static_cast<size_t>(i)].done ? Lookup::kStale : Lookup::kPosted;
+  }
+
+  // The posted, incomplete receive for `frame`; lookup(frame) must be kPosted.
+  T& at(uint64_t frame) { return slots_[static_cast<size_t>(frame - base_)].op; }
+
+  // Marks `frame` received and returns its receive (moved out). lookup(frame) must be kPosted.
+  T complete(uint64_t frame) {
+    Slot& s = slots_[static_cast<size_t>(frame - base_)];
+    s.done = true;
+    T out = std::move(s.op);
+    s.op = T{};
+    while (!slots_.empty() && slots_.front().done) {
+      slots_.pop_front();
+      ++base_;
+    }
+    return out;
+  }
+
+  // Receives posted and not complete.
+  bool pending() const {
+    for (const auto& s : slots_)
+      if (!s.done) return true;
+    return false;
+  }
+
+  // Removes every incomplete receive, calling f(T&) on each (failure). Frame numbering goes on.
+  template <class F>
+  void drain(F&& f) {
+    for (auto& s : slots_)
+      if (!s.done) f(s.op);
+    base_ += slots_.size();
+    slots_.clear();
+  }
+
+  // Frame number the next post() gets.
+  uint64_t next_frame() const { return base_ + slots_.size(); }
+
+ private:
+  struct Slot {
+    T op;
+    bool done;
+  };
+  uint64_t base_ = 0;  // frame number of slots_.front()
+  std::deque<Slot> slots_;
+};
+
+}  // namespace geoccl::transport::tcp

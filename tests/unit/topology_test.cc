@@ -1,0 +1,53 @@
+#include "topology/topology.h"
+
+#include <gtest/gtest.h>
+
+#include "geoccl/error.h"
+
+using namespace geoccl::topology;
+
+TEST(Topology, FromLabelsGroupsAndOrdersByFirstRank) {
+  auto t = from_labels({"b", "a", "b", "c", "a", "a"});
+  ASSERT_EQ(t.domains(), 3);
+  EXPECT_EQ(t.domain_of, (std::vector<int>{0, 1, 0, 2, 1, 1}));
+  EXPECT_EQ(t.members[1], (std::vector<int>{1, 4, 5}));
+  EXPECT_EQ(t.names[0], "b");
+  EXPECT_EQ(t.local_index(5), 2);
+  EXPECT_EQ(t.source, "labels");
+  EXPECT_EQ(from_labels({"", "", ""}).domains(), 1);
+  EXPECT_THROW(from_labels({"a", ""}), geoccl::Error);
+}
+
+// Three regions of two ranks: ~0.1 ms inside, 20-40 ms across (as on the emulated WAN).
+TEST(Topology, FromRttFindsEmulatedRegions) {
+  const int n = 6;
+  std::vector<double> m(n * n, 0);
+  auto set = [&](int i, int j, double v) { m[i * n + j] = v; };
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j)
+      if (i != j) set(i, j, i / 2 == j / 2 ? 0.08 + 0.01 * (i + j) : 20.0 + 10 * ((i / 2 + j / 2) % 3));
+  auto t = from_rtt(m, n);
+  ASSERT_EQ(t.domains(), 3);
+  EXPECT_EQ(t.domain_of, (std::vector<int>{0, 0, 1, 1, 2, 2}));
+  EXPECT_EQ(t.source, "rtt");
+}
+
+TEST(Topology, FromRttOneSiteStaysOneDomain) {
+  const int n = 4;
+  std::vector<double> m(n * n, 0);
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j)
+      if (i != j) m[i * n + j] = 0.03 + 0.05 * ((i * 7 + j) % 5);  // jittery loopback, < 1 ms
+  EXPECT_EQ(from_rtt(m, n).domains(), 1);
+}
+
+TEST(Topology, FromRttUsesOnlyOneMeasuredTriangle) {
+  // Only the lower rank of a pair measures; the other half of the matrix is zero.
+  const int n = 4;
+  std::vector<double> m(n * n, 0);
+  m[0 * n + 1] = 0.1;
+  m[2 * n + 3] = 0.1;
+  m[0 * n + 2] = m[0 * n + 3] = m[1 * n + 2] = m[1 * n + 3] = 30;
+  auto t = from_rtt(m, n);
+  EXPECT_EQ(t.domain_of, (std::vector<int>{0, 0, 1, 1}));
+}

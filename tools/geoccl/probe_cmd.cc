@@ -1,0 +1,64 @@
+#include "probe_cmd.h"
+
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "geoccl/geoccl.h"
+
+namespace geoccl::tools {
+
+int run_probe(size_t rate_bytes) {
+  Config cfg = Config::from_env();
+  cfg.topology = "probe";  // measure even when labels are given, to compare
+  Communicator comm(cfg);
+  const int n = comm.size(), me = comm.rank();
+  const auto& topo = comm.topology();
+  // Rates: the same round-robin tournament as the RTT probe; the lower rank of each pair sends
+  // `rate_bytes`, the higher rank answers with one byte once everything has arrived.
+  std::vector<double> rate(static_cast<size_t>(n * n), 0.0);
+  if (rate_bytes > 0 && n > 1) {
+    std::vector<uint8_t> payload(rate_bytes, 0x5a);
+    uint8_t ack = 0;
+    const int players = n % 2 == 0 ? n : n + 1, m = players - 1;
+    for (int round = 0; round < m; ++round) {
+      int peer = me == players - 1 ? round : me == round ? players - 1 : ((2 * round - me) % m + m) % m;
+      if (peer >= n || peer == me) continue;
+      if (me < peer) {
+        const auto t0 = std::chrono::steady_clock::now();
+        comm.send(payload.data(), payload.size(), DataType::kUInt8, peer, 77).wait();
+        comm.recv(&ack, 1, DataType::kUInt8, peer, 78).wait();
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double rtt = topo.rtt_ms.empty() ? 0 : topo.rtt_ms[static_cast<size_t>(me * n + peer)] / 1e3;
+        rate[static_cast<size_t>(me * n + peer)] = static_cast<double>(rate_bytes) * 8 / std::max(s - rtt, 1e-6) / 1e6;
+      } else {
+        comm.recv(payload.data(), payload.size(), DataType::kUInt8, peer, 77).wait();
+        comm.send(&ack, 1, DataType::kUInt8, peer, 78).wait();
+      }
+    }
+    comm.allreduce(rate.data(), rate.size(), DataType::kFloat64, ReduceOp::kMax).wait();
+  }
+  if (me == 0) {
+    std::printf("# RTT matrix (ms), measured at start-up\n%6s", "");
+    for (int j = 0; j < n; ++j) std::printf(" %8d", j);
+    std::printf("\n");
+    for (int i = 0; i < n; ++i) {
+      std::printf("%6d", i);
+      for (int j = 0; j < n; ++j)
+        std::printf(" %8.3f", topo.rtt_ms.empty() ? 0.0 : topo.rtt_ms[static_cast<size_t>(i * n + j)]);
+      std::printf("\n");
+    }
+    if (rate_bytes > 0) {
+      std::printf("# one-way rate estimates (Mbit/s, %zu bytes from the lower rank)\n", rate_bytes);
+      for (int i = 0; i < n; ++i)
+        for (int j = i + 1; j < n; ++j)
+          std::printf("%d -> %d: %.1f\n", i, j, rate[static_cast<size_t>(i * n + j)]);
+    }
+    std::printf("# domains: %s\n", topo.describe.c_str());
+    std::fflush(stdout);
+  }
+  comm.barrier().wait();
+  return 0;
+}
+
+}  // namespace geoccl::tools
