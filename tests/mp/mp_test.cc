@@ -1,6 +1,8 @@
 // Multi-process tests: real processes on loopback sockets. Each test forks N copies of mp_check
 // with torchrun's environment and a bounded wait; leftover processes are killed on any failure.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,9 +20,17 @@
 
 namespace {
 
+// A port the kernel considers free right now (tests run in parallel under ctest -j).
 int free_port() {
-  static int next = 20000 + (getpid() * 37) % 20000;
-  return next += 3;
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
 }
 
 // Returns each rank's exit status (exit code, or 128+signal).
