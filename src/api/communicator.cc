@@ -166,9 +166,10 @@ void CommunicatorImpl::discover_topology() {
   if (cfg_.topology == "flat") return;
   if (cfg_.topology == "labels" || (cfg_.topology == "auto" && labelled)) {
     topo_ = topology::from_labels(labels);
-    return;
+    // From 4 domains on, the inter-domain ring order matters: measure the paths to choose it.
+    if (topo_.domains() <= 3) return;
   }
-  // No labels: measure. The probe is a collective of its own so that every rank runs it.
+  // Measure. The probe is a collective of its own so that every rank runs it.
   FrameHeader p;
   p.kind = OpKind::kBarrier;
   p.dtype = static_cast<uint8_t>(DataType::kFloat64);
@@ -176,7 +177,10 @@ void CommunicatorImpl::discover_topology() {
   p.op_bytes = n * n * sizeof(double);
   std::vector<double> rtt;
   submit(p, {}, [&](OpContext& c) { rtt = collectives::measure_rtt_matrix(c, 3); }).wait();
-  topo_ = topology::from_rtt(rtt, cfg_.world_size);
+  if (topo_.source == "labels")
+    topology::choose_ring_order(&topo_, rtt);
+  else
+    topo_ = topology::from_rtt(rtt, cfg_.world_size);
   topo_info_.rtt_ms = rtt;
 }
 

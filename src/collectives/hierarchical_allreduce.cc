@@ -64,8 +64,8 @@ void hierarchical_allreduce(OpContext& c, const topology::Topology& topo, void* 
       cuts.insert(segment_begin(count, static_cast<int>(m.size()), i));
   for (auto it = cuts.begin(); std::next(it) != cuts.end(); ++it) {
     const size_t a = *it, b = *std::next(it);
-    std::vector<int> owners;
-    for (int d = 0; d < topo.domains(); ++d) owners.push_back(owner_of(topo, d, count, a));
+    std::vector<int> owners;  // one per domain, in the chosen inter-domain ring order
+    for (int d : topo.ring_order) owners.push_back(owner_of(topo, d, count, a));
     if (std::find(owners.begin(), owners.end(), me) == owners.end()) continue;
     OpContext wan = c.sub(owners);
     ring_reduce_scatter_inplace(wan, base + a * es, b - a, t, inner, &sends);

@@ -17,6 +17,7 @@ Topology from_groups(const std::vector<int>& group_of, std::vector<std::string> 
   Topology t;
   t.source = std::move(source);
   t.domain_of.assign(group_of.size(), -1);
+  t.ring_order.clear();
   std::map<int, int> index;
   for (size_t r = 0; r < group_of.size(); ++r) {
     auto [it, fresh] = index.emplace(group_of[r], static_cast<int>(t.members.size()));
@@ -27,6 +28,7 @@ Topology from_groups(const std::vector<int>& group_of, std::vector<std::string> 
     t.domain_of[r] = it->second;
     t.members[static_cast<size_t>(it->second)].push_back(static_cast<int>(r));
   }
+  for (int d = 0; d < t.domains(); ++d) t.ring_order.push_back(d);
   return t;
 }
 
@@ -46,6 +48,41 @@ std::string Topology::describe() const {
     s += "]";
   }
   return s;
+}
+
+void choose_ring_order(Topology* t, const std::vector<double>& rtt_ms) {
+  const int k = t->domains();
+  const size_t n = t->domain_of.size();
+  if (k <= 3 || k > 9 || rtt_ms.size() != n * n) return;
+  // Mean RTT between every two domains.
+  std::vector<double> d(static_cast<size_t>(k * k), 0.0), cnt(static_cast<size_t>(k * k), 0.0);
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = 0; j < n; ++j) {
+      const auto a = static_cast<size_t>(t->domain_of[i]), b = static_cast<size_t>(t->domain_of[j]);
+      if (a == b) continue;
+      d[a * static_cast<size_t>(k) + b] += std::max(rtt_ms[i * n + j], rtt_ms[j * n + i]);
+      cnt[a * static_cast<size_t>(k) + b] += 1;
+    }
+  for (size_t x = 0; x < d.size(); ++x)
+    if (cnt[x] > 0) d[x] /= cnt[x];
+  std::vector<int> perm(static_cast<size_t>(k));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::vector<int> best = perm;
+  double best_max = std::numeric_limits<double>::infinity(), best_sum = best_max;
+  do {  // domain 0 stays first: rotations of a ring are the same ring
+    double mx = 0, sum = 0;
+    for (int i = 0; i < k; ++i) {
+      const double hop = d[static_cast<size_t>(perm[static_cast<size_t>(i)] * k + perm[static_cast<size_t>((i + 1) % k)])];
+      mx = std::max(mx, hop);
+      sum += hop;
+    }
+    if (mx < best_max - 1e-9 || (mx < best_max + 1e-9 && sum < best_sum - 1e-9)) {
+      best_max = mx;
+      best_sum = sum;
+      best = perm;
+    }
+  } while (std::next_permutation(perm.begin() + 1, perm.end()));
+  t->ring_order = best;
 }
 
 Topology single_domain(int world) {
@@ -94,6 +131,7 @@ Topology from_rtt(const std::vector<double>& rtt_ms, int n, double floor_ms, dou
   std::vector<int> group(un);
   for (int i = 0; i < n; ++i) group[static_cast<size_t>(i)] = find(i);
   auto t = from_groups(group, {}, "rtt");
+  choose_ring_order(&t, rtt_ms);
   return t;
 }
 

@@ -13,6 +13,8 @@ struct Topology {
   std::vector<std::vector<int>> members;   // domain -> its ranks, ascending
   std::vector<std::string> names;          // domain -> label ("" when discovered)
   std::string source = "single";           // "labels", "rtt" or "single"
+  // Order of domains around the inter-domain ring (a permutation of 0..k-1).
+  std::vector<int> ring_order;
 
   int domains() const { return static_cast<int>(members.size()); }
   int local_index(int rank) const;  // position of `rank` in its domain's member list
@@ -26,6 +28,12 @@ Topology single_domain(int world);
 // Ranks with equal labels share a domain. Throws Error(kInvalidArgument) if some ranks have a
 // label and others do not.
 Topology from_labels(const std::vector<std::string>& labels);
+
+// Chooses the inter-domain ring order from a measured RTT matrix (n*n, ms): of all rings, the one
+// whose slowest hop (mean RTT between the two domains' ranks) is fastest, then the shortest total.
+// With 3 or fewer domains every ring uses the same hops; from 4 on this keeps the slowest paths
+// out of the ring. Exhaustive for up to 9 domains, identity beyond.
+void choose_ring_order(Topology* t, const std::vector<double>& rtt_ms);
 
 // Ranks whose mutual RTT is far below the rest share a domain: the connected components of the
 // graph with an edge where rtt < threshold, threshold = max(floor_ms, factor * smallest RTT).

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "geoccl/error.h"
 
 using namespace geoccl::topology;
@@ -50,4 +52,19 @@ TEST(Topology, FromRttUsesOnlyOneMeasuredTriangle) {
   m[0 * n + 2] = m[0 * n + 3] = m[1 * n + 2] = m[1 * n + 3] = 30;
   auto t = from_rtt(m, n);
   EXPECT_EQ(t.domain_of, (std::vector<int>{0, 0, 1, 1}));
+}
+
+TEST(Topology, RingOrderAvoidsTheSlowestPaths) {
+  // Four single-rank domains on a line: 0-1-2-3 close neighbours (10 ms), far ends 100+ ms.
+  const int n = 4;
+  const double pos[] = {0, 10, 20, 30};
+  std::vector<double> m(n * n, 0);
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) m[i * n + j] = i == j ? 0 : 5 * std::abs(pos[i] - pos[j]) * std::abs(pos[i] - pos[j]) / 10;
+  // Pairs: |1| -> 50, |2| -> 200, |3| -> 450 ms. The best ring 0-1-3-2 has slowest hop 200 ms;
+  // the identity ring 0-1-2-3 would need the 450 ms hop 3->0.
+  auto t = from_rtt(m, n, 1.0, 1.0);
+  ASSERT_EQ(t.domains(), 4);
+  EXPECT_EQ(t.ring_order, (std::vector<int>{0, 1, 3, 2}));
+  EXPECT_EQ(from_labels({"a", "b", "c"}).ring_order, (std::vector<int>{0, 1, 2}));
 }
