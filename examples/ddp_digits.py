@@ -82,8 +82,9 @@ def param_checksum(model):
 
 def main(argv=None):
     args = parse_args(argv)
+    geoccl = None
     if args.backend == "geoccl":
-        import geoccl  # noqa: F401  (registers the backend)
+        import geoccl  # registers the backend "geoccl"
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
     dist.init_process_group(args.backend, timeout=datetime.timedelta(seconds=args.timeout))
@@ -93,9 +94,7 @@ def main(argv=None):
     # Every rank starts from different weights on purpose: DDP's broadcast must align them.
     torch.manual_seed(args.seed + 1000 * rank)
     model = DDP(MLP(args.hidden), bucket_cap_mb=args.bucket_mb)
-    if args.backend == "geoccl" and args.hook == "allreduce":
-        import geoccl
-
+    if geoccl is not None and args.hook == "allreduce":
         model.register_comm_hook(geoccl.GeocclHookState(), geoccl.allreduce_hook)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 

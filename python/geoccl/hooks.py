@@ -8,7 +8,6 @@ torch.futures.Future. Compression hooks plug in at :meth:`GeocclHookState.encode
 :meth:`GeocclHookState.decode` (identity here).
 """
 
-import torch
 import torch.distributed as dist
 
 

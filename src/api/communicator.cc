@@ -394,10 +394,14 @@ Work Communicator::broadcast(void* buf, size_t count, DataType t, int root, cons
   check_buf(buf, count, "buffer");
   if (root < 0 || root >= size()) invalid("root " + std::to_string(root) + " out of range");
   const size_t bytes = checked_bytes(count, t);
-  const auto plan = collectives::plan_broadcast(bytes, size(), config().small_msg_bytes, impl_->algo(o));
+  const auto& topo = impl_->topo();
+  const size_t small = config().small_msg_bytes;
+  const auto plan = collectives::plan_broadcast(bytes, size(), topo.domains(), small, impl_->algo(o));
   return impl_->submit(header(OpKind::kBroadcast, t, bytes, 0, static_cast<uint32_t>(root)), o,
-                       [=](OpContext& c) {
-                         if (plan.algo == collectives::Algo::kTree)
+                       [=, &topo](OpContext& c) {
+                         if (plan.algo == collectives::Algo::kHierarchical)
+                           collectives::hierarchical_broadcast(c, topo, buf, bytes, root, small);
+                         else if (plan.algo == collectives::Algo::kTree)
                            collectives::tree_broadcast(c, buf, bytes, root);
                          else
                            collectives::chain_broadcast(c, buf, bytes, root);
@@ -409,8 +413,14 @@ Work Communicator::allgather(const void* send, void* recv, size_t count, DataTyp
   check_buf(send, count, "send buffer");
   check_buf(recv, count, "recv buffer");
   const size_t bytes = checked_bytes(count, t, static_cast<size_t>(size()));
-  return impl_->submit(header(OpKind::kAllgather, t, bytes), o, [=](OpContext& c) {
-    collectives::ring_allgather(c, send, recv, bytes);
+  const auto& topo = impl_->topo();
+  const size_t small = config().small_msg_bytes;
+  const auto plan = collectives::plan_allgather(topo.domains(), impl_->algo(o));
+  return impl_->submit(header(OpKind::kAllgather, t, bytes), o, [=, &topo](OpContext& c) {
+    if (plan.algo == collectives::Algo::kHierarchical)
+      collectives::hierarchical_allgather(c, topo, send, recv, bytes, small);
+    else
+      collectives::ring_allgather(c, send, recv, bytes);
   });
 }
 

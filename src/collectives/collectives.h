@@ -48,6 +48,12 @@ void direct_scatter(OpContext& c, const void* send, void* recv, size_t block_byt
 void pairwise_alltoall(OpContext& c, const void* send, void* recv, size_t block_bytes);
 void dissemination_barrier(OpContext& c);
 
+// Broadcast and allgather across domains, crossing each WAN path once (see the .cc file).
+void hierarchical_broadcast(OpContext& c, const topology::Topology& topo, void* buf, size_t bytes,
+                            int root, size_t small_bytes);
+void hierarchical_allgather(OpContext& c, const topology::Topology& topo, const void* send,
+                            void* recv, size_t block_bytes, size_t small_bytes);
+
 // Round-trip times between every pair of ranks, in ms (row-major n*n, same on every rank).
 std::vector<double> measure_rtt_matrix(OpContext& c, int pings);
 

@@ -34,8 +34,18 @@ Plan plan_allreduce(size_t bytes, int world, int domains, size_t small_msg_bytes
   return {Algo::kRing, std::to_string(bytes) + " B > small-message threshold: bandwidth-bound"};
 }
 
-Plan plan_broadcast(size_t bytes, int world, size_t small_msg_bytes, const std::string& forced) {
+Plan plan_allgather(int domains, const std::string& forced) {
+  if (forced == "hier" || (forced != "flat" && forced != "ring" && domains > 1))
+    return {Algo::kHierarchical, "domain leaders exchange blocks once per WAN path"};
+  return {Algo::kRing, "ring"};
+}
+
+Plan plan_broadcast(size_t bytes, int world, int domains, size_t small_msg_bytes,
+                    const std::string& forced) {
   (void)world;
+  const bool flat = forced == "flat" || forced == "ring" || forced == "tree" || forced == "rd";
+  if (forced == "hier" || (!flat && domains > 1))
+    return {Algo::kHierarchical, "root sends once to each domain, then inside each domain"};
   if (forced == "tree" || forced == "rd") return {Algo::kTree, "forced"};
   if (forced == "ring") return {Algo::kChain, "forced"};
   if (bytes <= small_msg_bytes) return {Algo::kTree, "small: log2(n) hops"};

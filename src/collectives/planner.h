@@ -21,6 +21,9 @@ const char* algo_name(Algo a);
 // domains (regions) the group spans.
 Plan plan_allreduce(size_t bytes, int world, int domains, size_t small_msg_bytes,
                     const std::string& forced);
-Plan plan_broadcast(size_t bytes, int world, size_t small_msg_bytes, const std::string& forced);
+Plan plan_broadcast(size_t bytes, int world, int domains, size_t small_msg_bytes,
+                    const std::string& forced);
+// Allgather: ring inside one domain, hierarchical across several.
+Plan plan_allgather(int domains, const std::string& forced);
 
 }  // namespace geoccl::collectives

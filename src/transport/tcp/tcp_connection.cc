@@ -389,10 +389,12 @@ void TcpConnection::complete_sent(size_t n) {
     if (op.sent < total) break;
     if (zc_calls_ > 0 && op.req && !op.owned) {
       // Some of its bytes may have left in a zero-copy call: wait for the latest one.
-      if (zc_done_ >= zc_calls_)
-        completed = true, complete(op.req, {});
-      else
+      if (zc_done_ >= zc_calls_) {
+        complete(op.req, {});
+        completed = true;
+      } else {
         zc_wait_.push_back({zc_calls_ - 1, std::move(op.req)});
+      }
     } else {
       complete(op.req, {});
       completed = completed || op.req != nullptr;
