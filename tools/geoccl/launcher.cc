@@ -34,6 +34,18 @@ void emit(int rank, const std::string& line) {
   [[maybe_unused]] ssize_t n = write(STDOUT_FILENO, s.data(), s.size());
 }
 
+// Run from a build tree (BUILD/tools/geoccl/geoccl), the built Python package is BUILD/python:
+// ranks get it on PYTHONPATH so `import geoccl` works with nothing installed.
+std::string build_tree_python_path() {
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return "";
+  std::string p(exe, static_cast<size_t>(n));
+  for (int i = 0; i < 3; ++i) p = p.substr(0, p.rfind('/'));  // strip geoccl, geoccl/, tools/
+  const std::string pkg = p + "/python";
+  return access((pkg + "/geoccl/__init__.py").c_str(), R_OK) == 0 ? pkg : "";
+}
+
 }  // namespace
 
 int pick_free_port() {
@@ -57,6 +69,9 @@ int launch(const LaunchSpec& spec) {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
 
+  std::string pythonpath = build_tree_python_path();
+  if (const char* old = std::getenv("PYTHONPATH"); old && *old)
+    pythonpath = pythonpath.empty() ? old : pythonpath + ":" + old;
   std::vector<Rank> ranks(static_cast<size_t>(spec.nranks));
   for (int r = 0; r < spec.nranks; ++r) {
     int pipefd[2];
@@ -73,6 +88,7 @@ int launch(const LaunchSpec& spec) {
         {"MASTER_PORT", std::to_string(port)},
         {"GEOCCL_RUN_ID", run_id},
     };
+    if (!pythonpath.empty()) env["PYTHONPATH"] = pythonpath;
     if (spec.rank_env)
       for (auto& [k, v] : spec.rank_env(r)) env[k] = v;
     const pid_t pid = fork();
