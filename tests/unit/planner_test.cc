@@ -1,0 +1,28 @@
+#include "collectives/planner.h"
+
+#include <gtest/gtest.h>
+
+using namespace geoccl::collectives;
+
+TEST(Planner, AllreduceBySizeAndDomains) {
+  EXPECT_EQ(plan_allreduce(4096, 8, 1, 65536, "auto").algo, Algo::kRecursiveDoubling);
+  EXPECT_EQ(plan_allreduce(1 << 20, 8, 1, 65536, "auto").algo, Algo::kRing);
+  EXPECT_EQ(plan_allreduce(4096, 6, 3, 65536, "auto").algo, Algo::kHierarchicalSmall);
+  EXPECT_EQ(plan_allreduce(96 << 20, 6, 3, 65536, "auto").algo, Algo::kHierarchical);
+  // Forcing wins, in both directions.
+  EXPECT_EQ(plan_allreduce(96 << 20, 6, 3, 65536, "ring").algo, Algo::kRing);
+  EXPECT_EQ(plan_allreduce(96 << 20, 6, 3, 65536, "flat").algo, Algo::kRing);
+  EXPECT_EQ(plan_allreduce(96 << 20, 4, 1, 65536, "hier").algo, Algo::kHierarchical);
+  EXPECT_EQ(plan_allreduce(96 << 20, 4, 1, 65536, "rd").algo, Algo::kRecursiveDoubling);
+  EXPECT_FALSE(plan_allreduce(1, 2, 1, 65536, "auto").why.empty());
+}
+
+TEST(Planner, BroadcastAndAllgather) {
+  EXPECT_EQ(plan_broadcast(100, 4, 1, 65536, "auto").algo, Algo::kTree);
+  EXPECT_EQ(plan_broadcast(10 << 20, 4, 1, 65536, "auto").algo, Algo::kChain);
+  EXPECT_EQ(plan_broadcast(10 << 20, 4, 2, 65536, "auto").algo, Algo::kHierarchical);
+  EXPECT_EQ(plan_broadcast(10 << 20, 4, 2, 65536, "flat").algo, Algo::kChain);
+  EXPECT_EQ(plan_allgather(2, "auto").algo, Algo::kHierarchical);
+  EXPECT_EQ(plan_allgather(1, "auto").algo, Algo::kRing);
+  EXPECT_EQ(plan_allgather(3, "ring").algo, Algo::kRing);
+}
