@@ -42,8 +42,11 @@ int run_on_wan(geoccl::tools::LaunchSpec spec, const std::string& scenario_path,
   geoccl::testbed::WanSession wan(scenario, spec.nranks, domains, host_cc);
   spec.master_addr = wan.master_addr();
   spec.rank_env = [&wan](int r) {
+    // GLOO_SOCKET_IFNAME: torch's gloo backend binds to the hostname's address unless told; in a
+    // region's namespace the reachable interface is the emulator's TUN device.
     return std::map<std::string, std::string>{{"GEOCCL_DOMAIN", wan.domain_of_rank(r)},
-                                              {"GEOCCL_BIND_ADDR", wan.addr_of_rank(r)}};
+                                              {"GEOCCL_BIND_ADDR", wan.addr_of_rank(r)},
+                                              {"GLOO_SOCKET_IFNAME", "wan0"}};
   };
   spec.in_child = [&wan](int r) { wan.enter_rank_namespace(r); };
   std::fprintf(stderr, "geoccl run: %d ranks on %s (host congestion control %s):", spec.nranks,
