@@ -32,7 +32,10 @@ assert t[0].item() == world
 if rank == world - 1:
     if mode == "die":
         os._exit(3)
-    time.sleep(timeout_s + 3)
+    # Stay alive (connections open, never joining) until the others have reported.
+    give_up = time.monotonic() + timeout_s + 30
+    while time.monotonic() < give_up and not all(os.path.exists(f"{out}.{r}") for r in range(world - 1)):
+        time.sleep(0.1)
     os._exit(3)
 result = {"rank": rank}
 start = time.monotonic()
@@ -50,6 +53,7 @@ try:
 except Exception as e:  # noqa: BLE001
     result["future"] = f"{type(e).__name__}: {e}"
 result["completed"] = work.is_completed()
-with open(f"{out}.{rank}", "w") as f:
+with open(f"{out}.{rank}.tmp", "w") as f:
     json.dump(result, f)
+os.rename(f"{out}.{rank}.tmp", f"{out}.{rank}")  # appears complete, for the waiting rank
 os._exit(0)  # the group is broken: skip destroy_process_group

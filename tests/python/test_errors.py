@@ -32,6 +32,10 @@ def test_dead_rank_raises_from_wait_and_future(tmp_path):
 
 def test_group_timeout_is_respected(tmp_path):
     timeout_s = 3.0
-    for res in run("hang", 3, timeout_s, tmp_path):
+    survivors = run("hang", 3, timeout_s, tmp_path)
+    for res in survivors:
         assert "timeout" in res["wait"].lower(), res
-        assert timeout_s - 0.5 <= res["seconds"] < timeout_s + 5, res
+        assert res["seconds"] < timeout_s + 5, res
+    # The first rank to time out tells the others, who may have issued the op a little later:
+    # the deadline holds for the earliest, not necessarily for each.
+    assert max(r["seconds"] for r in survivors) >= timeout_s - 0.5, survivors
