@@ -11,52 +11,39 @@
 // entry point torch's ProcessGroupGloo uses for dense CPU tensors, so the two baselines differ
 // only by the torch layer on top.
 //
-// Why a FileStore and not a TCP store: Debian's Gloo has no TCPStore, and MASTER_PORT may
-// already be taken by geoccl's own rendezvous store on rank 0. Local runs and the WAN test bed
-// (one network namespace per domain) share one filesystem, which is all a FileStore needs.
+// The rendezvous (FileStore, generation scheme) is shared with train_step: gloo_rendezvous.h.
 
 #include <gloo/allreduce.h>
 #include <gloo/math.h>
-#include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/file_store.h>
-#include <gloo/rendezvous/prefix_store.h>
-#include <gloo/transport/tcp/device.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
-#include <cinttypes>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
-#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
+
+#include "bench_env.h"
+#include "gloo_rendezvous.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-// Error in the command line or environment: reported without a stack of context, exit 2.
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+using geoccl_bench::ArgReader;
+using geoccl_bench::UsageError;
 
 constexpr std::string_view kUsage =
     "usage: gloo_bench --op allreduce --sizes 4K,1M,16M,96M [--iters 20] [--warmup 3]\n"
@@ -113,215 +100,37 @@ std::vector<std::size_t> ParseSizes(std::string_view list) {
   return sizes;
 }
 
-int ParseInt(std::string_view name, std::string_view text, int min_value) {
-  int value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size() || value < min_value) {
-    throw UsageError(std::string(name) + ": expected an integer >= " +
-                     std::to_string(min_value) + ", got '" + std::string(text) + "'");
-  }
-  return value;
-}
-
 std::optional<Options> ParseArgs(int argc, char** argv) {
   Options opt;
   bool have_sizes = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg == "-h" || arg == "--help") {
+  ArgReader args(argc, argv);
+  while (args.Next()) {
+    if (args.IsHelp()) {
       std::cout << kUsage;
       return std::nullopt;
     }
-    // Accept both "--flag value" and "--flag=value".
-    std::string_view name = arg;
-    std::optional<std::string_view> value;
-    if (const auto eq = arg.find('='); arg.starts_with("--") && eq != std::string_view::npos) {
-      name = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-    }
-    const auto next = [&]() -> std::string_view {
-      if (value) return *value;
-      if (i + 1 >= argc) throw UsageError(std::string(name) + " needs a value");
-      return argv[++i];
-    };
+    const std::string_view name = args.name();
     if (name == "--op") {
-      opt.op = next();
+      opt.op = args.Value();
     } else if (name == "--sizes") {
-      opt.sizes = ParseSizes(next());
+      opt.sizes = ParseSizes(args.Value());
       have_sizes = true;
     } else if (name == "--iters") {
-      opt.iters = ParseInt(name, next(), 1);
+      opt.iters = args.IntValue(1);
     } else if (name == "--warmup") {
-      opt.warmup = ParseInt(name, next(), 0);
+      opt.warmup = args.IntValue(0);
     } else if (name == "--json") {
-      opt.json_path = next();
+      opt.json_path = args.Value();
     } else if (name == "--timeout-s") {
-      opt.timeout_s = ParseInt(name, next(), 1);
+      opt.timeout_s = args.IntValue(1);
     } else {
-      throw UsageError("unknown argument '" + std::string(arg) + "'");
+      throw args.Unknown();
     }
   }
   if (opt.op != "allreduce") throw UsageError("--op " + opt.op + " not supported (allreduce)");
   if (!have_sizes) throw UsageError("--sizes is required");
   return opt;
 }
-
-std::optional<std::string> GetEnv(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return std::nullopt;
-  return std::string(v);
-}
-
-int RequireIntEnv(const char* name, int min_value) {
-  const auto v = GetEnv(name);
-  if (!v) throw UsageError(std::string("environment variable ") + name + " is not set");
-  return ParseInt(name, *v, min_value);
-}
-
-struct Env {
-  int rank = 0;
-  int world_size = 1;
-  std::string run_id;     // names the rendezvous directory
-  bool run_id_unique = false;  // true when the launcher guarantees a fresh id per launch
-  std::string bind_addr;  // address the Gloo TCP device binds its listening socket to
-};
-
-Env ReadEnv() {
-  Env env;
-  env.world_size = RequireIntEnv("WORLD_SIZE", 1);
-  env.rank = RequireIntEnv("RANK", 0);
-  if (env.rank >= env.world_size) {
-    throw UsageError("RANK " + std::to_string(env.rank) + " >= WORLD_SIZE " +
-                     std::to_string(env.world_size));
-  }
-  // GEOCCL_RUN_ID is unique per launch; MASTER_PORT is a fallback for plain torchrun-style
-  // launchers (a free port, so unique among concurrent runs, but it can repeat across runs —
-  // the generation handshake in Rendezvous handles that).
-  if (auto id = GetEnv("GEOCCL_RUN_ID")) {
-    env.run_id = "run-" + *id;
-    env.run_id_unique = true;
-  } else if (auto port = GetEnv("MASTER_PORT")) {
-    env.run_id = "port-" + *port;
-  } else {
-    throw UsageError("neither GEOCCL_RUN_ID nor MASTER_PORT is set");
-  }
-  for (char& c : env.run_id) {  // the id becomes a path component
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) c = '_';
-  }
-  env.bind_addr = GetEnv("GEOCCL_BIND_ADDR").value_or("127.0.0.1");
-  return env;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Rendezvous
-
-std::int64_t UnixMillis() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-// Owns the per-run rendezvous directory /tmp/geoccl-gloo-bench-<uid>/<run id>/.
-//
-// Gloo's FileStore refuses to set a key whose file already exists, so leftovers from a crashed
-// earlier run with the same id would make rendezvous fail. Instead of deleting at start-up
-// (which races with peers that already wrote their keys), rank 0 publishes a fresh random
-// "generation" (atomically, via rename) and every rank prefixes its keys with it. Peers accept
-// a generation only if it was written after they started (minus a slack for launch skew), so a
-// stale generation file is never used (that check is skipped when GEOCCL_RUN_ID makes the
-// directory unique to this launch anyway). Rank 0 removes the directory when it is destroyed, and
-// garbage-collects sibling directories from runs that died more than an hour ago.
-class Rendezvous {
- public:
-  static constexpr auto kLaunchSkew = std::chrono::seconds(30);
-  static constexpr auto kStaleAge = std::chrono::hours(1);
-
-  Rendezvous(const Env& env, std::chrono::milliseconds timeout)
-      : rank_(env.rank), check_freshness_(!env.run_id_unique) {
-    // A fixed root (not $TMPDIR) so that ranks launched with different environments, e.g. in
-    // different network namespaces, still meet in the same place.
-    const fs::path root =
-        fs::path("/tmp") / ("geoccl-gloo-bench-" + std::to_string(static_cast<long>(::getuid())));
-    dir_ = root / env.run_id;
-    fs::create_directories(dir_);  // every rank: whoever comes first creates it
-    if (rank_ == 0) {
-      CollectGarbage(root);
-      generation_ = PublishGeneration();
-    } else {
-      generation_ = AwaitGeneration(timeout);
-    }
-    file_store_ = std::make_unique<gloo::rendezvous::FileStore>(dir_.string());
-    store_ = std::make_unique<gloo::rendezvous::PrefixStore>(generation_, *file_store_);
-  }
-
-  ~Rendezvous() {
-    if (rank_ != 0) return;
-    std::error_code ec;  // best effort: a destructor must not throw
-    fs::remove_all(dir_, ec);
-  }
-
-  Rendezvous(const Rendezvous&) = delete;
-  Rendezvous& operator=(const Rendezvous&) = delete;
-
-  gloo::rendezvous::Store& store() { return *store_; }
-
- private:
-  fs::path GenerationFile() const { return dir_ / "generation"; }
-
-  std::string PublishGeneration() {
-    std::random_device rd;
-    const std::uint64_t nonce = (static_cast<std::uint64_t>(rd()) << 32) ^ rd() ^
-                                static_cast<std::uint64_t>(::getpid());
-    char name[32];
-    std::snprintf(name, sizeof name, "g%016" PRIx64, nonce);
-    const fs::path tmp = dir_ / (".generation." + std::to_string(::getpid()));
-    {
-      std::ofstream out(tmp, std::ios::trunc);
-      out << name << ' ' << UnixMillis() << '\n';
-      if (!out.flush()) throw std::runtime_error("cannot write " + tmp.string());
-    }
-    fs::rename(tmp, GenerationFile());  // atomic: peers never see a partial file
-    return name;
-  }
-
-  std::string AwaitGeneration(std::chrono::milliseconds timeout) const {
-    const std::int64_t not_before =
-        UnixMillis() - std::chrono::duration_cast<std::chrono::milliseconds>(kLaunchSkew).count();
-    const auto deadline = Clock::now() + timeout;
-    while (true) {
-      std::ifstream in(GenerationFile());
-      std::string name;
-      std::int64_t written_ms = 0;
-      if (in >> name >> written_ms && (!check_freshness_ || written_ms >= not_before)) {
-        return name;
-      }
-      if (Clock::now() >= deadline) {
-        throw std::runtime_error("rendezvous: rank 0 did not publish " + GenerationFile().string() +
-                                 " within the timeout (is rank 0 running with the same "
-                                 "GEOCCL_RUN_ID/MASTER_PORT?)");
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }
-
-  void CollectGarbage(const fs::path& root) const {
-    std::error_code ec;
-    const auto now = fs::file_time_type::clock::now();
-    for (const auto& entry : fs::directory_iterator(root, ec)) {
-      if (entry.path() == dir_) continue;
-      std::error_code ec2;
-      const auto mtime = fs::last_write_time(entry.path(), ec2);
-      if (!ec2 && now - mtime > kStaleAge) fs::remove_all(entry.path(), ec2);
-    }
-  }
-
-  int rank_;
-  bool check_freshness_;
-  fs::path dir_;
-  std::string generation_;
-  std::unique_ptr<gloo::rendezvous::FileStore> file_store_;
-  std::unique_ptr<gloo::rendezvous::PrefixStore> store_;
-};
 
 // ---------------------------------------------------------------------------------------------
 // Benchmark
@@ -501,24 +310,10 @@ void WriteJson(const std::string& path, const std::vector<Result>& results) {
 int Run(int argc, char** argv) {
   const auto opt = ParseArgs(argc, argv);
   if (!opt) return 0;
-  const Env env = ReadEnv();
+  const geoccl_bench::GlooEnv env = geoccl_bench::ReadGlooEnv();
   const std::chrono::milliseconds timeout = std::chrono::seconds(opt->timeout_s);
-
-  Rendezvous rendezvous(env, timeout);
-
-  gloo::transport::tcp::attr attr;
-  attr.hostname = env.bind_addr;  // resolved with getaddrinfo; the device binds to it
-  auto device = gloo::transport::tcp::CreateDevice(attr);
-  auto ctx = std::make_shared<gloo::rendezvous::Context>(env.rank, env.world_size);
-  ctx->setTimeout(timeout);
-  try {
-    ctx->connectFullMesh(rendezvous.store(), device);
-  } catch (const std::exception& e) {
-    throw std::runtime_error(std::string("rendezvous failed (are all ") +
-                             std::to_string(env.world_size) +
-                             " ranks running with the same GEOCCL_RUN_ID/MASTER_PORT?): " +
-                             e.what());
-  }
+  const geoccl_bench::GlooSession session(env, "geoccl-gloo-bench", timeout);
+  const std::shared_ptr<gloo::Context>& ctx = session.context();
 
   if (env.rank == 0) PrintHeader(env.world_size);
   std::vector<Result> results;
@@ -539,15 +334,5 @@ int Run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return Run(argc, argv);
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "gloo_bench: %s\n%.*s", e.what(), static_cast<int>(kUsage.size()),
-                 kUsage.data());
-    return 2;
-  } catch (const std::exception& e) {
-    const char* rank = std::getenv("RANK");
-    std::fprintf(stderr, "gloo_bench[rank %s]: error: %s\n", rank ? rank : "?", e.what());
-    return 1;
-  }
+  return geoccl_bench::RunMain("gloo_bench", kUsage, [&] { return Run(argc, argv); });
 }

@@ -39,16 +39,9 @@
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
 #include <gloo/math.h>
-#include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/file_store.h>
-#include <gloo/rendezvous/prefix_store.h>
-#include <gloo/transport/tcp/device.h>
 #endif
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cctype>
 #include <charconv>
 #include <chrono>
 #include <cinttypes>
@@ -56,8 +49,6 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <deque>
 #include <exception>
 #include <filesystem>
@@ -68,7 +59,6 @@
 #include <mutex>
 #include <numeric>
 #include <optional>
-#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -76,14 +66,17 @@
 #include <thread>
 #include <vector>
 
+#include "bench_env.h"
+#ifdef GEOCCL_HAVE_GLOO
+#include "gloo_rendezvous.h"
+#endif
+
 namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+using geoccl_bench::ArgReader;
+using geoccl_bench::UsageError;
 
 constexpr std::string_view kUsage =
     "usage: train_step --backend geoccl|gloo [--model resnet50] [--steps 5] [--warmup 1]\n"
@@ -302,47 +295,27 @@ double ParseDouble(std::string_view name, std::string_view text, double min_valu
   return v;
 }
 
-int ParseInt(std::string_view name, std::string_view text, int min_value) {
-  int v = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || end != text.data() + text.size() || v < min_value) {
-    throw UsageError(std::string(name) + ": expected an integer >= " + std::to_string(min_value) +
-                     ", got '" + std::string(text) + "'");
-  }
-  return v;
-}
-
 std::optional<Options> ParseArgs(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg == "-h" || arg == "--help") {
+  ArgReader args(argc, argv);
+  while (args.Next()) {
+    if (args.IsHelp()) {
       std::cout << kUsage;
       return std::nullopt;
     }
-    std::string_view name = arg;
-    std::optional<std::string_view> value;
-    if (const auto eq = arg.find('='); arg.starts_with("--") && eq != std::string_view::npos) {
-      name = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-    }
-    const auto next = [&]() -> std::string_view {
-      if (value) return *value;
-      if (i + 1 >= argc) throw UsageError(std::string(name) + " needs a value");
-      return argv[++i];
-    };
-    if (name == "--backend") o.backend = next();
-    else if (name == "--model") o.model = next();
-    else if (name == "--steps") o.steps = ParseInt(name, next(), 1);
-    else if (name == "--warmup") o.warmup = ParseInt(name, next(), 0);
-    else if (name == "--compute-ms") o.compute_ms = ParseDouble(name, next(), 0);
-    else if (name == "--bucket-mb") o.bucket_mb = ParseDouble(name, next(), 0.001);
-    else if (name == "--first-bucket-mb") o.first_bucket_mb = ParseDouble(name, next(), 0.001);
-    else if (name == "--algo") o.algo = next();
-    else if (name == "--json") o.json_path = next();
-    else if (name == "--timeout-s") o.timeout_s = ParseInt(name, next(), 1);
+    const std::string_view name = args.name();
+    if (name == "--backend") o.backend = args.Value();
+    else if (name == "--model") o.model = args.Value();
+    else if (name == "--steps") o.steps = args.IntValue(1);
+    else if (name == "--warmup") o.warmup = args.IntValue(0);
+    else if (name == "--compute-ms") o.compute_ms = ParseDouble(name, args.Value(), 0);
+    else if (name == "--bucket-mb") o.bucket_mb = ParseDouble(name, args.Value(), 0.001);
+    else if (name == "--first-bucket-mb") o.first_bucket_mb = ParseDouble(name, args.Value(), 0.001);
+    else if (name == "--algo") o.algo = args.Value();
+    else if (name == "--json") o.json_path = args.Value();
+    else if (name == "--timeout-s") o.timeout_s = args.IntValue(1);
     else if (name == "--print-layers") o.print_layers = true;
-    else throw UsageError("unknown argument '" + std::string(arg) + "'");
+    else throw args.Unknown();
   }
   if (o.model != "resnet50") throw UsageError("--model " + o.model + ": only resnet50");
   if (!o.print_layers && o.backend != "geoccl" && o.backend != "gloo") {
@@ -477,100 +450,13 @@ class GeocclBackend final : public Backend {
 };
 
 #ifdef GEOCCL_HAVE_GLOO
-std::optional<std::string> GetEnv(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return std::nullopt;
-  return std::string(v);
-}
-
-std::int64_t UnixMillis() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-// Gloo rendezvous through a FileStore in /tmp/geoccl-train-step-<uid>/<run id>/, the scheme of
-// gloo_bench.cc (see there): rank 0 publishes a fresh generation that prefixes every key, so
-// leftovers of a crashed run with the same id are never read; rank 0 removes the directory.
-class FileRendezvous {
- public:
-  FileRendezvous(int rank, std::chrono::milliseconds timeout) : rank_(rank) {
-    std::string id;
-    bool unique = false;
-    if (auto v = GetEnv("GEOCCL_RUN_ID")) {
-      id = "run-" + *v;
-      unique = true;
-    } else if (auto p = GetEnv("MASTER_PORT")) {
-      id = "port-" + *p;
-    } else {
-      throw UsageError("neither GEOCCL_RUN_ID nor MASTER_PORT is set");
-    }
-    for (char& c : id) {
-      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_')) c = '_';
-    }
-    dir_ = fs::path("/tmp") /
-           ("geoccl-train-step-" + std::to_string(static_cast<long>(::getuid()))) / id;
-    fs::create_directories(dir_);
-    const fs::path gen = dir_ / "generation";
-    if (rank_ == 0) {
-      std::random_device rd;
-      char name[32];
-      std::snprintf(name, sizeof name, "g%08x%08x", rd(), rd() ^ static_cast<unsigned>(::getpid()));
-      const fs::path tmp = dir_ / (".generation." + std::to_string(::getpid()));
-      {
-        std::ofstream out(tmp, std::ios::trunc);
-        out << name << ' ' << UnixMillis() << '\n';
-        if (!out.flush()) throw std::runtime_error("cannot write " + tmp.string());
-      }
-      fs::rename(tmp, gen);
-      generation_ = name;
-    } else {
-      const std::int64_t not_before = UnixMillis() - 30000;
-      const auto deadline = Clock::now() + timeout;
-      while (true) {
-        std::ifstream in(gen);
-        std::string name;
-        std::int64_t written = 0;
-        if (in >> name >> written && (unique || written >= not_before)) {
-          generation_ = name;
-          break;
-        }
-        if (Clock::now() >= deadline) throw std::runtime_error("gloo rendezvous timed out");
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-    }
-    file_store_ = std::make_unique<gloo::rendezvous::FileStore>(dir_.string());
-    store_ = std::make_unique<gloo::rendezvous::PrefixStore>(generation_, *file_store_);
-  }
-  ~FileRendezvous() {
-    if (rank_ != 0) return;
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  gloo::rendezvous::Store& store() { return *store_; }
-
- private:
-  int rank_;
-  fs::path dir_;
-  std::string generation_;
-  std::unique_ptr<gloo::rendezvous::FileStore> file_store_;
-  std::unique_ptr<gloo::rendezvous::PrefixStore> store_;
-};
-
 // One comm thread runs the queued allreduces in order, one at a time.
 class GlooBackend final : public Backend {
  public:
-  explicit GlooBackend(const Options& o) : timeout_(std::chrono::seconds(o.timeout_s)) {
-    const int rank = std::stoi(GetEnv("RANK").value_or("0"));
-    const int world = std::stoi(GetEnv("WORLD_SIZE").value_or("1"));
-    rdv_ = std::make_unique<FileRendezvous>(rank, timeout_);
-    gloo::transport::tcp::attr attr;
-    attr.hostname = GetEnv("GEOCCL_BIND_ADDR").value_or("127.0.0.1");
-    auto device = gloo::transport::tcp::CreateDevice(attr);
-    auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, world);
-    ctx->setTimeout(timeout_);
-    ctx->connectFullMesh(rdv_->store(), device);
-    ctx_ = ctx;
+  explicit GlooBackend(const Options& o)
+      : timeout_(std::chrono::seconds(o.timeout_s)),
+        session_(ReadEnv(), "geoccl-train-step", timeout_),
+        ctx_(session_.context()) {
     thread_ = std::thread([this] { Loop(); });
   }
   ~GlooBackend() override {
@@ -641,8 +527,15 @@ class GlooBackend final : public Backend {
     }
   }
 
+  // RANK / WORLD_SIZE default to 0 / 1 here; the rest as in geoccl_bench::ReadGlooEnv.
+  static geoccl_bench::GlooEnv ReadEnv() {
+    const int rank = std::stoi(geoccl_bench::GetEnv("RANK").value_or("0"));
+    const int world = std::stoi(geoccl_bench::GetEnv("WORLD_SIZE").value_or("1"));
+    return geoccl_bench::ReadGlooEnv(rank, world);
+  }
+
   std::chrono::milliseconds timeout_;
-  std::unique_ptr<FileRendezvous> rdv_;
+  geoccl_bench::GlooSession session_;  // rendezvous directory + connected context
   std::shared_ptr<gloo::Context> ctx_;
   std::thread thread_;
   std::mutex mu_;
@@ -783,15 +676,5 @@ int Run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return Run(argc, argv);
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "train_step: %s\n%.*s", e.what(), static_cast<int>(kUsage.size()),
-                 kUsage.data());
-    return 2;
-  } catch (const std::exception& e) {
-    const char* rank = std::getenv("RANK");
-    std::fprintf(stderr, "train_step[rank %s]: error: %s\n", rank ? rank : "?", e.what());
-    return 1;
-  }
+  return geoccl_bench::RunMain("train_step", kUsage, [&] { return Run(argc, argv); });
 }

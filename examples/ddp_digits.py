@@ -41,6 +41,9 @@ def parse_args(argv=None):
     p.add_argument("--timeout", type=float, default=300.0, help="process-group timeout, seconds")
     p.add_argument("--json", default=None, help="write this rank's result to JSON (rank suffix added)")
     p.add_argument("--quiet", action="store_true", help="only the final line")
+    p.add_argument("--compute-probe", type=int, default=50,
+                   help="steps timed without any communication first, to split step time into "
+                        "compute and exposed communication (0 = skip)")
     return p.parse_args(argv)
 
 
@@ -80,6 +83,23 @@ def param_checksum(model):
     return h.hexdigest()
 
 
+def measure_compute_ms(args, x, y):
+    """Median time of the same training step (forward, backward, optimizer) on a local copy of the
+    model, with no communication at all: the step's compute floor."""
+    model = MLP(args.hidden)
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    times = []
+    for i in range(args.compute_probe):
+        idx = torch.arange(i * args.batch_size, (i + 1) * args.batch_size) % len(y)
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x[idx]), y[idx]).backward()
+        opt.step()
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    return 1000 * times[len(times) // 2]
+
+
 def main(argv=None):
     args = parse_args(argv)
     geoccl = None
@@ -91,6 +111,7 @@ def main(argv=None):
     rank, world = dist.get_rank(), dist.get_world_size()
 
     x_train, y_train, x_test, y_test = load_data(args.seed)
+    compute_ms = measure_compute_ms(args, x_train, y_train) if args.compute_probe > 0 else 0.0
     # Every rank starts from different weights on purpose: DDP's broadcast must align them.
     torch.manual_seed(args.seed + 1000 * rank)
     model = DDP(MLP(args.hidden), bucket_cap_mb=args.bucket_mb)
@@ -144,11 +165,15 @@ def main(argv=None):
         "steps_per_s": step / total if total > 0 else 0.0,
         "step_ms_median": 1000 * step_times[len(step_times) // 2] if step_times else 0.0,
         "step_ms_mean": 1000 * sum(step_times) / len(step_times) if step_times else 0.0,
+        "compute_ms": compute_ms,
     }
+    med = result["step_ms_median"]
+    result["exposed_comm_share"] = max(0.0, med - compute_ms) / med if med > 0 and compute_ms > 0 else None
     if rank == 0:
         print(f"final: backend {args.backend}  world {world}  steps {step}  test acc {acc:.4f}  "
               f"{result['steps_per_s']:.1f} steps/s  step median {result['step_ms_median']:.2f} ms  "
-              f"mean {result['step_ms_mean']:.2f} ms  total {total:.1f} s", flush=True)
+              f"mean {result['step_ms_mean']:.2f} ms  compute {compute_ms:.2f} ms  total {total:.1f} s",
+              flush=True)
     if args.json:
         with open(f"{args.json}.{rank}", "w") as f:
             json.dump(result, f)

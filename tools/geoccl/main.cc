@@ -40,6 +40,7 @@ int run_on_wan(geoccl::tools::LaunchSpec spec, const std::string& scenario_path,
                const std::string& domains, const std::string& host_cc) {
   const auto scenario = geoccl::testbed::load_scenario(scenario_path);
   geoccl::testbed::WanSession wan(scenario, spec.nranks, domains, host_cc);
+  spec.nranks = wan.n_ranks();
   spec.master_addr = wan.master_addr();
   spec.rank_env = [&wan](int r) {
     // GLOO_SOCKET_IFNAME: torch's gloo backend binds to the hostname's address unless told; in a
@@ -66,7 +67,9 @@ int main(int argc, char** argv) {
 
   geoccl::tools::LaunchSpec launch;
   auto* run = app.add_subcommand("run", "launch N local ranks with RANK/WORLD_SIZE/MASTER_* set");
-  run->add_option("-n,--nranks", launch.nranks, "number of ranks")->required()->check(CLI::Range(1, 4096));
+  launch.nranks = 0;
+  run->add_option("-n,--nranks", launch.nranks, "number of ranks (with --wan: default from the scenario)")
+      ->check(CLI::Range(1, 4096));
   run->add_option("--timeout", launch.timeout_s, "kill all ranks after this many seconds (exit 124)");
   run->add_option("--master-port", launch.master_port, "rendezvous port (default: a free one)");
   std::string wan_scenario, wan_domains, host_cc;
@@ -105,6 +108,7 @@ int main(int argc, char** argv) {
       if (!wan_scenario.empty()) return run_on_wan(launch, wan_scenario, wan_domains, host_cc);
       if (!wan_domains.empty() || !host_cc.empty())
         throw std::invalid_argument("--domains and --host-cc need --wan SCENARIO");
+      if (launch.nranks < 1) throw std::invalid_argument("geoccl run: -n N is required (without --wan)");
       return geoccl::tools::launch(launch);
     }
     if (*b) {

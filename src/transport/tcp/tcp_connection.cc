@@ -74,6 +74,7 @@ void TcpConnection::post_send(SendOp op) {
   }
   queued_ += kFrameHeaderSize + op.payload.size() - op.sent;
   if (op.req) ++frames_sent_;
+  if (zerocopy_) op.stable_header = std::make_shared<protocol::FrameHeaderBytes>(op.header);
   sendq_.push_back(std::move(op));
   write_some();
 }
@@ -136,6 +137,8 @@ void TcpConnection::post_control(FrameType type, std::vector<uint8_t> payload) {
   op.header = protocol::encode_frame_header(h);
   op.owned = std::make_shared<std::vector<uint8_t>>(std::move(payload));
   op.payload = *op.owned;
+  if (zerocopy_) op.stable_header = std::make_shared<protocol::FrameHeaderBytes>(op.header);
+  queued_ += kFrameHeaderSize + op.payload.size();
   sendq_.push_back(std::move(op));
   write_some();
 }
@@ -143,8 +146,11 @@ void TcpConnection::post_control(FrameType type, std::vector<uint8_t> payload) {
 void TcpConnection::fail_requests(const Failure& f) {
   // Zero-copy frames still referenced by the kernel complete now: the group has failed and the
   // peer drops what it gets; the kernel holds its own references to the pages it still reads.
-  for (auto& z : zc_wait_) complete(z.req, f);
-  zc_wait_.clear();
+  // Storage stays referenced until the kernel's completion; only the requests complete now.
+  for (auto& z : zc_wait_) {
+    complete(z.req, f);
+    z.req = nullptr;
+  }
   // Data frames are dropped even when partly written: their payload is user memory, which the
   // caller may free as soon as the request completes. The stream is dead from here on; the
   // peer learns why from the abort frame on the control stream.
@@ -188,7 +194,8 @@ void TcpConnection::on_closed(const std::string& why) {
   const bool recv_pending = stream_ != TcpTransport::kControlStream &&
                             owner_.recv_windows_[static_cast<size_t>(peer_)].pending() &&
                             (mid_frame || !owner_.data_stream_open(peer_, this));
-  const bool pending = recv_pending || !zc_wait_.empty() ||
+  const bool pending = recv_pending ||
+                       std::any_of(zc_wait_.begin(), zc_wait_.end(), [](const ZcWait& z) { return z.req; }) ||
                        std::any_of(sendq_.begin(), sendq_.end(), [](const SendOp& s) { return s.req; });
   close_fd();
   if (goodbye_ && !pending) return;
@@ -337,10 +344,12 @@ void TcpConnection::write_some() {
     iovec iov[kMaxIov];
     int n_iov = 0;
     size_t bytes = 0;
+    bool control = false;
     for (auto it = sendq_.begin(); it != sendq_.end() && n_iov + 2 <= kMaxIov; ++it) {
+      control = control || it->owned != nullptr;
       size_t skip = it->sent;
       if (skip < kFrameHeaderSize) {
-        iov[n_iov++] = {it->header.data() + skip, kFrameHeaderSize - skip};
+        iov[n_iov++] = {const_cast<uint8_t*>(it->header_data()) + skip, kFrameHeaderSize - skip};
         bytes += kFrameHeaderSize - skip;
         skip = 0;
       } else {
@@ -355,7 +364,9 @@ void TcpConnection::write_some() {
     msg.msg_iov = iov;
     msg.msg_iovlen = static_cast<size_t>(n_iov);
     // Zero copy only pays for large writes (page pinning and a completion per call).
-    const bool zc = zerocopy_ && bytes >= owner_.options_.zerocopy_min_bytes;
+    // Control frames (abort, goodbye) are always copied: they may be the last thing written
+    // before the socket is closed and their storage freed.
+    const bool zc = zerocopy_ && !control && bytes >= owner_.options_.zerocopy_min_bytes;
     const ssize_t n = ::sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT | (zc ? MSG_ZEROCOPY : 0));
     if (n < 0) {
       if (errno == EAGAIN || errno == EINTR) break;
@@ -387,14 +398,11 @@ void TcpConnection::complete_sent(size_t n) {
     op.sent += take;
     left -= take;
     if (op.sent < total) break;
-    if (zc_calls_ > 0 && op.req && !op.owned) {
-      // Some of its bytes may have left in a zero-copy call: wait for the latest one.
-      if (zc_done_ >= zc_calls_) {
-        complete(op.req, {});
-        completed = true;
-      } else {
-        zc_wait_.push_back({zc_calls_ - 1, std::move(op.req)});
-      }
+    if (zc_done_ < zc_calls_) {
+      // Some of its bytes may have left in a zero-copy call still in flight: the request (and
+      // the storage of the header and of a control payload) waits for the latest one.
+      zc_wait_.push_back({zc_calls_ - 1, std::move(op.req), std::move(op.stable_header),
+                          std::move(op.owned)});
     } else {
       complete(op.req, {});
       completed = completed || op.req != nullptr;
@@ -427,9 +435,11 @@ void TcpConnection::read_errqueue() {
     }
   }
   while (!zc_wait_.empty() && zc_wait_.front().call < zc_done_) {
-    complete(zc_wait_.front().req, {});
+    if (zc_wait_.front().req) {
+      complete(zc_wait_.front().req, {});
+      completed = true;
+    }
     zc_wait_.pop_front();
-    completed = true;
   }
   if (completed) owner_.notify();
 }

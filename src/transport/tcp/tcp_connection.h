@@ -25,6 +25,10 @@ class TcpConnection {
     std::shared_ptr<std::vector<uint8_t>> owned;  // payload storage for control frames
     RequestPtr req;                               // null for control frames
     size_t sent = 0;                              // bytes of header+payload written
+    // With MSG_ZEROCOPY the kernel reads the header after sendmsg() returns: it is sent from this
+    // heap copy, kept alive until the kernel's completion.
+    std::shared_ptr<protocol::FrameHeaderBytes> stable_header;
+    const uint8_t* header_data() const { return stable_header ? stable_header->data() : header.data(); }
   };
   // A posted receive; lives in the transport's per-peer RecvWindow (any data stream may fill it).
   struct RecvOp {
@@ -86,7 +90,9 @@ class TcpConnection {
   // error queue reports that call done.
   struct ZcWait {
     uint32_t call;
-    RequestPtr req;
+    RequestPtr req;                                        // null for control frames
+    std::shared_ptr<protocol::FrameHeaderBytes> header;    // storage the kernel may still read
+    std::shared_ptr<std::vector<uint8_t>> owned;
   };
   bool zerocopy_ = false;
   uint32_t zc_calls_ = 0;  // zero-copy sendmsg() calls made (the kernel numbers them 0, 1, ...)
