@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <iostream>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -19,6 +20,9 @@ namespace geoccl_bench {
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+// -h or --help on the command line: RunMain prints the usage text to stdout, exit 0.
+struct HelpRequested {};
 
 // The variable's value, or nullopt when it is unset or empty.
 inline std::optional<std::string> GetEnv(const char* name) {
@@ -50,10 +54,12 @@ class ArgReader {
  public:
   ArgReader(int argc, char** argv) : argc_(argc), argv_(argv) {}
 
-  // Advances to the next argument; false when there are none left.
+  // Advances to the next argument; false when there are none left. Throws HelpRequested at
+  // -h / --help.
   bool Next() {
     if (++i_ >= argc_) return false;
     arg_ = argv_[i_];
+    if (arg_ == "-h" || arg_ == "--help") throw HelpRequested{};
     name_ = arg_;
     value_.reset();
     if (const auto eq = arg_.find('='); arg_.starts_with("--") && eq != std::string_view::npos) {
@@ -63,7 +69,6 @@ class ArgReader {
     return true;
   }
 
-  bool IsHelp() const { return arg_ == "-h" || arg_ == "--help"; }
   std::string_view arg() const { return arg_; }
   std::string_view name() const { return name_; }
 
@@ -86,12 +91,23 @@ class ArgReader {
   std::optional<std::string_view> value_;
 };
 
-// Runs `run` and maps its errors to exit codes: UsageError prints the message and the usage
-// text (exit 2); any other exception prints "<prog>[rank R]: error: ..." (exit 1).
+// Exit status of a run whose results were checked: 0, or 1 after "<prog>[rank R]: <what>".
+inline int CheckedExit(bool correct, const char* prog, int rank, const char* what) {
+  if (correct) return 0;
+  std::fprintf(stderr, "%s[rank %d]: %s\n", prog, rank, what);
+  return 1;
+}
+
+// Runs `run` and maps the outcome to an exit code: HelpRequested prints the usage text to
+// stdout (exit 0); UsageError prints the message and the usage text (exit 2); any other
+// exception prints "<prog>[rank R]: error: ..." (exit 1).
 template <typename Run>
 int RunMain(const char* prog, std::string_view usage, Run&& run) {
   try {
     return run();
+  } catch (const HelpRequested&) {
+    std::cout << usage;
+    return 0;
   } catch (const UsageError& e) {
     std::fprintf(stderr, "%s: %s\n%.*s", prog, e.what(), static_cast<int>(usage.size()),
                  usage.data());

@@ -17,33 +17,26 @@
 #include <gloo/math.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
 #include <chrono>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <iostream>
 #include <memory>
-#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "bench_common.h"
 #include "bench_env.h"
 #include "gloo_rendezvous.h"
 
+namespace geoccl_bench {
 namespace {
 
-namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-using geoccl_bench::ArgReader;
-using geoccl_bench::UsageError;
 
 constexpr std::string_view kUsage =
     "usage: gloo_bench --op allreduce --sizes 4K,1M,16M,96M [--iters 20] [--warmup 3]\n"
@@ -100,15 +93,11 @@ std::vector<std::size_t> ParseSizes(std::string_view list) {
   return sizes;
 }
 
-std::optional<Options> ParseArgs(int argc, char** argv) {
+Options ParseArgs(int argc, char** argv) {
   Options opt;
   bool have_sizes = false;
   ArgReader args(argc, argv);
   while (args.Next()) {
-    if (args.IsHelp()) {
-      std::cout << kUsage;
-      return std::nullopt;
-    }
     const std::string_view name = args.name();
     if (name == "--op") {
       opt.op = args.Value();
@@ -170,17 +159,6 @@ void AllreduceMax(const std::shared_ptr<gloo::Context>& ctx, std::vector<double>
   gloo::allreduce(opts);
 }
 
-// Rank r contributes (r+1) + (i % 7) at element i, so the sum is n(n+1)/2 + n*(i % 7): small
-// integers, exact in float32 whatever order the ranks are summed in.
-void FillPattern(std::vector<float>& v, int rank) {
-  int phase = 0;
-  const float base = static_cast<float>(rank + 1);
-  for (float& x : v) {
-    x = base + static_cast<float>(phase);
-    if (++phase == 7) phase = 0;
-  }
-}
-
 // Returns the number of wrong elements (and logs the first one).
 std::size_t CountMismatches(const float* data, std::size_t count, int world_size, int rank) {
   const float n = static_cast<float>(world_size);
@@ -199,12 +177,6 @@ std::size_t CountMismatches(const float* data, std::size_t count, int world_size
     if (++phase == 7) phase = 0;
   }
   return bad;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t m = v.size() / 2;
-  return v.size() % 2 == 1 ? v[m] : (v[m - 1] + v[m]) / 2;
 }
 
 Result RunSize(const std::shared_ptr<gloo::Context>& ctx, std::size_t bytes, const Options& opt,
@@ -272,14 +244,6 @@ void PrintRow(const Result& r) {
   std::fflush(stdout);
 }
 
-// JSON numbers must be finite; timings always are, but be explicit rather than emit "inf".
-std::string JsonNumber(double v) {
-  if (!std::isfinite(v)) return "null";
-  char buf[32];  // shortest text that round-trips
-  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
-  return ec == std::errc() ? std::string(buf, end) : "null";
-}
-
 void WriteJson(const std::string& path, const std::vector<Result>& results) {
   std::ostringstream os;
   os << "[\n";
@@ -297,42 +261,33 @@ void WriteJson(const std::string& path, const std::vector<Result>& results) {
        << (i + 1 < results.size() ? ",\n" : "\n");
   }
   os << "]\n";
-  // Write then rename so a reader (compare.py) never sees a truncated file.
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << os.str();
-    if (!out.flush()) throw std::runtime_error("cannot write " + tmp + ": " + std::strerror(errno));
-  }
-  fs::rename(tmp, path);
+  WriteFileAtomic(path, os.str());
 }
 
 int Run(int argc, char** argv) {
-  const auto opt = ParseArgs(argc, argv);
-  if (!opt) return 0;
-  const geoccl_bench::GlooEnv env = geoccl_bench::ReadGlooEnv();
-  const std::chrono::milliseconds timeout = std::chrono::seconds(opt->timeout_s);
-  const geoccl_bench::GlooSession session(env, "geoccl-gloo-bench", timeout);
+  const Options opt = ParseArgs(argc, argv);
+  const GlooEnv env = ReadGlooEnv();
+  const std::chrono::milliseconds timeout = std::chrono::seconds(opt.timeout_s);
+  const GlooSession session(env, "geoccl-gloo-bench", timeout);
   const std::shared_ptr<gloo::Context>& ctx = session.context();
 
   if (env.rank == 0) PrintHeader(env.world_size);
   std::vector<Result> results;
   bool all_correct = true;
-  for (const std::size_t bytes : opt->sizes) {
-    results.push_back(RunSize(ctx, bytes, *opt, timeout));
+  for (const std::size_t bytes : opt.sizes) {
+    results.push_back(RunSize(ctx, bytes, opt, timeout));
     all_correct = all_correct && results.back().correct;
     if (env.rank == 0) PrintRow(results.back());
   }
-  if (env.rank == 0 && !opt->json_path.empty()) WriteJson(opt->json_path, results);
-  if (!all_correct) {
-    std::fprintf(stderr, "gloo_bench[rank %d]: allreduce produced wrong results\n", env.rank);
-    return 1;
-  }
-  return 0;
+  if (env.rank == 0 && !opt.json_path.empty()) WriteJson(opt.json_path, results);
+  return CheckedExit(all_correct, "gloo_bench", env.rank,
+                                   "allreduce produced wrong results");
 }
 
 }  // namespace
+}  // namespace geoccl_bench
 
 int main(int argc, char** argv) {
+  using geoccl_bench::kUsage, geoccl_bench::Run;
   return geoccl_bench::RunMain("gloo_bench", kUsage, [&] { return Run(argc, argv); });
 }

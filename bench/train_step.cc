@@ -45,20 +45,15 @@
 #include <charconv>
 #include <chrono>
 #include <cinttypes>
-#include <cmath>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <deque>
 #include <exception>
-#include <filesystem>
-#include <fstream>
 #include <functional>
-#include <iostream>
 #include <memory>
 #include <mutex>
 #include <numeric>
-#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -66,17 +61,16 @@
 #include <thread>
 #include <vector>
 
+#include "bench_common.h"
 #include "bench_env.h"
 #ifdef GEOCCL_HAVE_GLOO
 #include "gloo_rendezvous.h"
 #endif
 
+namespace geoccl_bench {
 namespace {
 
-namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-using geoccl_bench::ArgReader;
-using geoccl_bench::UsageError;
 
 constexpr std::string_view kUsage =
     "usage: train_step --backend geoccl|gloo [--model resnet50] [--steps 5] [--warmup 1]\n"
@@ -295,14 +289,10 @@ double ParseDouble(std::string_view name, std::string_view text, double min_valu
   return v;
 }
 
-std::optional<Options> ParseArgs(int argc, char** argv) {
+Options ParseArgs(int argc, char** argv) {
   Options o;
   ArgReader args(argc, argv);
   while (args.Next()) {
-    if (args.IsHelp()) {
-      std::cout << kUsage;
-      return std::nullopt;
-    }
     const std::string_view name = args.name();
     if (name == "--backend") o.backend = args.Value();
     else if (name == "--model") o.model = args.Value();
@@ -379,15 +369,6 @@ Plan MakePlan(const Options& o) {
   }
   for (auto& b : p.buckets) b.data.resize(b.count);
   return p;
-}
-
-void FillPattern(std::vector<float>& v, int rank) {
-  int phase = 0;
-  const float base = static_cast<float>(rank + 1);
-  for (float& x : v) {
-    x = base + static_cast<float>(phase);
-    if (++phase == 7) phase = 0;
-  }
 }
 
 std::size_t CountMismatches(const std::vector<float>& v, int n) {
@@ -527,15 +508,15 @@ class GlooBackend final : public Backend {
     }
   }
 
-  // RANK / WORLD_SIZE default to 0 / 1 here; the rest as in geoccl_bench::ReadGlooEnv.
-  static geoccl_bench::GlooEnv ReadEnv() {
-    const int rank = std::stoi(geoccl_bench::GetEnv("RANK").value_or("0"));
-    const int world = std::stoi(geoccl_bench::GetEnv("WORLD_SIZE").value_or("1"));
-    return geoccl_bench::ReadGlooEnv(rank, world);
+  // RANK / WORLD_SIZE default to 0 / 1 here; the rest as in ReadGlooEnv.
+  static GlooEnv ReadEnv() {
+    const int rank = std::stoi(GetEnv("RANK").value_or("0"));
+    const int world = std::stoi(GetEnv("WORLD_SIZE").value_or("1"));
+    return ReadGlooEnv(rank, world);
   }
 
   std::chrono::milliseconds timeout_;
-  geoccl_bench::GlooSession session_;  // rendezvous directory + connected context
+  GlooSession session_;  // rendezvous directory + connected context
   std::shared_ptr<gloo::Context> ctx_;
   std::thread thread_;
   std::mutex mu_;
@@ -549,19 +530,6 @@ class GlooBackend final : public Backend {
 
 // ---------------------------------------------------------------------------------------------
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
-}
-
-std::string JsonNumber(double v) {
-  if (!std::isfinite(v)) return "null";
-  char buf[32];
-  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
-  return ec == std::errc() ? std::string(buf, end) : "null";
-}
-
 std::string JsonList(const std::vector<double>& v) {
   std::string s = "[";
   for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + JsonNumber(v[i]);
@@ -569,19 +537,18 @@ std::string JsonList(const std::vector<double>& v) {
 }
 
 int Run(int argc, char** argv) {
-  const auto opt = ParseArgs(argc, argv);
-  if (!opt) return 0;
-  if (opt->print_layers) {
+  const Options opt = ParseArgs(argc, argv);
+  if (opt.print_layers) {
     PrintLayers();
     return 0;
   }
-  Plan plan = MakePlan(*opt);
+  Plan plan = MakePlan(opt);
   std::unique_ptr<Backend> be;
-  if (opt->backend == "geoccl") {
-    be = std::make_unique<GeocclBackend>(*opt);
+  if (opt.backend == "geoccl") {
+    be = std::make_unique<GeocclBackend>(opt);
   } else {
 #ifdef GEOCCL_HAVE_GLOO
-    be = std::make_unique<GlooBackend>(*opt);
+    be = std::make_unique<GlooBackend>(opt);
 #endif
   }
   const int rank = be->rank(), n = be->size();
@@ -590,15 +557,15 @@ int Run(int argc, char** argv) {
     std::printf("# train_step: resnet50, %zu tensors, %zu params (%.1f MiB fp32), %zu buckets "
                 "(first %.3g MiB, then %.3g MiB), compute %.0f ms, backend %s, world_size %d\n",
                 ts.size(), plan.total_params, plan.total_params * 4.0 / (1 << 20),
-                plan.buckets.size(), opt->first_bucket_mb, opt->bucket_mb, opt->compute_ms,
-                opt->backend.c_str(), n);
+                plan.buckets.size(), opt.first_bucket_mb, opt.bucket_mb, opt.compute_ms,
+                opt.backend.c_str(), n);
     std::printf("# %6s %12s %12s %10s\n", "step", "step_ms", "compute_ms", "exposed");
     std::fflush(stdout);
   }
 
   std::vector<double> step_us, compute_us;  // this rank's, measured steps only
   std::size_t mismatches = 0;
-  for (int s = 0; s < opt->warmup + opt->steps; ++s) {
+  for (int s = 0; s < opt.warmup + opt.steps; ++s) {
     for (auto& b : plan.buckets) FillPattern(b.data, rank);
     be->barrier();
     const auto t0 = Clock::now();
@@ -613,7 +580,7 @@ int Run(int argc, char** argv) {
     be->wait_all();
     const auto t_step = Clock::now();
     for (const auto& b : plan.buckets) mismatches += CountMismatches(b.data, n);
-    if (s >= opt->warmup) {
+    if (s >= opt.warmup) {
       step_us.push_back(std::chrono::duration<double, std::micro>(t_step - t0).count());
       compute_us.push_back(std::chrono::duration<double, std::micro>(t_compute - t0).count());
     }
@@ -624,28 +591,28 @@ int Run(int argc, char** argv) {
   g.push_back(mismatches ? 1.0 : 0.0);
   be->max(g);
   const bool correct = g.back() == 0.0;
-  std::vector<double> step(g.begin(), g.begin() + opt->steps);
-  std::vector<double> comp(g.begin() + opt->steps, g.begin() + 2 * opt->steps);
+  std::vector<double> step(g.begin(), g.begin() + opt.steps);
+  std::vector<double> comp(g.begin() + opt.steps, g.begin() + 2 * opt.steps);
   std::vector<double> exposed;
-  for (int s = 0; s < opt->steps; ++s) exposed.push_back((step[s] - comp[s]) / step[s]);
+  for (int s = 0; s < opt.steps; ++s) exposed.push_back((step[s] - comp[s]) / step[s]);
 
   if (rank == 0) {
-    for (int s = 0; s < opt->steps; ++s) {
+    for (int s = 0; s < opt.steps; ++s) {
       std::printf("  %6d %12.1f %12.1f %9.1f%%\n", s, step[s] / 1000, comp[s] / 1000,
                   exposed[s] * 100);
     }
     std::printf("  median %12.1f %12.1f %9.1f%%   correct %s\n", Median(step) / 1000,
                 Median(comp) / 1000, Median(exposed) * 100, correct ? "yes" : "NO");
     std::fflush(stdout);
-    if (!opt->json_path.empty()) {
+    if (!opt.json_path.empty()) {
       std::ostringstream os;
-      os << "[{\"backend\": \"" << opt->backend << "\", \"op\": \"train_step\""
+      os << "[{\"backend\": \"" << opt.backend << "\", \"op\": \"train_step\""
          << ", \"model\": \"resnet50\", \"params\": " << plan.total_params
          << ", \"bytes\": " << plan.total_params * 4 << ", \"buckets\": " << plan.buckets.size()
-         << ", \"bucket_mb\": " << JsonNumber(opt->bucket_mb)
-         << ", \"first_bucket_mb\": " << JsonNumber(opt->first_bucket_mb)
-         << ", \"world_size\": " << n << ", \"steps\": " << opt->steps
-         << ", \"compute_ms_target\": " << JsonNumber(opt->compute_ms)
+         << ", \"bucket_mb\": " << JsonNumber(opt.bucket_mb)
+         << ", \"first_bucket_mb\": " << JsonNumber(opt.first_bucket_mb)
+         << ", \"world_size\": " << n << ", \"steps\": " << opt.steps
+         << ", \"compute_ms_target\": " << JsonNumber(opt.compute_ms)
          << ", \"step_ms_median\": " << JsonNumber(Median(step) / 1000)
          << ", \"step_ms_min\": " << JsonNumber(*std::min_element(step.begin(), step.end()) / 1000)
          << ", \"step_ms_max\": " << JsonNumber(*std::max_element(step.begin(), step.end()) / 1000)
@@ -657,24 +624,16 @@ int Run(int argc, char** argv) {
               return v;
             }())
          << ", \"correct\": " << (correct ? "true" : "false") << "}]\n";
-      const std::string tmp = opt->json_path + ".tmp";
-      {
-        std::ofstream out(tmp, std::ios::trunc);
-        out << os.str();
-        if (!out.flush()) throw std::runtime_error("cannot write " + tmp);
-      }
-      fs::rename(tmp, opt->json_path);
+      WriteFileAtomic(opt.json_path, os.str());
     }
   }
-  if (!correct) {
-    std::fprintf(stderr, "train_step[rank %d]: wrong allreduce results\n", rank);
-    return 1;
-  }
-  return 0;
+  return CheckedExit(correct, "train_step", rank, "wrong allreduce results");
 }
 
 }  // namespace
+}  // namespace geoccl_bench
 
 int main(int argc, char** argv) {
+  using geoccl_bench::kUsage, geoccl_bench::Run;
   return geoccl_bench::RunMain("train_step", kUsage, [&] { return Run(argc, argv); });
 }
