@@ -37,6 +37,10 @@ struct Config {
   // the RTT matrix at start-up and cluster; labels; probe (measure even with labels); flat.
   std::string topology = "auto";
   size_t small_msg_bytes = 64 * 1024;       // GEOCCL_SMALL_MSG_BYTES: below: latency algorithm
+  // GEOCCL_WAN_SMALL_MSG_BYTES: across domains, allreduces up to this size use one direct
+  // exchange between domain leaders (one WAN latency) instead of the hierarchical ring (2(k-1)
+  // WAN latencies): on a WAN, latency dominates up to about a bandwidth-delay product.
+  size_t wan_small_msg_bytes = 1 << 20;
   size_t chunk_bytes = 1 << 20;             // GEOCCL_CHUNK_BYTES: pipelining unit
 
   // Logging.

@@ -371,7 +371,7 @@ Work Communicator::allreduce(void* buf, size_t count, DataType t, ReduceOp op, c
   const size_t bytes = checked_bytes(count, t);
   const auto& topo = impl_->topo();
   const auto plan = collectives::plan_allreduce(bytes, size(), topo.domains(), config().small_msg_bytes,
-                                                impl_->algo(o));
+                                                config().wan_small_msg_bytes, impl_->algo(o));
   GEOCCL_LOG(kDebug, "allreduce " << bytes << " B: " << collectives::algo_name(plan.algo) << " ("
                                   << plan.why << ")");
   return impl_->submit(header(OpKind::kAllreduce, t, bytes, static_cast<uint8_t>(op)), o,

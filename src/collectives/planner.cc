@@ -1,5 +1,7 @@
 #include "collectives/planner.h"
 
+#include <algorithm>
+
 namespace geoccl::collectives {
 
 const char* algo_name(Algo a) {
@@ -15,11 +17,13 @@ const char* algo_name(Algo a) {
 }
 
 Plan plan_allreduce(size_t bytes, int world, int domains, size_t small_msg_bytes,
-                    const std::string& forced) {
+                    size_t wan_small_msg_bytes, const std::string& forced) {
   if (forced == "ring") return {Algo::kRing, "forced"};
   if (forced == "rd" || forced == "tree") return {Algo::kRecursiveDoubling, "forced"};
-  const bool small = bytes <= small_msg_bytes;
+  if (forced == "hier-ring") return {Algo::kHierarchical, "forced"};
+  if (forced == "hier-small") return {Algo::kHierarchicalSmall, "forced"};
   if (forced == "hier" || (forced != "flat" && domains > 1)) {
+    const bool small = bytes <= std::max(small_msg_bytes, wan_small_msg_bytes);
     // Across domains the WAN is the bottleneck: cross it once per piece (large) or with one
     // direct exchange between domain leaders (small).
     const std::string why = std::to_string(domains) + " domains, " + std::to_string(bytes) + " B";

@@ -16,11 +16,12 @@ struct Plan {
 
 const char* algo_name(Algo a);
 
-// `forced`: "" or "auto" to choose; "ring", "rd", "tree", "hier" to force (an algorithm that
+// `forced`: "" or "auto" to choose; "ring", "rd", "tree", "hier" (hier-ring / hier-small pick the
+// variant) to force (an algorithm that
 // does not apply to the operation falls back to the automatic choice). `domains`: number of
 // domains (regions) the group spans.
 Plan plan_allreduce(size_t bytes, int world, int domains, size_t small_msg_bytes,
-                    const std::string& forced);
+                    size_t wan_small_msg_bytes, const std::string& forced);
 Plan plan_broadcast(size_t bytes, int world, int domains, size_t small_msg_bytes,
                     const std::string& forced);
 // Allgather: ring inside one domain, hierarchical across several.

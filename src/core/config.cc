@@ -71,6 +71,8 @@ void Config::apply_env() {
   apply({"GEOCCL_ALGO"}, [&](auto, auto v) { algo = v; });
   apply({"GEOCCL_TOPOLOGY"}, [&](auto, auto v) { topology = v; });
   apply({"GEOCCL_SMALL_MSG_BYTES"}, [&](auto n, auto v) { small_msg_bytes = parse_size(n, v); });
+  apply({"GEOCCL_WAN_SMALL_MSG_BYTES"},
+        [&](auto n, auto v) { wan_small_msg_bytes = parse_size(n, v); });
   apply({"GEOCCL_CHUNK_BYTES"}, [&](auto n, auto v) { chunk_bytes = parse_size(n, v); });
   apply({"GEOCCL_LOG_LEVEL"}, [&](auto, auto v) { log_level = v; });
 }
@@ -91,7 +93,7 @@ void Config::validate() const {
   if (tcp_streams < 0 || tcp_streams > 64) bad("GEOCCL_TCP_STREAMS must be in 0..64");
   if (chunk_bytes < 4096) bad("GEOCCL_CHUNK_BYTES must be >= 4096");
   if (algo != "auto" && algo != "ring" && algo != "rd" && algo != "tree" && algo != "hier" &&
-      algo != "flat")
+      algo != "hier-ring" && algo != "hier-small" && algo != "flat")
     bad("GEOCCL_ALGO must be auto, ring, rd, tree, hier or flat, got '" + algo + "'");
   if (topology != "auto" && topology != "labels" && topology != "probe" && topology != "flat")
     bad("GEOCCL_TOPOLOGY must be auto, labels, probe or flat, got '" + topology + "'");

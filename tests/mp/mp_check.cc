@@ -130,7 +130,7 @@ void check_reductions(Communicator& c, const std::vector<size_t>& counts) {
         want.resize(count * es);
         // allreduce with both algorithms.
         std::vector<const char*> algos = {"ring", "rd"};
-        if (c.topology().names.size() > 1) algos = {"hier", "ring", "rd"};
+        if (c.topology().names.size() > 1) algos = {"hier-ring", "hier-small", "ring", "rd"};
         for (const char* algo : algos) {
           std::vector<uint8_t> buf(count * es);
           for (size_t i = 0; i < count; ++i) put(buf.data(), i, t, input(me, i, t, op));

@@ -148,6 +148,12 @@ TEST(TcpTransport, OptionsFromEnvironment) {
   EXPECT_EQ(o.buffer_bytes, 8u << 20);
   EXPECT_EQ(o.notsent_lowat, 0u);
   EXPECT_TRUE(o.zerocopy);
+  EXPECT_FALSE(o.round_robin);
+  ::setenv("GEOCCL_TCP_STRIPE", "rr", 1);
+  EXPECT_TRUE(TcpOptions::from_env().round_robin);
+  ::setenv("GEOCCL_TCP_STRIPE", "random", 1);
+  EXPECT_THROW(TcpOptions::from_env(), Error);
+  ::unsetenv("GEOCCL_TCP_STRIPE");
   ::setenv("GEOCCL_TCP_BUF_BYTES", "lots", 1);
   EXPECT_THROW(TcpOptions::from_env(), Error);
   for (const char* v : {"GEOCCL_DOMAIN", "GEOCCL_TCP_BUF_BYTES", "GEOCCL_TCP_NOTSENT_LOWAT",

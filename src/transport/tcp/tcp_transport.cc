@@ -58,6 +58,12 @@ TcpOptions TcpOptions::from_env() {
   o.notsent_lowat = env_size("GEOCCL_TCP_NOTSENT_LOWAT", wan ? 1ull << 20 : 0);
   o.zerocopy = env_size("GEOCCL_TCP_ZEROCOPY", 0) != 0;
   o.zerocopy_min_bytes = env_size("GEOCCL_TCP_ZEROCOPY_MIN", o.zerocopy_min_bytes);
+  if (const char* v = std::getenv("GEOCCL_TCP_STRIPE"); v && *v) {
+    const std::string s(v);
+    if (s != "backlog" && s != "rr")
+      throw Error(ErrorCode::kInvalidArgument, "GEOCCL_TCP_STRIPE must be backlog or rr, got '" + s + "'");
+    o.round_robin = s == "rr";
+  }
   if (o.buffer_bytes > (1ull << 30))
     throw Error(ErrorCode::kInvalidArgument, "GEOCCL_TCP_BUF_BYTES must be at most 1G");
   return o;
@@ -303,6 +309,10 @@ bool TcpTransport::data_stream_open(int peer, const TcpConnection* except) const
 TcpConnection& TcpTransport::next_send_conn(int peer) {
   const int data = streams_ - 1;
   if (data == 1) return *conn(peer, 1);
+  if (options_.round_robin) {
+    size_t& k = rotate_[static_cast<size_t>(peer)];
+    return *conn(peer, 1 + static_cast<int>(k++ % static_cast<size_t>(data)));
+  }
   std::array<uint64_t, 64> backlog{};
   for (int i = 0; i < data; ++i) {
     const TcpConnection* c = conn(peer, 1 + i);

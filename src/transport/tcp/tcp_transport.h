@@ -43,11 +43,14 @@ namespace geoccl::transport::tcp {
 //                              is set, else 0 (unset).
 //   GEOCCL_TCP_ZEROCOPY        1 = MSG_ZEROCOPY for writes of at least GEOCCL_TCP_ZEROCOPY_MIN
 //                              (default 256K) bytes; default 0 (see docs/transport.md).
+//   GEOCCL_TCP_STRIPE          backlog (default): least-backlog stream; rr: blind round robin
+//                              (for comparison only).
 struct TcpOptions {
   uint64_t buffer_bytes = 0;
   uint64_t notsent_lowat = 0;
   bool zerocopy = false;
   uint64_t zerocopy_min_bytes = 256 * 1024;
+  bool round_robin = false;
   // Throws Error(kInvalidArgument) naming a malformed variable.
   static TcpOptions from_env();
 };
