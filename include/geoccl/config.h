@@ -26,6 +26,15 @@ struct Config {
   // GEOCCL_TCP_STREAMS: data connections per peer pair; 0 = auto (1 on a single site, 4 when
   // this rank belongs to a labelled domain). Rank 0's value is used by every rank.
   int tcp_streams = 0;
+  // GEOCCL_TCP_BUF_BYTES: SO_SNDBUF/SO_RCVBUF of peer sockets; -1 ("auto") = 32 MiB on WAN jobs
+  // (GEOCCL_DOMAIN set), else kernel autotuning (0).
+  int64_t tcp_buf_bytes = -1;
+  // GEOCCL_TCP_NOTSENT_LOWAT: TCP_NOTSENT_LOWAT of data sockets; -1 ("auto") = 1 MiB on WAN jobs,
+  // else off (0).
+  int64_t tcp_notsent_lowat = -1;
+  bool tcp_zerocopy = false;                 // GEOCCL_TCP_ZEROCOPY: MSG_ZEROCOPY (see transport.md)
+  size_t tcp_zerocopy_min_bytes = 256 << 10;  // GEOCCL_TCP_ZEROCOPY_MIN: smallest zero-copy frame
+  std::string tcp_stripe = "backlog";        // GEOCCL_TCP_STRIPE: backlog | rr (round robin)
 
   // Deadlines.
   std::chrono::milliseconds op_timeout{std::chrono::minutes(5)};       // GEOCCL_TIMEOUT_MS

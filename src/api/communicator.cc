@@ -105,7 +105,7 @@ CommunicatorImpl::CommunicatorImpl(Config cfg) : cfg_(std::move(cfg)) {
     if (cc == "system") cc = "";
     transport_ = std::make_unique<transport::tcp::TcpTransport>(
         loop_, cfg_.rank, cfg_.world_size, bind, rdv_.session_id, [this] { progress_.notify(); }, cc,
-        rdv_.data_streams);
+        rdv_.data_streams, transport::tcp::TcpOptions::from_config(cfg_));
     GEOCCL_LOG(kInfo, rdv_.data_streams << " data stream(s) per peer");
     const std::string addr = transport_->address();
     rdv_.store->set(rdv_.prefix + "addr/" + std::to_string(cfg_.rank),

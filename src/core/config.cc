@@ -63,6 +63,14 @@ void Config::apply_env() {
   apply({"GEOCCL_BIND_ADDR"}, [&](auto, auto v) { bind_addr = v; });
   apply({"GEOCCL_TCP_CC"}, [&](auto, auto v) { tcp_cc = v; });
   apply({"GEOCCL_TCP_STREAMS"}, [&](auto n, auto v) { tcp_streams = parse_int<int>(n, v); });
+  auto size_or_auto = [](const char* n, const char* v) {
+    return std::string(v) == "auto" ? int64_t{-1} : static_cast<int64_t>(parse_size(n, v));
+  };
+  apply({"GEOCCL_TCP_BUF_BYTES"}, [&](auto n, auto v) { tcp_buf_bytes = size_or_auto(n, v); });
+  apply({"GEOCCL_TCP_NOTSENT_LOWAT"}, [&](auto n, auto v) { tcp_notsent_lowat = size_or_auto(n, v); });
+  apply({"GEOCCL_TCP_ZEROCOPY"}, [&](auto n, auto v) { tcp_zerocopy = parse_int<int>(n, v) != 0; });
+  apply({"GEOCCL_TCP_ZEROCOPY_MIN"}, [&](auto n, auto v) { tcp_zerocopy_min_bytes = parse_size(n, v); });
+  apply({"GEOCCL_TCP_STRIPE"}, [&](auto, auto v) { tcp_stripe = v; });
   apply({"GEOCCL_TIMEOUT_MS"},
         [&](auto n, auto v) { op_timeout = std::chrono::milliseconds(parse_int<int64_t>(n, v)); });
   apply({"GEOCCL_CONNECT_TIMEOUT_MS"}, [&](auto n, auto v) {
@@ -91,6 +99,9 @@ void Config::validate() const {
   if (op_timeout.count() <= 0) bad("GEOCCL_TIMEOUT_MS must be > 0");
   if (connect_timeout.count() <= 0) bad("GEOCCL_CONNECT_TIMEOUT_MS must be > 0");
   if (tcp_streams < 0 || tcp_streams > 64) bad("GEOCCL_TCP_STREAMS must be in 0..64");
+  if (tcp_buf_bytes > (int64_t{1} << 30)) bad("GEOCCL_TCP_BUF_BYTES must be at most 1G");
+  if (tcp_stripe != "backlog" && tcp_stripe != "rr")
+    bad("GEOCCL_TCP_STRIPE must be backlog or rr, got '" + tcp_stripe + "'");
   if (chunk_bytes < 4096) bad("GEOCCL_CHUNK_BYTES must be >= 4096");
   if (algo != "auto" && algo != "ring" && algo != "rd" && algo != "tree" && algo != "hier" &&
       algo != "hier-ring" && algo != "hier-small" && algo != "flat")

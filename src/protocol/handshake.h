@@ -15,7 +15,8 @@ namespace geoccl::protocol {
 
 inline constexpr uint64_t kHelloMagic = 0x5348'4C43'434F'4547ull;  // "GEOCCLHS"
 inline constexpr uint64_t kReplyMagic = 0x5248'4C43'434F'4547ull;  // "GEOCCLHR"
-inline constexpr uint16_t kProtocolVersion = 1;
+// 2: frame header bytes 40..47 carry the per-pair frame number (striping).
+inline constexpr uint16_t kProtocolVersion = 2;
 inline constexpr size_t kHelloSize = 28;
 inline constexpr size_t kReplySize = 16;
 

@@ -95,7 +95,7 @@ TEST(Handshake, HelloRoundTripAndChecks) {
   EXPECT_EQ(check_hello(d, 5, 42, 2), HandshakeStatus::kBadWorldSize);
   EXPECT_EQ(check_hello(d, 4, 43, 2), HandshakeStatus::kBadSession);
   EXPECT_EQ(check_hello(d, 4, 42, 1), HandshakeStatus::kBadStream);
-  d.version = 2;
+  d.version = kProtocolVersion + 1;
   EXPECT_EQ(check_hello(d, 4, 42, 2), HandshakeStatus::kBadVersion);
   std::array<uint8_t, kHelloSize> garbage{};
   garbage.fill('x');

@@ -3,6 +3,8 @@
 // transport options are read from the environment.
 #include <gtest/gtest.h>
 
+#include "geoccl/config.h"
+
 #include <chrono>
 #include <cstdlib>
 #include <memory>
@@ -133,29 +135,29 @@ TEST(TcpTransport, OptionsFromEnvironment) {
   ::unsetenv("GEOCCL_TCP_BUF_BYTES");
   ::unsetenv("GEOCCL_TCP_NOTSENT_LOWAT");
   ::unsetenv("GEOCCL_TCP_ZEROCOPY");
-  auto o = TcpOptions::from_env();
+  auto o = TcpOptions::from_config(Config::from_env());
   EXPECT_EQ(o.buffer_bytes, 0u);  // one site: kernel autotuning
   EXPECT_EQ(o.notsent_lowat, 0u);
   EXPECT_FALSE(o.zerocopy);
   ::setenv("GEOCCL_DOMAIN", "us-east", 1);
-  o = TcpOptions::from_env();
+  o = TcpOptions::from_config(Config::from_env());
   EXPECT_EQ(o.buffer_bytes, 32u << 20);  // WAN job defaults
   EXPECT_EQ(o.notsent_lowat, 1u << 20);
   ::setenv("GEOCCL_TCP_BUF_BYTES", "8M", 1);
   ::setenv("GEOCCL_TCP_NOTSENT_LOWAT", "0", 1);
   ::setenv("GEOCCL_TCP_ZEROCOPY", "1", 1);
-  o = TcpOptions::from_env();
+  o = TcpOptions::from_config(Config::from_env());
   EXPECT_EQ(o.buffer_bytes, 8u << 20);
   EXPECT_EQ(o.notsent_lowat, 0u);
   EXPECT_TRUE(o.zerocopy);
   EXPECT_FALSE(o.round_robin);
   ::setenv("GEOCCL_TCP_STRIPE", "rr", 1);
-  EXPECT_TRUE(TcpOptions::from_env().round_robin);
+  EXPECT_TRUE(TcpOptions::from_config(Config::from_env()).round_robin);
   ::setenv("GEOCCL_TCP_STRIPE", "random", 1);
-  EXPECT_THROW(TcpOptions::from_env(), Error);
+  EXPECT_THROW(Config::from_env().validate(), Error);
   ::unsetenv("GEOCCL_TCP_STRIPE");
   ::setenv("GEOCCL_TCP_BUF_BYTES", "lots", 1);
-  EXPECT_THROW(TcpOptions::from_env(), Error);
+  EXPECT_THROW(Config::from_env(), Error);
   for (const char* v : {"GEOCCL_DOMAIN", "GEOCCL_TCP_BUF_BYTES", "GEOCCL_TCP_NOTSENT_LOWAT",
                         "GEOCCL_TCP_ZEROCOPY"})
     ::unsetenv(v);

@@ -28,44 +28,17 @@ namespace {
 // An inbound connection must introduce itself within this time or it is dropped.
 constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
 
-// Reads a size variable: bytes with an optional K/M/G suffix (powers of 1024), or "auto" (returns
-// `auto_value`). Unset: `auto_value`.
-uint64_t env_size(const char* name, uint64_t auto_value) {
-  const char* v = std::getenv(name);
-  if (!v || !*v || std::string(v) == "auto") return auto_value;
-  std::string s(v);
-  uint64_t mult = 1;
-  const char suffix = static_cast<char>(std::toupper(static_cast<unsigned char>(s.back())));
-  if (suffix == 'K') mult = 1ull << 10;
-  if (suffix == 'M') mult = 1ull << 20;
-  if (suffix == 'G') mult = 1ull << 30;
-  if (mult != 1) s.pop_back();
-  uint64_t n = 0;
-  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
-  if (ec != std::errc() || ptr != s.data() + s.size() || s.empty())
-    throw Error(ErrorCode::kInvalidArgument,
-                std::string(name) + ": expected a size (e.g. 32M) or auto, got '" + v + "'");
-  return n * mult;
-}
-
 }  // namespace
 
-TcpOptions TcpOptions::from_env() {
-  const char* domain = std::getenv("GEOCCL_DOMAIN");
-  const bool wan = domain && *domain;
+TcpOptions TcpOptions::from_config(const Config& cfg) {
+  const bool wan = !cfg.domain.empty();
   TcpOptions o;
-  o.buffer_bytes = env_size("GEOCCL_TCP_BUF_BYTES", wan ? 32ull << 20 : 0);
-  o.notsent_lowat = env_size("GEOCCL_TCP_NOTSENT_LOWAT", wan ? 1ull << 20 : 0);
-  o.zerocopy = env_size("GEOCCL_TCP_ZEROCOPY", 0) != 0;
-  o.zerocopy_min_bytes = env_size("GEOCCL_TCP_ZEROCOPY_MIN", o.zerocopy_min_bytes);
-  if (const char* v = std::getenv("GEOCCL_TCP_STRIPE"); v && *v) {
-    const std::string s(v);
-    if (s != "backlog" && s != "rr")
-      throw Error(ErrorCode::kInvalidArgument, "GEOCCL_TCP_STRIPE must be backlog or rr, got '" + s + "'");
-    o.round_robin = s == "rr";
-  }
-  if (o.buffer_bytes > (1ull << 30))
-    throw Error(ErrorCode::kInvalidArgument, "GEOCCL_TCP_BUF_BYTES must be at most 1G");
+  o.buffer_bytes = cfg.tcp_buf_bytes >= 0 ? static_cast<uint64_t>(cfg.tcp_buf_bytes) : (wan ? 32ull << 20 : 0);
+  o.notsent_lowat =
+      cfg.tcp_notsent_lowat >= 0 ? static_cast<uint64_t>(cfg.tcp_notsent_lowat) : (wan ? 1ull << 20 : 0);
+  o.zerocopy = cfg.tcp_zerocopy;
+  o.zerocopy_min_bytes = cfg.tcp_zerocopy_min_bytes;
+  o.round_robin = cfg.tcp_stripe == "rr";
   return o;
 }
 
@@ -80,7 +53,7 @@ TcpTransport::TcpTransport(runtime::EventLoop& loop, int rank, int size,
                            const std::string& bind_addr, uint64_t session_id,
                            std::function<void()> on_progress,
                            const std::string& congestion_control, int data_streams,
-                           std::optional<TcpOptions> options)
+                           const TcpOptions& options)
     : loop_(loop),
       rank_(rank),
       size_(size),
@@ -88,7 +61,7 @@ TcpTransport::TcpTransport(runtime::EventLoop& loop, int rank, int size,
       on_progress_(std::move(on_progress)),
       cc_(congestion_control),
       streams_(1 + std::max(1, data_streams)),
-      options_(options ? *options : TcpOptions::from_env()),
+      options_(options),
       frames_sent_(static_cast<size_t>(size), 0),
       rotate_(static_cast<size_t>(size), 0),
       recv_windows_(static_cast<size_t>(size)),

@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "geoccl/config.h"
 #include "runtime/event_loop.h"
 #include "transport/tcp/stripe.h"
 #include "transport/tcp/tcp_connection.h"
@@ -35,24 +36,18 @@
 
 namespace geoccl::transport::tcp {
 
-// Socket tuning of the data streams. from_env() reads (docs/configuration.md):
-//   GEOCCL_TCP_BUF_BYTES       SO_SNDBUF/SO_RCVBUF of every peer socket; "auto" (default) = 32M
-//                              when GEOCCL_DOMAIN is set (a multi-region job), else 0; 0 = leave
-//                              the kernel's autotuning.
-//   GEOCCL_TCP_NOTSENT_LOWAT   TCP_NOTSENT_LOWAT of data sockets; "auto" = 1M when GEOCCL_DOMAIN
-//                              is set, else 0 (unset).
-//   GEOCCL_TCP_ZEROCOPY        1 = MSG_ZEROCOPY for writes of at least GEOCCL_TCP_ZEROCOPY_MIN
-//                              (default 256K) bytes; default 0 (see docs/transport.md).
-//   GEOCCL_TCP_STRIPE          backlog (default): least-backlog stream; rr: blind round robin
-//                              (for comparison only).
+// Socket tuning of the data streams, resolved from Config (GEOCCL_TCP_BUF_BYTES,
+// GEOCCL_TCP_NOTSENT_LOWAT, GEOCCL_TCP_ZEROCOPY[_MIN], GEOCCL_TCP_STRIPE: docs/configuration.md).
+// Zero values leave the kernel's defaults.
 struct TcpOptions {
   uint64_t buffer_bytes = 0;
   uint64_t notsent_lowat = 0;
   bool zerocopy = false;
   uint64_t zerocopy_min_bytes = 256 * 1024;
   bool round_robin = false;
-  // Throws Error(kInvalidArgument) naming a malformed variable.
-  static TcpOptions from_env();
+  // Resolves the configuration's "auto" values: WAN jobs (cfg.domain set) get 32 MiB buffers and
+  // a 1 MiB TCP_NOTSENT_LOWAT, single-site jobs the kernel's autotuning.
+  static TcpOptions from_config(const Config& cfg);
 };
 
 class TcpTransport final : public Transport {
@@ -67,7 +62,7 @@ class TcpTransport final : public Transport {
   TcpTransport(runtime::EventLoop& loop, int rank, int size, const std::string& bind_addr,
                uint64_t session_id, std::function<void()> on_progress,
                const std::string& congestion_control = "", int data_streams = 1,
-               std::optional<TcpOptions> options = std::nullopt);
+               const TcpOptions& options = {});
   // Says goodbye to every peer (bounded wait for the send queues to drain), then closes.
   ~TcpTransport() override;
 
