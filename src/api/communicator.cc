@@ -176,7 +176,7 @@ void CommunicatorImpl::discover_topology() {
   p.tag = 0x50524f42;  // "PROB"
   p.op_bytes = n * n * sizeof(double);
   std::vector<double> rtt;
-  submit(p, {}, [&](OpContext& c) { rtt = collectives::measure_rtt_matrix(c, 3); }).wait();
+  submit(p, {}, [&](OpContext& c) { rtt = collectives::measure_rtt_matrix(c, 5); }).wait();
   if (topo_.source == "labels")
     topology::choose_ring_order(&topo_, rtt);
   else

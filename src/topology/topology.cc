@@ -107,22 +107,30 @@ Topology from_labels(const std::vector<std::string>& labels) {
   return from_groups(group, names, "labels");
 }
 
-Topology from_rtt(const std::vector<double>& rtt_ms, int n, double floor_ms, double factor) {
+Topology from_rtt(const std::vector<double>& rtt_ms, int n, double floor_ms, double gap_factor) {
   const auto un = static_cast<size_t>(n);
   auto at = [&](int i, int j) {
     return std::max(rtt_ms[static_cast<size_t>(i) * un + static_cast<size_t>(j)],
                     rtt_ms[static_cast<size_t>(j) * un + static_cast<size_t>(i)]);
   };
-  double lo = std::numeric_limits<double>::infinity();
+  std::vector<double> v;
   for (int i = 0; i < n; ++i)
-    for (int j = 0; j < n; ++j)
-      if (i != j) lo = std::min(lo, at(i, j));
-  const double threshold = std::max(floor_ms, factor * (std::isinf(lo) ? 0.0 : lo));
+    for (int j = i + 1; j < n; ++j) v.push_back(std::max(at(i, j), 1e-3));
+  std::sort(v.begin(), v.end());
+  double threshold = std::numeric_limits<double>::infinity(), best = gap_factor;
+  for (size_t k = 0; k + 1 < v.size(); ++k) {
+    const double ratio = v[k + 1] / v[k];
+    if (v[k + 1] >= floor_ms && ratio >= best) {
+      best = ratio;
+      threshold = std::sqrt(v[k] * v[k + 1]);
+    }
+  }
   // Union-find over "close" pairs.
   std::vector<int> parent(un);
   std::iota(parent.begin(), parent.end(), 0);
   auto find = [&](int x) {
-    while (parent[static_cast<size_t>(x)] != x) x = parent[static_cast<size_t>(x)] = parent[static_cast<size_t>(parent[static_cast<size_t>(x)])];
+    while (parent[static_cast<size_t>(x)] != x)
+      x = parent[static_cast<size_t>(x)] = parent[static_cast<size_t>(parent[static_cast<size_t>(x)])];
     return x;
   };
   for (int i = 0; i < n; ++i)

@@ -35,10 +35,12 @@ Topology from_labels(const std::vector<std::string>& labels);
 // out of the ring. Exhaustive for up to 9 domains, identity beyond.
 void choose_ring_order(Topology* t, const std::vector<double>& rtt_ms);
 
-// Ranks whose mutual RTT is far below the rest share a domain: the connected components of the
-// graph with an edge where rtt < threshold, threshold = max(floor_ms, factor * smallest RTT).
+// Ranks whose mutual RTT is far below the rest share a domain. The pairwise RTTs are sorted and
+// split at their largest ratio between neighbours, if that ratio is at least `gap_factor` and the
+// upper side is at least `floor_ms` (so scheduling noise on one host, a few ms at worst, never
+// splits it); the domains are the connected components of the pairs below the split.
 // `rtt_ms` is n*n, row-major; the diagonal is ignored; the matrix is symmetrized with max().
-Topology from_rtt(const std::vector<double>& rtt_ms, int n, double floor_ms = 1.0,
-                  double factor = 4.0);
+Topology from_rtt(const std::vector<double>& rtt_ms, int n, double floor_ms = 5.0,
+                  double gap_factor = 4.0);
 
 }  // namespace geoccl::topology
