@@ -279,9 +279,14 @@ bool TcpTransport::data_stream_open(int peer, const TcpConnection* except) const
   return false;
 }
 
-TcpConnection& TcpTransport::next_send_conn(int peer) {
+TcpConnection& TcpTransport::next_send_conn(int peer, size_t bytes) {
   const int data = streams_ - 1;
   if (data == 1) return *conn(peer, 1);
+  // Small messages take one stream: it stays warm, and a latency-bound exchange never waits on a
+  // stream that has been idle (measured on the test bed: 4 KiB allreduces across regions had
+  // ~220 ms outliers when spread over 4 streams, none on one).
+  if (bytes < kSmallFrame && conn(peer, 1)->open() && conn(peer, 1)->backlog() < kSmallFrame)
+    return *conn(peer, 1);
   if (options_.round_robin) {
     size_t& k = rotate_[static_cast<size_t>(peer)];
     return *conn(peer, 1 + static_cast<int>(k++ % static_cast<size_t>(data)));
@@ -311,7 +316,8 @@ RequestPtr TcpTransport::send(int peer, const FrameHeader& h, std::span<const ui
     FrameHeader numbered = hh;
     numbered.frame = frames_sent_[static_cast<size_t>(peer)]++;
     op.header = protocol::encode_frame_header(numbered);
-    next_send_conn(peer).post_send(std::move(op));
+    const size_t bytes = op.payload.size();
+    next_send_conn(peer, bytes).post_send(std::move(op));
   });
   return req;
 }

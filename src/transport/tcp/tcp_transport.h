@@ -103,7 +103,9 @@ class TcpTransport final : public Transport {
   // Loop thread: whether a data stream of `peer` other than `except` is open.
   bool data_stream_open(int peer, const TcpConnection* except = nullptr) const;
   // Loop thread: the data stream with the least backlog to `peer`.
-  TcpConnection& next_send_conn(int peer);
+  // Frames below this size go on the first data stream unless it is backed up.
+  static constexpr size_t kSmallFrame = 64 << 10;
+  TcpConnection& next_send_conn(int peer, size_t bytes);
   TcpConnection* conn(int peer, int stream) const {
     return conns_[static_cast<size_t>(peer * streams_ + stream)].get();
   }
