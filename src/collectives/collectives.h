@@ -18,14 +18,12 @@ void ring_allreduce(OpContext& c, void* buf, size_t count, DataType t, ReduceOp 
 void recursive_doubling_allreduce(OpContext& c, void* buf, size_t count, DataType t, ReduceOp op);
 
 // The ring's halves, in place, for algorithms that compose them. After the reduce-scatter, rank r
-// holds the reduction of segment r+1 (see ring_owned_segment); sends still in flight are added to
+// holds the reduction of segment r+1 (bounds from segment_begin); sends still in flight are added to
 // `sends` (the caller waits for them before reusing the buffer).
 void ring_reduce_scatter_inplace(OpContext& c, void* buf, size_t count, DataType t, ReduceOp op,
                                  std::vector<RequestPtr>* sends);
 void ring_allgather_inplace(OpContext& c, void* buf, size_t count, DataType t,
                             std::vector<RequestPtr>* sends);
-// Element range [*begin, *begin + result) that rank r of n owns after the reduce-scatter.
-size_t ring_owned_segment(size_t count, int n, int r, size_t* begin);
 
 // Across domains: reduce-scatter inside each domain, ring allreduce of each piece among its
 // owners in the k domains, allgather inside each domain (large buffers); or reduce to a leader

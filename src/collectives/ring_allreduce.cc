@@ -38,12 +38,6 @@ struct Ring {
 
 }  // namespace
 
-size_t ring_owned_segment(size_t count, int n, int r, size_t* begin) {
-  const int s = (r + 1) % n;
-  *begin = segment_begin(count, n, s);
-  return segment_begin(count, n, s + 1) - *begin;
-}
-
 void ring_reduce_scatter_inplace(OpContext& c, void* buf, size_t count, DataType t, ReduceOp op,
                                  std::vector<RequestPtr>* sends) {
   Ring g(c, buf, count, t);

@@ -13,7 +13,9 @@ class Progress {
   using Clock = std::chrono::steady_clock;
 
   void notify() {
-    { std::lock_guard lk(mu_); ++epoch_; }
+    // Completions are published through atomics outside this mutex; passing through it orders
+    // the notification after a waiter's predicate check, so no wake-up is lost.
+    { std::lock_guard lk(mu_); }
     cv_.notify_all();
   }
   // Waits until pred() is true (returns true) or `deadline` passes (returns pred()).
@@ -29,7 +31,6 @@ class Progress {
  private:
   std::mutex mu_;
   std::condition_variable cv_;
-  uint64_t epoch_ = 0;
 };
 
 }  // namespace geoccl::runtime
