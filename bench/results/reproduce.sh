@@ -3,7 +3,7 @@
 # (3 regions x 2 ranks, 20 ms RTT, 1 Gbit/s uplinks, 0.05 % loss) with host cc cubic and bbr,
 # allreduce sizes 4K..96M and the ResNet-50 training-step replay, geoccl vs Gloo vs torch-gloo.
 # About 10 minutes on a 2-core VM. Run as root (network namespaces) from anywhere:
-#   sudo bash bench/results/reproduce.sh            # BUILD=build OUT=bench/results CCS="cubic bbr"
+#   bash bench/results/reproduce.sh            # BUILD=build OUT=bench/results CCS="cubic bbr"
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
