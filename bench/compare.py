@@ -386,6 +386,14 @@ def run_cmd(args, cmd):
     return text, None
 
 
+def run_and_load(args, cmd, json_path, backend):
+    """Runs one launcher command and reads the JSON its rank 0 wrote: (results, error or None)."""
+    _, err = run_cmd(args, cmd)
+    if err:
+        return None, err
+    return load_json(json_path, backend)
+
+
 def load_json(path, backend):
     try:
         with open(path, encoding="utf-8") as f:
@@ -401,10 +409,7 @@ def run_once(args, launcher, backend, program, n, json_path):
         "--json", json_path]
     if args.warmup is not None:
         cmd += ["--warmup", str(args.warmup)]
-    _, err = run_cmd(args, cmd)
-    if err:
-        return None, err
-    results, err = load_json(json_path, backend)
+    results, err = run_and_load(args, cmd, json_path, backend)
     if err:
         return None, err
     err = validate(results, backend, n, [parse_size(s) for s in args.sizes])
@@ -415,10 +420,7 @@ def run_once(args, launcher, backend, program, n, json_path):
 
 def run_train_once(args, launcher, backend, program, n, json_path):
     cmd = list(launcher) + ["-n", str(n), "--"] + program + ["--json", json_path]
-    _, err = run_cmd(args, cmd)
-    if err:
-        return None, err
-    results, err = load_json(json_path, backend)
+    results, err = run_and_load(args, cmd, json_path, backend)
     if err:
         return None, err
     if not isinstance(results, list) or len(results) != 1 or not isinstance(results[0], dict):
