@@ -14,10 +14,12 @@
 // Every final value is computed identically (same operands, same order) wherever it is computed,
 // so all ranks hold bit-identical results.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <set>
 
 #include "collectives/collectives.h"
+#include "core/logging.h"
 #include "core/reduce.h"
 
 namespace geoccl::collectives {
@@ -50,12 +52,15 @@ void hierarchical_allreduce(OpContext& c, const topology::Topology& topo, void* 
   auto* base = static_cast<uint8_t*>(buf);
   const auto& local = topo.members[static_cast<size_t>(topo.domain_of[static_cast<size_t>(me)])];
 
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
   std::vector<RequestPtr> sends;
   {
     OpContext dom = c.sub(local);
     ring_reduce_scatter_inplace(dom, buf, count, t, inner, &sends);
     dom.wait_all(sends);
   }
+  const auto t1 = Clock::now();
 
   // Cut points: every domain's segment boundaries.
   std::set<size_t> cuts = {0, count};
@@ -73,11 +78,16 @@ void hierarchical_allreduce(OpContext& c, const topology::Topology& topo, void* 
     wan.wait_all(sends);
   }
 
+  const auto t2 = Clock::now();
   {
     OpContext dom = c.sub(local);
     ring_allgather_inplace(dom, buf, count, t, &sends);
     dom.wait_all(sends);
   }
+  const auto t3 = Clock::now();
+  auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  GEOCCL_LOG(kDebug, "hierarchical allreduce phases (ms): domain reduce-scatter " << ms(t1 - t0)
+                         << ", across domains " << ms(t2 - t1) << ", domain allgather " << ms(t3 - t2));
   if (op == ReduceOp::kAvg) core::finish_avg(buf, count, t, c.size());
 }
 
