@@ -44,6 +44,8 @@ struct PeerStats {
     uint64_t pacing_rate_bps = 0;    // bit/s
     uint64_t send_buffer = 0, receive_buffer = 0;  // SO_SNDBUF / SO_RCVBUF as the kernel holds them
     uint64_t frames_sent = 0, frames_received = 0, bytes_sent = 0;
+    // Times this stream broke and was re-established (GEOCCL_TCP_RESUME), and frames re-sent.
+    uint64_t reconnects = 0, frames_resent = 0;
   };
   // Aggregates over the data streams: RTT is the mean, min RTT the least, the rest are sums.
   int data_streams = 0;

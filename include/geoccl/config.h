@@ -35,6 +35,14 @@ struct Config {
   bool tcp_zerocopy = false;                 // GEOCCL_TCP_ZEROCOPY: MSG_ZEROCOPY (see transport.md)
   size_t tcp_zerocopy_min_bytes = 256 << 10;  // GEOCCL_TCP_ZEROCOPY_MIN: smallest zero-copy frame
   std::string tcp_stripe = "backlog";        // GEOCCL_TCP_STRIPE: backlog | rr (round robin)
+  // GEOCCL_TCP_RESUME: re-establish a data stream that breaks (reset by a middlebox, a NAT
+  // timeout) and re-send the frames the peer has not acknowledged, instead of failing the group.
+  // Costs one copy of every sent byte until the peer acknowledges it. "auto" = on for WAN jobs
+  // (GEOCCL_DOMAIN set), off on a single site; on; off.
+  std::string tcp_resume = "auto";
+  // GEOCCL_TCP_RESUME_TIMEOUT_MS: how long a broken data stream may take to come back before
+  // the group fails with peer-lost.
+  std::chrono::milliseconds tcp_resume_timeout{std::chrono::seconds(30)};
 
   // Deadlines.
   std::chrono::milliseconds op_timeout{std::chrono::minutes(5)};       // GEOCCL_TIMEOUT_MS

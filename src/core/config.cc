@@ -71,6 +71,10 @@ void Config::apply_env() {
   apply({"GEOCCL_TCP_ZEROCOPY"}, [&](auto n, auto v) { tcp_zerocopy = parse_int<int>(n, v) != 0; });
   apply({"GEOCCL_TCP_ZEROCOPY_MIN"}, [&](auto n, auto v) { tcp_zerocopy_min_bytes = parse_size(n, v); });
   apply({"GEOCCL_TCP_STRIPE"}, [&](auto, auto v) { tcp_stripe = v; });
+  apply({"GEOCCL_TCP_RESUME"}, [&](auto, auto v) { tcp_resume = v; });
+  apply({"GEOCCL_TCP_RESUME_TIMEOUT_MS"}, [&](auto n, auto v) {
+    tcp_resume_timeout = std::chrono::milliseconds(parse_int<int64_t>(n, v));
+  });
   apply({"GEOCCL_TIMEOUT_MS"},
         [&](auto n, auto v) { op_timeout = std::chrono::milliseconds(parse_int<int64_t>(n, v)); });
   apply({"GEOCCL_CONNECT_TIMEOUT_MS"}, [&](auto n, auto v) {
@@ -102,6 +106,9 @@ void Config::validate() const {
   if (tcp_buf_bytes > (int64_t{1} << 30)) bad("GEOCCL_TCP_BUF_BYTES must be at most 1G");
   if (tcp_stripe != "backlog" && tcp_stripe != "rr")
     bad("GEOCCL_TCP_STRIPE must be backlog or rr, got '" + tcp_stripe + "'");
+  if (tcp_resume != "auto" && tcp_resume != "on" && tcp_resume != "off")
+    bad("GEOCCL_TCP_RESUME must be auto, on or off, got '" + tcp_resume + "'");
+  if (tcp_resume_timeout.count() <= 0) bad("GEOCCL_TCP_RESUME_TIMEOUT_MS must be > 0");
   if (chunk_bytes < 4096) bad("GEOCCL_CHUNK_BYTES must be >= 4096");
   if (algo != "auto" && algo != "ring" && algo != "rd" && algo != "tree" && algo != "hier" &&
       algo != "hier-ring" && algo != "hier-small" && algo != "flat")

@@ -29,7 +29,7 @@ const char* decode_status_name(DecodeStatus s) {
     case DecodeStatus::kBadMagic: return "bad magic";
     case DecodeStatus::kBadType: return "bad frame type";
     case DecodeStatus::kBadLength: return "payload too long";
-    case DecodeStatus::kBadReserved: return "frame number set on a control frame";
+    case DecodeStatus::kBadReserved: return "frame number set on an abort or goodbye frame";
   }
   return "unknown";
 }
@@ -48,7 +48,7 @@ FrameHeaderBytes encode_frame_header(const FrameHeader& h) {
   w.u64(h.seq);
   w.u64(h.op_bytes);
   w.u64(h.offset);
-  w.u64(h.type == FrameType::kData ? h.frame : 0);
+  w.u64(h.type == FrameType::kData || h.type == FrameType::kAck ? h.frame : 0);
   FrameHeaderBytes out{};
   std::copy(v.begin(), v.end(), out.begin());
   return out;
@@ -72,15 +72,18 @@ DecodeStatus decode_frame_header(std::span<const uint8_t, kFrameHeaderSize> in, 
   r.u64(&h.frame);
   if (magic != kFrameMagic) return DecodeStatus::kBadMagic;
   if (type < static_cast<uint8_t>(FrameType::kData) ||
-      type > static_cast<uint8_t>(FrameType::kGoodbye))
+      type > static_cast<uint8_t>(FrameType::kAck))
     return DecodeStatus::kBadType;
   if (kind > static_cast<uint8_t>(OpKind::kSendRecv)) return DecodeStatus::kBadType;
   if (h.payload_len > kMaxPayload) return DecodeStatus::kBadLength;
   if (type == static_cast<uint8_t>(FrameType::kAbort) && h.payload_len > kMaxAbortMessage + 5)
     return DecodeStatus::kBadLength;
-  if (type == static_cast<uint8_t>(FrameType::kGoodbye) && h.payload_len != 0)
+  if ((type == static_cast<uint8_t>(FrameType::kGoodbye) ||
+       type == static_cast<uint8_t>(FrameType::kAck)) &&
+      h.payload_len != 0)
     return DecodeStatus::kBadLength;
-  if (type != static_cast<uint8_t>(FrameType::kData) && h.frame != 0)
+  if (type != static_cast<uint8_t>(FrameType::kData) &&
+      type != static_cast<uint8_t>(FrameType::kAck) && h.frame != 0)
     return DecodeStatus::kBadReserved;
   h.type = static_cast<FrameType>(type);
   h.kind = static_cast<OpKind>(kind);

@@ -13,7 +13,8 @@
 //    32    8 offset       byte offset of this payload within the operation's stream
 //    40    8 frame        data frames: per-pair data frame number (0, 1, 2, ... in posting order
 //                         on the sender), which lets the receiver take frame k of a peer from any
-//                         of its striped data streams; control frames: must be zero
+//                         of its striped data streams; ack frames: the number of data frames
+//                         received in full (every frame below it); abort/goodbye: must be zero
 //
 // The receiver compares seq, kind, dtype, reduce_op, tag and op_bytes with what it expects:
 // any difference is a mismatch between ranks, reported as such instead of corrupting data.
@@ -37,6 +38,8 @@ enum class FrameType : uint8_t {
   kData = 1,   // payload is operation data
   kAbort = 2,    // payload: u8 ErrorCode, then UTF-8 message; the group is failing
   kGoodbye = 3,  // no payload: the sender is shutting down cleanly; its EOF is not a failure
+  kAck = 4,      // no payload: `frame` = data frames of this pair received in full, in order. The
+                 // sender may forget them; until then it keeps a copy to re-send if a stream breaks
 };
 
 enum class OpKind : uint8_t {
@@ -65,7 +68,7 @@ struct FrameHeader {
   uint64_t seq = 0;
   uint64_t op_bytes = 0;
   uint64_t offset = 0;
-  uint64_t frame = 0;  // per-pair data frame number (transport-assigned; 0 on control frames)
+  uint64_t frame = 0;  // data: per-pair frame number (transport-assigned); ack: frames received
 
   bool operator==(const FrameHeader&) const = default;
 };

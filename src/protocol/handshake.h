@@ -16,7 +16,8 @@ namespace geoccl::protocol {
 inline constexpr uint64_t kHelloMagic = 0x5348'4C43'434F'4547ull;  // "GEOCCLHS"
 inline constexpr uint64_t kReplyMagic = 0x5248'4C43'434F'4547ull;  // "GEOCCLHR"
 // 2: frame header bytes 40..47 carry the per-pair frame number (striping).
-inline constexpr uint16_t kProtocolVersion = 2;
+// 3: ack frames; a Hello for a data stream that exists replaces it (stream re-established).
+inline constexpr uint16_t kProtocolVersion = 3;
 inline constexpr size_t kHelloSize = 28;
 inline constexpr size_t kReplySize = 16;
 

@@ -371,6 +371,32 @@ int main(int argc, char** argv) {
     const int me = c.rank(), n = c.size();
     if (mode == "collectives") return mode_collectives(c, false);
     if (mode == "collectives-big") return mode_collectives(c, true);
+    if (mode == "resume") {
+      // Large allreduces and allgathers, each checked exactly, while the test kills data
+      // streams from outside (ss -K). Prints how many streams this rank re-established.
+      const size_t count = (16u << 20) / 4;
+      std::vector<float> buf(count);
+      for (int it = 0; it < 40; ++it) {
+        for (size_t i = 0; i < count; ++i) buf[i] = static_cast<float>((me + 1) * ((i + it) % 97));
+        c.allreduce(buf.data(), count, DataType::kFloat32, ReduceOp::kSum).wait();
+        const float ranks = static_cast<float>(n * (n + 1) / 2);
+        for (size_t i = 0; i < count; ++i)
+          CHECK(buf[i] == ranks * static_cast<float>((i + it) % 97), "iteration %d element %zu: %g", it,
+                i, static_cast<double>(buf[i]));
+        std::vector<int32_t> mine(1 << 18), all((1u << 18) * static_cast<size_t>(n));
+        for (size_t i = 0; i < mine.size(); ++i) mine[i] = static_cast<int32_t>(i * 31 + static_cast<size_t>(me) + static_cast<size_t>(it));
+        c.allgather(mine.data(), all.data(), mine.size(), DataType::kInt32).wait();
+        for (int r = 0; r < n; ++r)
+          for (size_t i = 0; i < mine.size(); ++i)
+            CHECK(all[static_cast<size_t>(r) * mine.size() + i] == static_cast<int32_t>(i * 31 + static_cast<size_t>(r) + static_cast<size_t>(it)),
+                  "allgather from rank %d element %zu", r, i);
+      }
+      uint64_t reconnects = 0;
+      for (const auto& ps : c.peer_stats())
+        for (const auto& st : ps.streams) reconnects += st.reconnects;
+      std::printf("rank %d re-established %llu stream(s)\n", me, static_cast<unsigned long long>(reconnects));
+      return 0;
+    }
     if (mode == "topology") {
       // The domains found must be the ones given in GEOCCL_TEST_EXPECT ("0,0,1,1,2,2").
       std::string want = std::getenv("GEOCCL_TEST_EXPECT") ? std::getenv("GEOCCL_TEST_EXPECT") : "";

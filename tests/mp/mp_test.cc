@@ -9,7 +9,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,8 +39,10 @@ int free_port() {
 }
 
 // Returns each rank's exit status (exit code, or 128+signal).
+// `tick`, when given, runs every 10 ms while the ranks run, with their pids.
 std::vector<int> run_ranks(int n, const std::string& mode, int timeout_s = 240,
-                           const std::vector<std::pair<std::string, std::string>>& env = {}) {
+                           const std::vector<std::pair<std::string, std::string>>& env = {},
+                           const std::function<void(const std::vector<pid_t>&)>& tick = {}) {
   const int port = free_port();
   std::vector<pid_t> pids;
   for (int r = 0; r < n; ++r) {
@@ -73,9 +80,50 @@ std::vector<int> run_ranks(int n, const std::string& mode, int timeout_s = 240,
         }
       break;
     }
+    if (tick) tick(pids);
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return codes;
+}
+
+std::string run_command(const std::string& cmd) {
+  std::string out;
+  if (FILE* f = popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+    pclose(f);
+  }
+  return out;
+}
+
+// Established loopback TCP sockets of `pids` that have sent at least `min_bytes` (data streams
+// under load; the control streams carry a few acknowledgements), as "sport dport" pairs.
+std::vector<std::pair<int, int>> busy_sockets(const std::vector<pid_t>& pids, uint64_t min_bytes) {
+  const std::string out = run_command("ss -tinpH state established '( src 127.0.0.1 )' 2>/dev/null");
+  std::vector<std::pair<int, int>> found;
+  std::istringstream in(out);
+  std::string line, pending;
+  int sport = 0, dport = 0;
+  bool ours = false;
+  while (std::getline(in, line)) {
+    if (line.find("users:((") != std::string::npos) {  // the socket line
+      std::istringstream ls(line);
+      std::string rq, sq, local, remote;
+      ls >> rq >> sq >> local >> remote;
+      sport = std::atoi(local.substr(local.rfind(':') + 1).c_str());
+      dport = std::atoi(remote.substr(remote.rfind(':') + 1).c_str());
+      ours = false;
+      for (pid_t p : pids)
+        if (line.find("pid=" + std::to_string(p) + ",") != std::string::npos) ours = true;
+      continue;
+    }
+    const size_t at = line.find("bytes_sent:");
+    if (!ours || at == std::string::npos) continue;
+    if (std::strtoull(line.c_str() + at + 11, nullptr, 10) >= min_bytes) found.emplace_back(sport, dport);
+    ours = false;
+  }
+  return found;
 }
 
 class Collectives : public ::testing::TestWithParam<int> {};
@@ -121,6 +169,41 @@ TEST(CollectivesBig, TensOfMiBOnThreeAndFourRanks) {
   for (int n : {3, 4}) {
     const auto codes = run_ranks(n, "collectives-big");
     for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "n=" << n << " rank " << r;
+  }
+}
+
+// Data streams killed from outside the processes (ss -K: the kernel aborts the socket and sends an
+// RST, as a middlebox would) while large collectives run: with GEOCCL_TCP_RESUME=on every result
+// is still exact and no rank fails.
+TEST(Resume, StreamsKilledDuringCollectivesAreReestablished) {
+  if (geteuid() != 0 || run_command("ss -K -tnH '( dport = :1 )' >/dev/null 2>&1; echo $?") != "0\n")
+    GTEST_SKIP() << "ss -K (SOCK_DESTROY) needs root and CONFIG_INET_DIAG_DESTROY";
+  int kills = 0;
+  auto last = std::chrono::steady_clock::now();
+  std::mt19937 rng(7);
+  const auto codes = run_ranks(3, "resume", 240,
+                               {{"GEOCCL_TCP_RESUME", "on"}, {"GEOCCL_TCP_STREAMS", "2"}},
+                               [&](const std::vector<pid_t>& pids) {
+    if (kills >= 12 || std::chrono::steady_clock::now() - last < std::chrono::milliseconds(150)) return;
+    last = std::chrono::steady_clock::now();
+    const auto socks = busy_sockets(pids, 1 << 20);
+    if (socks.empty()) return;
+    const auto [sport, dport] = socks[rng() % socks.size()];
+    const std::string killed = run_command("ss -K -tnH state established '( sport = :" + std::to_string(sport) +
+                                           " and dport = :" + std::to_string(dport) + " )' 2>/dev/null");
+    if (!killed.empty()) ++kills;
+  });
+  for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+  EXPECT_GE(kills, 3) << "too few streams were killed while data flowed";
+}
+
+// With resume on, a rank that dies is still reported as peer-lost promptly (its control stream
+// closes too), not waited for.
+TEST(Resume, KilledRankStillGivesPeerLost) {
+  const auto codes = run_ranks(3, "kill", 60, {{"GEOCCL_TCP_RESUME", "on"}, {"GEOCCL_TCP_STREAMS", "4"}});
+  for (size_t r = 0; r < codes.size(); ++r) {
+    if (r == 1) EXPECT_EQ(codes[r], 128 + SIGKILL);
+    else EXPECT_EQ(codes[r], 0) << "rank " << r << " did not see peer-lost in time";
   }
 }
 

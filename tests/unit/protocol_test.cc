@@ -50,6 +50,17 @@ TEST(Frame, RejectsBadInput) {
   b = encode_frame_header(h);
   ASSERT_EQ(decode_frame_header(b, &d), DecodeStatus::kOk);
   EXPECT_EQ(d.frame, 0u);
+  h.type = FrameType::kAck;  // an ack carries the count of frames received in full
+  h.frame = 77;
+  b = encode_frame_header(h);
+  ASSERT_EQ(decode_frame_header(b, &d), DecodeStatus::kOk);
+  EXPECT_EQ(d.type, FrameType::kAck);
+  EXPECT_EQ(d.frame, 77u);
+  h.payload_len = 1;  // ... and no payload
+  b = encode_frame_header(h);
+  EXPECT_EQ(decode_frame_header(b, &d), DecodeStatus::kBadLength);
+  b[4] = 5;  // no frame type beyond ack
+  EXPECT_EQ(decode_frame_header(b, &d), DecodeStatus::kBadType);
 }
 
 TEST(Frame, MismatchNamesTheField) {

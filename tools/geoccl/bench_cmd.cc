@@ -229,7 +229,8 @@ int run_bench(const BenchSpec& spec) {
                   static_cast<double>(s.pacing_rate_bps) / 1e6);
       for (const auto& t : s.streams)
         std::printf("#   stream %d: %s rtt %.2f ms cwnd %u mss %u retrans %llu delivery %.1f "
-                    "Mbit/s pacing %.1f Mbit/s sndbuf %llu rcvbuf %llu frames sent %llu recv %llu\n",
+                    "Mbit/s pacing %.1f Mbit/s sndbuf %llu rcvbuf %llu frames sent %llu recv %llu "
+                    "reconnects %llu resent %llu\n",
                     t.index, t.congestion_control.c_str(), t.rtt_ms, t.cwnd_segments, t.mss,
                     static_cast<unsigned long long>(t.retransmits),
                     static_cast<double>(t.delivery_rate_bps) / 1e6,
@@ -237,7 +238,9 @@ int run_bench(const BenchSpec& spec) {
                     static_cast<unsigned long long>(t.send_buffer),
                     static_cast<unsigned long long>(t.receive_buffer),
                     static_cast<unsigned long long>(t.frames_sent),
-                    static_cast<unsigned long long>(t.frames_received));
+                    static_cast<unsigned long long>(t.frames_received),
+                    static_cast<unsigned long long>(t.reconnects),
+                    static_cast<unsigned long long>(t.frames_resent));
     }
   if (me == 0 && !spec.json_path.empty()) {
     std::ofstream f(spec.json_path);

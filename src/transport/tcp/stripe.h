@@ -88,6 +88,9 @@ class RecvWindow {
     slots_.clear();
   }
 
+  // Every frame below this one has been received in full.
+  uint64_t base() const { return base_; }
+
   // Frame number the next post() gets.
   uint64_t next_frame() const { return base_ + slots_.size(); }
 

@@ -40,6 +40,10 @@ constexpr int kMaxIov = 64;
 
 TcpConnection::TcpConnection(TcpTransport& owner, int fd, int peer, int stream)
     : owner_(owner), fd_(fd), peer_(peer), stream_(stream) {
+  configure_socket();
+}
+
+void TcpConnection::configure_socket() {
   if (stream_ != TcpTransport::kControlStream) {
     const auto& o = owner_.options_;
     if (o.notsent_lowat > 0) {
@@ -57,7 +61,10 @@ TcpConnection::TcpConnection(TcpTransport& owner, int fd, int peer, int stream)
   owner_.loop_.add_fd(fd_, interest_, [this](uint32_t ev) { on_events(ev); });
 }
 
-TcpConnection::~TcpConnection() { close_fd(); }
+TcpConnection::~TcpConnection() {
+  if (resume_timer_) owner_.loop_.cancel_timer(resume_timer_);
+  close_fd();
+}
 
 void TcpConnection::close_fd() {
   if (fd_ < 0) return;
@@ -67,7 +74,7 @@ void TcpConnection::close_fd() {
 }
 
 void TcpConnection::post_send(SendOp op) {
-  if (fd_ < 0) {
+  if (fd_ < 0 && !reconnecting_) {
     complete(op.req, {ErrorCode::kPeerLost, "connection to rank " + std::to_string(peer_) + " is closed"});
     owner_.notify();
     return;
@@ -79,6 +86,102 @@ void TcpConnection::post_send(SendOp op) {
   write_some();
 }
 
+void TcpConnection::on_ack(uint64_t upto) {
+  while (!unacked_.empty() && unacked_.front().frame < upto) unacked_.pop_front();
+}
+
+void TcpConnection::enter_reconnecting(const std::string& why) {
+  close_fd();
+  reconnecting_ = true;
+  // Whatever part of a frame came in on the broken socket is forgotten: the peer sends that
+  // frame again from its start (into the same destination; a frame already complete is dropped).
+  have_hdr_ = false;
+  hdr_got_ = 0;
+  payload_got_ = 0;
+  payload_checked_ = false;
+  discard_ = false;
+  // Zero-copy frames waiting for the kernel's completion: the socket and its buffers are gone,
+  // and a copy of each is in unacked_ (kept when it was written), so their requests are done.
+  for (auto& z : zc_wait_) complete(z.req, {});
+  const bool any_zc = !zc_wait_.empty();
+  zc_wait_.clear();
+  zc_calls_ = zc_done_ = 0;
+  // New queue: unacknowledged copies (all older), then data frames not yet fully written, each
+  // from its first byte. Control frames (goodbye) meant for the old socket are dropped.
+  std::deque<SendOp> q;
+  for (auto& u : unacked_) {
+    u.sent = 0;
+    q.push_back(std::move(u));
+  }
+  unacked_.clear();
+  const size_t copies = q.size();
+  for (auto& op : sendq_) {
+    if (!op.data) continue;
+    op.sent = 0;
+    q.push_back(std::move(op));
+  }
+  sendq_.swap(q);
+  queued_ = 0;
+  for (const auto& op : sendq_) queued_ += kFrameHeaderSize + op.payload.size();
+  frames_resent_ += copies;
+  GEOCCL_LOG(kWarn, "data stream " << stream_ << " to rank " << peer_ << " broke (" << why
+                                   << "); re-establishing it, " << copies
+                                   << " unacknowledged frame(s) to re-send");
+  if (any_zc) owner_.notify();
+  owner_.stream_broken(peer_, stream_);
+}
+
+void TcpConnection::resume(int fd) {
+  if (fd_ >= 0) enter_reconnecting("the peer replaced it");
+  if (resume_timer_) {
+    owner_.loop_.cancel_timer(resume_timer_);
+    resume_timer_ = 0;
+  }
+  fd_ = fd;
+  reconnecting_ = false;
+  goodbye_ = false;
+  ++reconnects_;
+  configure_socket();
+  GEOCCL_LOG(kInfo, "data stream " << stream_ << " to rank " << peer_ << " re-established; "
+                                   << sendq_.size() << " frame(s) queued on it");
+  write_some();
+  owner_.notify();
+}
+
+void TcpConnection::await_resume(std::chrono::milliseconds timeout) {
+  if (resume_timer_) owner_.loop_.cancel_timer(resume_timer_);
+  resume_timer_ = owner_.loop_.add_timer(std::chrono::steady_clock::now() + timeout, [this, timeout] {
+    resume_timer_ = 0;
+    if (!reconnecting_) return;
+    owner_.fail(ErrorCode::kPeerLost,
+                "data stream " + std::to_string(stream_) + " to rank " + std::to_string(peer_) +
+                    " broke and the peer did not re-establish it within " +
+                    std::to_string(timeout.count()) + " ms",
+                true);
+  });
+}
+
+void TcpConnection::post_ack(uint64_t upto) {
+  if (fd_ < 0) return;
+  FrameHeader h;
+  h.type = FrameType::kAck;
+  h.frame = upto;
+  SendOp op;
+  op.header = protocol::encode_frame_header(h);
+  op.owned = std::make_shared<std::vector<uint8_t>>();
+  if (zerocopy_) op.stable_header = std::make_shared<protocol::FrameHeaderBytes>(op.header);
+  queued_ += kFrameHeaderSize;
+  sendq_.push_back(std::move(op));
+  write_some();
+}
+
+void TcpConnection::reset_for_test() {
+  if (fd_ < 0) return;
+  const linger lg{1, 0};  // close() sends an RST instead of a FIN
+  setsockopt(fd_, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+  on_closed("reset (fault injection)");
+}
+
 void TcpConnection::on_recv_posted(uint64_t frame) {
   if (fd_ < 0 || !have_hdr_ || hdr_.type != FrameType::kData || hdr_.frame != frame) return;
   read_some();
@@ -86,9 +189,10 @@ void TcpConnection::on_recv_posted(uint64_t frame) {
 }
 
 bool TcpConnection::waiting_for_recv() const {
+  // A frame received before (re-sent after a break) is read and dropped: no wait for it.
   return have_hdr_ && hdr_.type == FrameType::kData &&
-         owner_.recv_windows_[static_cast<size_t>(peer_)].lookup(hdr_.frame) !=
-             RecvWindow<RecvOp>::Lookup::kPosted;
+         owner_.recv_windows_[static_cast<size_t>(peer_)].lookup(hdr_.frame) ==
+             RecvWindow<RecvOp>::Lookup::kNotPosted;
 }
 
 uint64_t TcpConnection::backlog() const {
@@ -103,6 +207,8 @@ PeerStats::Stream TcpConnection::info() const {
   s.frames_sent = frames_sent_;
   s.frames_received = frames_received_;
   s.bytes_sent = bytes_sent_;
+  s.reconnects = reconnects_;
+  s.frames_resent = frames_resent_;
   if (fd_ < 0) return s;
   char cc[32] = {};
   socklen_t len = sizeof cc;
@@ -162,6 +268,8 @@ void TcpConnection::fail_requests(const Failure& f) {
       keep.push_back(std::move(s));
   }
   sendq_.swap(keep);
+  unacked_.clear();
+  reconnecting_ = false;
   queued_ = 0;
   for (const auto& s : sendq_) queued_ += kFrameHeaderSize + s.payload.size() - s.sent;
 }
@@ -187,6 +295,8 @@ void TcpConnection::on_events(uint32_t events) {
 }
 
 void TcpConnection::on_closed(const std::string& why) {
+  if (stream_ != TcpTransport::kControlStream && !goodbye_ && owner_.can_resume(peer_))
+    return enter_reconnecting(why);
   // A stream that ended after its goodbye has delivered every frame put on it; receives of the
   // peer still pending may be filled by its other data streams, so they matter only when this
   // was the last one open (or when a frame on this stream was cut short).
@@ -269,13 +379,16 @@ void TcpConnection::read_some() {
         return;
       }
       if (found == RecvWindow<RecvOp>::Lookup::kStale) {
-        owner_.fail(ErrorCode::kProtocol,
-                    "rank " + std::to_string(peer_) + " sent data frame " +
-                        std::to_string(hdr_.frame) + " twice",
-                    true);
-        close_fd();
-        return;
+        // Received in full already: the peer re-sent it after a stream broke, before our
+        // acknowledgement reached it. Read it and drop it.
+        discard_ = true;
       }
+    }
+    if (discard_) {
+      const size_t want = std::min<size_t>(hdr_.payload_len - payload_got_, 256 << 10);
+      if (discard_buf_.size() < want) discard_buf_.resize(want);
+      dst = std::span<uint8_t>(discard_buf_).first(want);
+    } else if (hdr_.type == FrameType::kData) {
       RecvOp& r = window.at(hdr_.frame);
       if (!payload_checked_) {
         std::string why = protocol::describe_mismatch(r.expect, hdr_);
@@ -297,8 +410,10 @@ void TcpConnection::read_some() {
       dst = control_payload_;
     }
 
-    if (payload_got_ < dst.size()) {
-      const ssize_t n = ::recv(fd_, dst.data() + payload_got_, dst.size() - payload_got_, MSG_DONTWAIT);
+    // Where the next bytes go: a discarded frame reuses its small buffer from the start.
+    const size_t at = discard_ ? 0 : payload_got_;
+    if (payload_got_ < hdr_.payload_len) {
+      const ssize_t n = ::recv(fd_, dst.data() + at, dst.size() - at, MSG_DONTWAIT);
       if (n == 0) return on_closed("end of stream");
       if (n < 0) {
         if (errno == EAGAIN || errno == EINTR) return;
@@ -306,20 +421,28 @@ void TcpConnection::read_some() {
       }
       owner_.bytes_received_[peer_]->fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
       payload_got_ += static_cast<size_t>(n);
-      if (payload_got_ < dst.size()) continue;
+      if (payload_got_ < hdr_.payload_len) continue;
     }
 
     // A whole frame is in.
     have_hdr_ = false;
     ++frames;
+    if (discard_) {
+      discard_ = false;
+      continue;
+    }
     switch (hdr_.type) {
       case FrameType::kData: {
         RequestPtr req = window.complete(hdr_.frame).req;
         ++frames_received_;
         complete(req, {});
+        owner_.maybe_ack(peer_, hdr_.payload_len);
         owner_.notify();
         break;
       }
+      case FrameType::kAck:
+        owner_.on_ack(peer_, hdr_.frame);
+        break;
       case FrameType::kGoodbye:
         goodbye_ = true;
         break;
@@ -398,6 +521,18 @@ void TcpConnection::complete_sent(size_t n) {
     op.sent += take;
     left -= take;
     if (op.sent < total) break;
+    // Resume: keep a copy until the peer acknowledges the frame; the caller may reuse its memory
+    // as soon as the request completes.
+    if (op.data && owner_.options_.resume && op.frame >= owner_.acked_[static_cast<size_t>(peer_)]) {
+      SendOp keep;
+      keep.header = op.header;
+      keep.data = true;
+      keep.frame = op.frame;
+      keep.owned = op.owned ? op.owned
+                            : std::make_shared<std::vector<uint8_t>>(op.payload.begin(), op.payload.end());
+      keep.payload = *keep.owned;
+      unacked_.push_back(std::move(keep));
+    }
     if (zc_done_ < zc_calls_) {
       // Some of its bytes may have left in a zero-copy call still in flight: the request (and
       // the storage of the header and of a control payload) waits for the latest one.

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -23,8 +24,10 @@ class TcpConnection {
     protocol::FrameHeaderBytes header;
     std::span<const uint8_t> payload;
     std::shared_ptr<std::vector<uint8_t>> owned;  // payload storage for control frames
-    RequestPtr req;                               // null for control frames
-    size_t sent = 0;                              // bytes of header+payload written
+    RequestPtr req;     // null for control frames and for re-sent copies (already completed)
+    bool data = false;  // a data frame (numbered `frame`), as opposed to a control frame
+    uint64_t frame = 0;
+    size_t sent = 0;    // bytes of header+payload written
     // With MSG_ZEROCOPY the kernel reads the header after sendmsg() returns: it is sent from this
     // heap copy, kept alive until the kernel's completion.
     std::shared_ptr<protocol::FrameHeaderBytes> stable_header;
@@ -56,6 +59,23 @@ class TcpConnection {
   void check_early_frame();
   bool send_queue_empty() const { return sendq_.empty(); }
   bool open() const { return fd_ >= 0; }
+  // Open, or broken and being re-established (frames posted meanwhile wait for the new socket).
+  bool usable() const { return fd_ >= 0 || reconnecting_; }
+
+  // Stream recovery (data streams, TcpOptions::resume). The peer acknowledged every data frame
+  // below `upto`: forget the copies kept of those.
+  void on_ack(uint64_t upto);
+  // Takes `fd`, a new socket for this stream (the old one broke or the peer replaced it), and
+  // re-sends every frame the peer has not acknowledged, in frame order, before newer ones.
+  void resume(int fd);
+  // Fault injection for tests: resets the socket (RST, as a middlebox would) and handles the
+  // break as if the kernel had reported it.
+  void reset_for_test();
+  // The lower rank of a broken stream waits for the peer to connect it again: the group fails
+  // with peer-lost if that takes longer than `timeout`.
+  void await_resume(std::chrono::milliseconds timeout);
+  // Queues an acknowledgement: every data frame below `upto` from the peer is in.
+  void post_ack(uint64_t upto);
   // Bytes of queued frames not yet handed to the kernel, plus the kernel's not-yet-sent bytes
   // (SIOCOUTQNSD): how far behind this stream is. The sender picks the stream with the least.
   uint64_t backlog() const;
@@ -67,8 +87,14 @@ class TcpConnection {
   void read_some();
   void write_some();
   void update_interest();
-  // The connection ended: a failure unless the peer said goodbye and nothing is pending.
+  // The connection ended: a data stream of a live peer is re-established (resume); otherwise a
+  // failure unless the peer said goodbye and nothing is pending.
   void on_closed(const std::string& why);
+  // Closes the broken socket, forgets the partial frame being read, and queues every frame the
+  // peer has not acknowledged (copies kept after writing, then frames not yet fully written) for
+  // the next socket of this stream.
+  void enter_reconnecting(const std::string& why);
+  void configure_socket();
   void close_fd();
   bool handle_header();
   // Data frame header in hdr_ whose receive is not posted yet (the stream waits for it).
@@ -83,6 +109,16 @@ class TcpConnection {
   uint32_t interest_ = 0;
 
   std::deque<SendOp> sendq_;
+  // Resume: data frames fully written but not yet acknowledged by the peer, in frame order, with
+  // copies of their payload (the caller's memory is released when the request completes).
+  std::deque<SendOp> unacked_;
+  bool reconnecting_ = false;
+  uint64_t reconnects_ = 0, frames_resent_ = 0;
+  uint64_t resume_timer_ = 0;  // acceptor side: fails the group if the peer does not come back
+  // A data frame that arrived in full before (re-sent after a break): its payload is read and
+  // dropped.
+  bool discard_ = false;
+  std::vector<uint8_t> discard_buf_;
   uint64_t queued_ = 0;  // header+payload bytes in sendq_ not yet written
   uint64_t frames_sent_ = 0, frames_received_ = 0, bytes_sent_ = 0;
   // MSG_ZEROCOPY: frames fully written but whose pages the kernel may still read, with the

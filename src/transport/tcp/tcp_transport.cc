@@ -39,6 +39,8 @@ TcpOptions TcpOptions::from_config(const Config& cfg) {
   o.zerocopy = cfg.tcp_zerocopy;
   o.zerocopy_min_bytes = cfg.tcp_zerocopy_min_bytes;
   o.round_robin = cfg.tcp_stripe == "rr";
+  o.resume = cfg.tcp_resume == "on" || (cfg.tcp_resume == "auto" && wan);
+  o.resume_timeout = cfg.tcp_resume_timeout;
   return o;
 }
 
@@ -65,6 +67,10 @@ TcpTransport::TcpTransport(runtime::EventLoop& loop, int rank, int size,
       frames_sent_(static_cast<size_t>(size), 0),
       rotate_(static_cast<size_t>(size), 0),
       recv_windows_(static_cast<size_t>(size)),
+      acked_(static_cast<size_t>(size), 0),
+      ack_sent_(static_cast<size_t>(size), 0),
+      ack_bytes_(static_cast<size_t>(size), 0),
+      peer_addrs_(static_cast<size_t>(size)),
       conns_(static_cast<size_t>(size) * static_cast<size_t>(streams_)) {
   for (int i = 0; i < size; ++i) {
     bytes_sent_.push_back(std::make_unique<std::atomic<uint64_t>>(0));
@@ -90,6 +96,14 @@ TcpTransport::TcpTransport(runtime::EventLoop& loop, int rank, int size,
 }
 
 TcpTransport::~TcpTransport() {
+  // Stream re-dialers stop at their next attempt (each is bounded by a few seconds).
+  closing_.store(true);
+  {
+    std::lock_guard lk(dialers_mu_);
+    for (auto& t : dialers_)
+      if (t.joinable()) t.join();
+    dialers_.clear();
+  }
   loop_.run_sync([this] {
     for (auto& c : conns_)
       if (c && c->open()) c->post_control(protocol::FrameType::kGoodbye, {});
@@ -168,9 +182,15 @@ void TcpTransport::on_pending_readable(int fd) {
   if (st == protocol::HandshakeStatus::kAccepted)
     st = protocol::check_hello(hello, static_cast<uint32_t>(size_), session_id_,
                                static_cast<uint16_t>(streams_));
+  // Only higher ranks connect to us, once per stream; a data stream may be connected again when
+  // we resume streams (the peer found it broken), and only while the group stands.
+  TcpConnection* existing = st == protocol::HandshakeStatus::kAccepted && static_cast<int>(hello.rank) > rank_
+                                ? conn(static_cast<int>(hello.rank), hello.stream)
+                                : nullptr;
   if (st == protocol::HandshakeStatus::kAccepted &&
-      (static_cast<int>(hello.rank) <= rank_ || conn(static_cast<int>(hello.rank), hello.stream)))
-    st = protocol::HandshakeStatus::kBadRank;  // only higher ranks connect to us, once per stream
+      (static_cast<int>(hello.rank) <= rank_ ||
+       (existing && (hello.stream == kControlStream || !can_resume(static_cast<int>(hello.rank))))))
+    st = protocol::HandshakeStatus::kBadRank;
   protocol::Reply reply;
   reply.status = st;
   reply.rank = static_cast<uint32_t>(rank_);
@@ -182,6 +202,10 @@ void TcpTransport::on_pending_readable(int fd) {
     GEOCCL_LOG(kWarn, "rejected inbound connection: " << protocol::handshake_status_name(st));
     rejected_.fetch_add(1);
     ::close(fd);
+    return;
+  }
+  if (existing) {
+    existing->resume(fd);
     return;
   }
   adopt(fd, static_cast<int>(hello.rank), hello.stream);
@@ -198,47 +222,16 @@ void TcpTransport::connect_all(const std::function<std::string(int)>& addr_of,
                                std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
   for (int peer = 0; peer < rank_; ++peer) {
-    std::string host;
-    uint16_t port = 0;
-    split_host_port(addr_of(peer), &host, &port);
+    peer_addrs_[static_cast<size_t>(peer)] = addr_of(peer);
     for (int stream = 0; stream < streams_; ++stream) {
+      std::string why;
+      bool rejected = false;
       int fd = -1;
       // The peer is listening already (it published its address), but retry briefly on refusal.
-      while (fd < 0) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-        if (left.count() <= 0)
-          throw Error(ErrorCode::kTimeout, "cannot connect to rank " + std::to_string(peer) + " at " +
-                                               host + ":" + std::to_string(port));
-        fd = connect_with_timeout(host, port, left, [this](int s) {
-          if (options_.buffer_bytes > 0) set_buffer_sizes(s, options_.buffer_bytes);
-        });
-        if (fd < 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-      set_nodelay(fd);
-      if (!cc_.empty()) set_congestion_control(fd, cc_);
-      protocol::Hello hello;
-      hello.stream = static_cast<uint16_t>(stream);
-      hello.rank = static_cast<uint32_t>(rank_);
-      hello.world_size = static_cast<uint32_t>(size_);
-      hello.session_id = session_id_;
-      const auto hb = protocol::encode_hello(hello);
-      std::array<uint8_t, protocol::kReplySize> rb{};
-      if (!write_all(fd, hb, deadline) || !read_all(fd, rb, deadline)) {
-        const int e = errno;
-        ::close(fd);
-        throw Error(e == ETIMEDOUT ? ErrorCode::kTimeout : ErrorCode::kIo,
-                    "handshake with rank " + std::to_string(peer) + " failed: " + std::strerror(e));
-      }
-      protocol::Reply reply;
-      auto st = protocol::decode_reply(rb, &reply);
-      if (st == protocol::HandshakeStatus::kAccepted) st = reply.status;
-      if (st == protocol::HandshakeStatus::kAccepted && reply.rank != static_cast<uint32_t>(peer))
-        st = protocol::HandshakeStatus::kBadRank;
-      if (st != protocol::HandshakeStatus::kAccepted) {
-        ::close(fd);
-        throw Error(ErrorCode::kProtocol, "rank " + std::to_string(peer) + " at " + host + ":" +
-                                              std::to_string(port) + " rejected us: " +
-                                              protocol::handshake_status_name(st));
+      while ((fd = dial(peer, stream, deadline, &why, &rejected)) < 0) {
+        if (rejected) throw Error(ErrorCode::kProtocol, why);
+        if (Clock::now() >= deadline) throw Error(ErrorCode::kTimeout, why);
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
       set_nonblocking(fd, true);
       loop_.run_sync([&] { adopt(fd, peer, stream); });
@@ -262,6 +255,131 @@ void TcpTransport::connect_all(const std::function<std::string(int)>& addr_of,
   }
 }
 
+int TcpTransport::dial(int peer, int stream, Clock::time_point deadline, std::string* why,
+                       bool* rejected) {
+  *rejected = false;
+  std::string host;
+  uint16_t port = 0;
+  split_host_port(peer_addrs_[static_cast<size_t>(peer)], &host, &port);
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  const std::string where = "rank " + std::to_string(peer) + " at " + host + ":" + std::to_string(port);
+  if (left.count() <= 0) {
+    *why = "cannot connect to " + where;
+    return -1;
+  }
+  const int fd = connect_with_timeout(host, port, left, [this](int s) {
+    if (options_.buffer_bytes > 0) set_buffer_sizes(s, options_.buffer_bytes);
+  });
+  if (fd < 0) {
+    *why = "cannot connect to " + where;
+    return -1;
+  }
+  set_nodelay(fd);
+  if (!cc_.empty()) set_congestion_control(fd, cc_);
+  protocol::Hello hello;
+  hello.stream = static_cast<uint16_t>(stream);
+  hello.rank = static_cast<uint32_t>(rank_);
+  hello.world_size = static_cast<uint32_t>(size_);
+  hello.session_id = session_id_;
+  const auto hb = protocol::encode_hello(hello);
+  std::array<uint8_t, protocol::kReplySize> rb{};
+  if (!write_all(fd, hb, deadline) || !read_all(fd, rb, deadline)) {
+    *why = "handshake with " + where + " failed: " + std::strerror(errno);
+    ::close(fd);
+    return -1;
+  }
+  protocol::Reply reply;
+  auto st = protocol::decode_reply(rb, &reply);
+  if (st == protocol::HandshakeStatus::kAccepted) st = reply.status;
+  if (st == protocol::HandshakeStatus::kAccepted && reply.rank != static_cast<uint32_t>(peer))
+    st = protocol::HandshakeStatus::kBadRank;
+  if (st != protocol::HandshakeStatus::kAccepted) {
+    ::close(fd);
+    *rejected = true;
+    *why = where + " rejected us: " + protocol::handshake_status_name(st);
+    return -1;
+  }
+  return fd;
+}
+
+bool TcpTransport::can_resume(int peer) const {
+  const TcpConnection* control = conn(peer, kControlStream);
+  return options_.resume && !failed_.load() && !closing_.load() && control && control->open();
+}
+
+void TcpTransport::stream_broken(int peer, int stream) {
+  if (rank_ > peer) {  // we connected it: connect it again
+    std::lock_guard lk(dialers_mu_);
+    dialers_.emplace_back([this, peer, stream] { redial(peer, stream); });
+    return;
+  }
+  conn(peer, stream)->await_resume(options_.resume_timeout);
+}
+
+void TcpTransport::redial(int peer, int stream) {
+  const auto deadline = Clock::now() + options_.resume_timeout;
+  auto backoff = std::chrono::milliseconds(10);
+  std::string why;
+  while (!closing_.load() && !failed_.load()) {
+    bool rejected = false;
+    // Each attempt is bounded so that shutting down never waits long for this thread.
+    const int fd = dial(peer, stream, std::min(deadline, Clock::now() + std::chrono::seconds(2)), &why,
+                        &rejected);
+    if (fd >= 0) {
+      set_nonblocking(fd, true);
+      loop_.post([this, peer, stream, fd] {
+        TcpConnection* c = conn(peer, stream);
+        if (closing_.load() || failed_.load() || !c || !c->usable()) {
+          ::close(fd);
+          return;
+        }
+        c->resume(fd);
+      });
+      return;
+    }
+    if (rejected || Clock::now() + backoff >= deadline) break;
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+  }
+  if (closing_.load() || failed_.load()) return;
+  loop_.post([this, peer, stream, why] {
+    fail(ErrorCode::kPeerLost,
+         "data stream " + std::to_string(stream) + " to rank " + std::to_string(peer) +
+             " broke and could not be re-established within " +
+             std::to_string(options_.resume_timeout.count()) + " ms: " + why,
+         true);
+  });
+}
+
+void TcpTransport::maybe_ack(int peer, uint64_t bytes) {
+  const size_t p = static_cast<size_t>(peer);
+  ack_bytes_[p] += bytes;
+  const auto& w = recv_windows_[p];
+  const uint64_t upto = w.base();
+  // Often enough to bound what the sender keeps (a few MiB), rarely enough to cost nothing:
+  // every 4 MiB, and whenever no receive from the peer is pending (the end of an operation).
+  if (upto <= ack_sent_[p] || (ack_bytes_[p] < (4u << 20) && w.pending())) return;
+  TcpConnection* c = conn(peer, kControlStream);
+  if (!c || !c->open()) return;
+  c->post_ack(upto);
+  ack_sent_[p] = upto;
+  ack_bytes_[p] = 0;
+}
+
+void TcpTransport::on_ack(int peer, uint64_t upto) {
+  uint64_t& a = acked_[static_cast<size_t>(peer)];
+  if (upto <= a) return;
+  a = upto;
+  for (int s = 1; s < streams_; ++s)
+    if (TcpConnection* c = conn(peer, s)) c->on_ack(upto);
+}
+
+void TcpTransport::reset_stream_for_test(int peer, int stream) {
+  loop_.run_sync([&] {
+    if (TcpConnection* c = conn(peer, stream)) c->reset_for_test();
+  });
+}
+
 bool TcpTransport::complete_if_failed(const RequestPtr& req) {
   auto f = failure();
   if (!f) return false;
@@ -274,7 +392,7 @@ bool TcpTransport::complete_if_failed(const RequestPtr& req) {
 bool TcpTransport::data_stream_open(int peer, const TcpConnection* except) const {
   for (int s = 1; s < streams_; ++s) {
     const TcpConnection* c = conn(peer, s);
-    if (c && c != except && c->open()) return true;
+    if (c && c != except && c->usable()) return true;
   }
   return false;
 }
@@ -294,7 +412,8 @@ TcpConnection& TcpTransport::next_send_conn(int peer, size_t bytes) {
   std::array<uint64_t, 64> backlog{};
   for (int i = 0; i < data; ++i) {
     const TcpConnection* c = conn(peer, 1 + i);
-    backlog[static_cast<size_t>(i)] = c->open() ? c->backlog() : ~uint64_t{0};  // avoid closed ones
+    // Avoid closed streams and those being re-established while any other is open.
+    backlog[static_cast<size_t>(i)] = c->open() ? c->backlog() : ~uint64_t{0};
   }
   size_t& rot = rotate_[static_cast<size_t>(peer)];
   const size_t i = pick_stream(std::span<const uint64_t>(backlog.data(), static_cast<size_t>(data)), rot);
@@ -316,6 +435,8 @@ RequestPtr TcpTransport::send(int peer, const FrameHeader& h, std::span<const ui
     FrameHeader numbered = hh;
     numbered.frame = frames_sent_[static_cast<size_t>(peer)]++;
     op.header = protocol::encode_frame_header(numbered);
+    op.data = true;
+    op.frame = numbered.frame;
     const size_t bytes = op.payload.size();
     next_send_conn(peer, bytes).post_send(std::move(op));
   });

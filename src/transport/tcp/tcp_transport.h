@@ -14,6 +14,12 @@
 // (forced past the system maximum when we may), TCP_NOTSENT_LOWAT so the kernel's unsent queue
 // stays short, optionally MSG_ZEROCOPY for large writes; TCP_INFO is exposed through stats().
 //
+// Resume (TcpOptions::resume, docs/transport.md): receivers acknowledge data frames on the
+// control stream; senders keep a copy of each written frame until acknowledged. A data stream
+// that breaks while the peer's control stream is open is dialled again by the higher rank and
+// its unacknowledged frames are re-sent first on the new socket; frames already received are
+// recognised by number and dropped, so each arrives exactly once.
+//
 // Zero copy: a send is one sendmsg() of [header iovec, payload iovec] straight from the user's
 // memory; a receive reads the payload straight into its destination. A data frame that arrives
 // before its receive is posted stays in the kernel's socket buffer (the connection stops reading)
@@ -26,6 +32,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "geoccl/config.h"
@@ -45,6 +52,9 @@ struct TcpOptions {
   bool zerocopy = false;
   uint64_t zerocopy_min_bytes = 256 * 1024;
   bool round_robin = false;
+  // Re-establish broken data streams and re-send unacknowledged frames (GEOCCL_TCP_RESUME).
+  bool resume = false;
+  std::chrono::milliseconds resume_timeout{30000};
   // Resolves the configuration's "auto" values: WAN jobs (cfg.domain set) get 32 MiB buffers and
   // a 1 MiB TCP_NOTSENT_LOWAT, single-site jobs the kernel's autotuning.
   static TcpOptions from_config(const Config& cfg);
@@ -52,6 +62,7 @@ struct TcpOptions {
 
 class TcpTransport final : public Transport {
  public:
+  using Clock = std::chrono::steady_clock;
   static constexpr int kControlStream = 0;
 
   // Listens on bind_addr (any port). `on_progress` runs on the loop thread after requests
@@ -86,6 +97,9 @@ class TcpTransport final : public Transport {
 
   // Number of inbound connections rejected by the handshake (strangers, wrong session, ...).
   uint64_t rejected_connections() const { return rejected_.load(); }
+  // Fault injection for tests: resets data stream `stream` (1..S) to `peer` with an RST, as a
+  // middlebox or a NAT that forgot the flow would.
+  void reset_stream_for_test(int peer, int stream);
 
  private:
   friend class TcpConnection;
@@ -95,6 +109,17 @@ class TcpTransport final : public Transport {
   void on_pending_readable(int fd);
   void drop_pending(int fd);
   void adopt(int fd, int peer, int stream);
+  // Opens stream `stream` to lower rank `peer` and introduces us (Hello/Reply). Returns the
+  // connected blocking socket, or -1 with *why set (*rejected when the peer refused us).
+  int dial(int peer, int stream, Clock::time_point deadline, std::string* why, bool* rejected);
+  // Stream recovery: a data stream to `peer` broke while the peer is alive. The higher rank
+  // dials it again (own thread, backoff, until resume_timeout); the lower rank waits for that.
+  bool can_resume(int peer) const;
+  void stream_broken(int peer, int stream);
+  void redial(int peer, int stream);
+  // Receiver side: data frames of `peer` below its window's base are in; tell it now and then.
+  void maybe_ack(int peer, uint64_t bytes);
+  void on_ack(int peer, uint64_t upto);
   // Loop thread: records the first failure, fails every pending request, tells peers if asked.
   void fail(ErrorCode code, const std::string& message, bool tell_peers);
   void notify() { on_progress_(); }
@@ -123,6 +148,10 @@ class TcpTransport final : public Transport {
   std::vector<uint64_t> frames_sent_;  // per peer, loop thread: next data frame number
   std::vector<size_t> rotate_;         // per peer, loop thread: tie-break for the stream choice
   std::vector<RecvWindow<TcpConnection::RecvOp>> recv_windows_;  // per peer, loop thread
+  std::vector<uint64_t> acked_;       // per peer, loop thread: the peer has every frame below
+  std::vector<uint64_t> ack_sent_;    // per peer, loop thread: last ack we sent
+  std::vector<uint64_t> ack_bytes_;   // per peer, loop thread: bytes received since then
+  std::vector<std::string> peer_addrs_;  // lower ranks' addresses (set up by connect_all)
 
   // conns_[peer * streams_ + stream]; touched only on the loop thread after setup.
   std::vector<std::unique_ptr<TcpConnection>> conns_;
@@ -134,6 +163,9 @@ class TcpTransport final : public Transport {
   std::optional<Failure> failure_;
   std::atomic<bool> failed_{false};
   std::atomic<uint64_t> rejected_{0};
+  std::atomic<bool> closing_{false};
+  std::mutex dialers_mu_;
+  std::vector<std::thread> dialers_;
   std::vector<std::unique_ptr<std::atomic<uint64_t>>> bytes_sent_, bytes_received_;
 };
 
