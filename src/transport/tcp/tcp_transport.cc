@@ -66,6 +66,7 @@ TcpTransport::TcpTransport(runtime::EventLoop& loop, int rank, int size,
       options_(options),
       frames_sent_(static_cast<size_t>(size), 0),
       rotate_(static_cast<size_t>(size), 0),
+      width_(static_cast<size_t>(size), streams_ - 1),
       recv_windows_(static_cast<size_t>(size)),
       acked_(static_cast<size_t>(size), 0),
       ack_sent_(static_cast<size_t>(size), 0),
@@ -397,8 +398,12 @@ bool TcpTransport::data_stream_open(int peer, const TcpConnection* except) const
   return false;
 }
 
+void TcpTransport::set_stripe_width(int peer, int streams) {
+  loop_.post([this, peer, streams] { width_[static_cast<size_t>(peer)] = std::clamp(streams, 1, streams_ - 1); });
+}
+
 TcpConnection& TcpTransport::next_send_conn(int peer, size_t bytes) {
-  const int data = streams_ - 1;
+  const int data = width_[static_cast<size_t>(peer)];
   if (data == 1) return *conn(peer, 1);
   // Small messages take one stream: it stays warm, and a latency-bound exchange never waits on a
   // stream that has been idle (measured on the test bed: 4 KiB allreduces across regions had

@@ -97,6 +97,10 @@ class TcpTransport final : public Transport {
 
   // Number of inbound connections rejected by the handshake (strangers, wrong session, ...).
   uint64_t rejected_connections() const { return rejected_.load(); }
+  // Frames to `peer` use only its first `streams` data streams (1..S). Peers in this rank's own
+  // domain get 1: a LAN path needs no striping, and one warm stream keeps latency low. Any
+  // thread; receivers take frames from every stream regardless.
+  void set_stripe_width(int peer, int streams);
   // Fault injection for tests: resets data stream `stream` (1..S) to `peer` with an RST, as a
   // middlebox or a NAT that forgot the flow would.
   void reset_stream_for_test(int peer, int stream);
@@ -147,6 +151,7 @@ class TcpTransport final : public Transport {
   const TcpOptions options_;
   std::vector<uint64_t> frames_sent_;  // per peer, loop thread: next data frame number
   std::vector<size_t> rotate_;         // per peer, loop thread: tie-break for the stream choice
+  std::vector<int> width_;             // per peer, loop thread: data streams frames may use
   std::vector<RecvWindow<TcpConnection::RecvOp>> recv_windows_;  // per peer, loop thread
   std::vector<uint64_t> acked_;       // per peer, loop thread: the peer has every frame below
   std::vector<uint64_t> ack_sent_;    // per peer, loop thread: last ack we sent
