@@ -141,11 +141,12 @@ CommunicatorImpl::CommunicatorImpl(Config cfg) : cfg_(std::move(cfg)) {
       throw;
     }
   }
-  // Striping is for the WAN: peers in this rank's own domain get one data stream.
+  // Striping and stream recovery are for the WAN: peers in this rank's own domain get one data
+  // stream and no copies of what is sent to them.
   if (topo_.domains() > 1)
     for (int r = 0; r < cfg_.world_size; ++r)
       if (r != cfg_.rank && topo_.domain_of[static_cast<size_t>(r)] == topo_.domain_of[static_cast<size_t>(cfg_.rank)])
-        transport_->set_stripe_width(r, 1);
+        transport_->set_local_peer(r);
   topo_info_.domain_of = topo_.domain_of;
   topo_info_.names = topo_.names;
   topo_info_.source = topo_.source;

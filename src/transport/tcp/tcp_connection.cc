@@ -87,7 +87,11 @@ void TcpConnection::post_send(SendOp op) {
 }
 
 void TcpConnection::on_ack(uint64_t upto) {
-  while (!unacked_.empty() && unacked_.front().frame < upto) unacked_.pop_front();
+  while (!unacked_.empty() && unacked_.front().frame < upto) {
+    auto& owned = unacked_.front().owned;
+    if (spare_.size() < 16 && owned.use_count() == 1) spare_.push_back(std::move(owned));
+    unacked_.pop_front();
+  }
 }
 
 void TcpConnection::enter_reconnecting(const std::string& why) {
@@ -497,7 +501,11 @@ void TcpConnection::write_some() {
         read_errqueue();
         break;
       }
-      on_closed(std::strerror(errno));
+      // The peer may have said goodbye and closed: read what it sent first (the goodbye decides
+      // whether this is a failure); reading also reports the end of the connection.
+      const std::string why = std::strerror(errno);
+      read_some();
+      if (fd_ >= 0) on_closed(why);
       return;
     }
     if (zc) ++zc_calls_;
@@ -523,13 +531,22 @@ void TcpConnection::complete_sent(size_t n) {
     if (op.sent < total) break;
     // Resume: keep a copy until the peer acknowledges the frame; the caller may reuse its memory
     // as soon as the request completes.
-    if (op.data && owner_.options_.resume && op.frame >= owner_.acked_[static_cast<size_t>(peer_)]) {
+    if (op.data && owner_.resume_peer_[static_cast<size_t>(peer_)] &&
+        op.frame >= owner_.acked_[static_cast<size_t>(peer_)]) {
       SendOp keep;
       keep.header = op.header;
       keep.data = true;
       keep.frame = op.frame;
-      keep.owned = op.owned ? op.owned
-                            : std::make_shared<std::vector<uint8_t>>(op.payload.begin(), op.payload.end());
+      keep.owned = op.owned;
+      if (!keep.owned) {
+        if (!spare_.empty()) {
+          keep.owned = std::move(spare_.back());
+          spare_.pop_back();
+          keep.owned->assign(op.payload.begin(), op.payload.end());
+        } else {
+          keep.owned = std::make_shared<std::vector<uint8_t>>(op.payload.begin(), op.payload.end());
+        }
+      }
       keep.payload = *keep.owned;
       unacked_.push_back(std::move(keep));
     }

@@ -61,6 +61,8 @@ class TcpConnection {
   bool open() const { return fd_ >= 0; }
   // Open, or broken and being re-established (frames posted meanwhile wait for the new socket).
   bool usable() const { return fd_ >= 0 || reconnecting_; }
+  // The peer said goodbye on this connection (it is shutting down).
+  bool said_goodbye() const { return goodbye_; }
 
   // Stream recovery (data streams, TcpOptions::resume). The peer acknowledged every data frame
   // below `upto`: forget the copies kept of those.
@@ -112,6 +114,8 @@ class TcpConnection {
   // Resume: data frames fully written but not yet acknowledged by the peer, in frame order, with
   // copies of their payload (the caller's memory is released when the request completes).
   std::deque<SendOp> unacked_;
+  // Storage of acknowledged copies, reused for the next ones (no page faults per frame).
+  std::vector<std::shared_ptr<std::vector<uint8_t>>> spare_;
   bool reconnecting_ = false;
   uint64_t reconnects_ = 0, frames_resent_ = 0;
   uint64_t resume_timer_ = 0;  // acceptor side: fails the group if the peer does not come back

@@ -67,6 +67,7 @@ TcpTransport::TcpTransport(runtime::EventLoop& loop, int rank, int size,
       frames_sent_(static_cast<size_t>(size), 0),
       rotate_(static_cast<size_t>(size), 0),
       width_(static_cast<size_t>(size), streams_ - 1),
+      resume_peer_(static_cast<size_t>(size), options.resume ? 1 : 0),
       recv_windows_(static_cast<size_t>(size)),
       acked_(static_cast<size_t>(size), 0),
       ack_sent_(static_cast<size_t>(size), 0),
@@ -305,7 +306,8 @@ int TcpTransport::dial(int peer, int stream, Clock::time_point deadline, std::st
 
 bool TcpTransport::can_resume(int peer) const {
   const TcpConnection* control = conn(peer, kControlStream);
-  return options_.resume && !failed_.load() && !closing_.load() && control && control->open();
+  return resume_peer_[static_cast<size_t>(peer)] && !failed_.load() && !closing_.load() && control &&
+         control->open() && !control->said_goodbye();
 }
 
 void TcpTransport::stream_broken(int peer, int stream) {
@@ -361,7 +363,7 @@ void TcpTransport::maybe_ack(int peer, uint64_t bytes) {
   // every 4 MiB, and whenever no receive from the peer is pending (the end of an operation).
   if (upto <= ack_sent_[p] || (ack_bytes_[p] < (4u << 20) && w.pending())) return;
   TcpConnection* c = conn(peer, kControlStream);
-  if (!c || !c->open()) return;
+  if (!c || !c->open() || c->said_goodbye()) return;  // a peer that is leaving needs no acks
   c->post_ack(upto);
   ack_sent_[p] = upto;
   ack_bytes_[p] = 0;
@@ -398,8 +400,13 @@ bool TcpTransport::data_stream_open(int peer, const TcpConnection* except) const
   return false;
 }
 
-void TcpTransport::set_stripe_width(int peer, int streams) {
-  loop_.post([this, peer, streams] { width_[static_cast<size_t>(peer)] = std::clamp(streams, 1, streams_ - 1); });
+void TcpTransport::set_local_peer(int peer) {
+  loop_.post([this, peer] {
+    width_[static_cast<size_t>(peer)] = 1;
+    resume_peer_[static_cast<size_t>(peer)] = 0;
+    for (int s = 1; s < streams_; ++s)
+      if (TcpConnection* c = conn(peer, s)) c->on_ack(~uint64_t{0});  // drop the copies kept
+  });
 }
 
 TcpConnection& TcpTransport::next_send_conn(int peer, size_t bytes) {

@@ -97,10 +97,11 @@ class TcpTransport final : public Transport {
 
   // Number of inbound connections rejected by the handshake (strangers, wrong session, ...).
   uint64_t rejected_connections() const { return rejected_.load(); }
-  // Frames to `peer` use only its first `streams` data streams (1..S). Peers in this rank's own
-  // domain get 1: a LAN path needs no striping, and one warm stream keeps latency low. Any
-  // thread; receivers take frames from every stream regardless.
-  void set_stripe_width(int peer, int streams);
+  // `peer` is in this rank's own domain (a LAN path): frames to it use one data stream (no
+  // striping needed; one warm stream keeps latency low) and no copies are kept for stream
+  // recovery (a broken LAN stream fails the group). Both ends of a pair must agree, which they do
+  // as every rank knows the same domains. Any thread.
+  void set_local_peer(int peer);
   // Fault injection for tests: resets data stream `stream` (1..S) to `peer` with an RST, as a
   // middlebox or a NAT that forgot the flow would.
   void reset_stream_for_test(int peer, int stream);
@@ -152,6 +153,7 @@ class TcpTransport final : public Transport {
   std::vector<uint64_t> frames_sent_;  // per peer, loop thread: next data frame number
   std::vector<size_t> rotate_;         // per peer, loop thread: tie-break for the stream choice
   std::vector<int> width_;             // per peer, loop thread: data streams frames may use
+  std::vector<char> resume_peer_;      // per peer, loop thread: streams to it are resumed
   std::vector<RecvWindow<TcpConnection::RecvOp>> recv_windows_;  // per peer, loop thread
   std::vector<uint64_t> acked_;       // per peer, loop thread: the peer has every frame below
   std::vector<uint64_t> ack_sent_;    // per peer, loop thread: last ack we sent
