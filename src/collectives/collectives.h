@@ -4,6 +4,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
 
 #include "collectives/op_context.h"
 #include "geoccl/types.h"
@@ -24,6 +27,21 @@ void ring_reduce_scatter_inplace(OpContext& c, void* buf, size_t count, DataType
                                  std::vector<RequestPtr>* sends);
 void ring_allgather_inplace(OpContext& c, void* buf, size_t count, DataType t,
                             std::vector<RequestPtr>* sends);
+
+// The same halves over a layout: segment i (of the ring's n) is the concatenation of
+// layout[i][0], layout[i][1], ... (byte ranges, whole elements). Every member must build a layout
+// of the same shape (n segments, the same number of parts each, equal part sizes), each over its
+// own memory. The hooks are optional and take a part index p, which stands for part p of every
+// segment. The reduce-scatter calls before_local(p) once per part, in increasing p, before it
+// first reads (sends or reduces into) this rank's data of part p: the caller can wait there
+// until that data is ready. The allgather calls on_final(p) once per part, in increasing p, as
+// soon as part p of every segment holds its final value on this rank.
+using RingLayout = std::vector<std::vector<std::span<uint8_t>>>;
+using PartHook = std::function<void(size_t part)>;
+void ring_reduce_scatter(OpContext& c, const RingLayout& layout, DataType t, ReduceOp op,
+                         std::vector<RequestPtr>* sends, const PartHook& before_local = {});
+void ring_allgather(OpContext& c, const RingLayout& layout, DataType t,
+                    std::vector<RequestPtr>* sends, const PartHook& on_final = {});
 
 // Across domains: reduce-scatter inside each domain, ring allreduce of each piece among its
 // owners in the k domains, allgather inside each domain (large buffers); or reduce to a leader

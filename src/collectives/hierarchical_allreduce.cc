@@ -7,18 +7,36 @@
 // buffer (the minimum); (3) allgather inside each domain. Domains of different sizes split the
 // buffer differently; step 2 then works on the pieces between all domains' segment boundaries.
 //
+// Overlap. Done one after another, steps 1 and 3 add to the WAN time although they use other
+// links (and, on hosts with few cores, mostly CPU). So a large buffer is cut into blocks, and two
+// lanes run at once (two_lanes.h). The domain lane reduce-scatters block 0, 1, ..., then
+// allgathers each block as soon as it is final. The WAN lane runs step 2 as ONE ring per set of
+// owners over that set's pieces of all blocks (a RingLayout whose segment q holds the q-th part
+// of each block's piece): its reduce-scatter reads block b only once the domain lane has reduced
+// it, and its allgather's last step finalizes the blocks in order. One ring per set of owners,
+// not one per block, because every ring drains the WAN pipe at its end and between its halves
+// (each drain costs some one-way latencies; measured: ~150 ms per extra ring at 40 ms RTT), while
+// a ring's chunks flow without a gap. Only the first block's step 1 and the last block's step 3
+// stay exposed (on a host whose cores the WAN traffic keeps busy, the overlapped work still slows
+// the WAN ring somewhat). The lanes talk to disjoint peers (same domain / other domains), so frame
+// order per peer is fixed on every rank.
+//
 // Small buffers: reduce to a leader per domain, leaders exchange their partial sums directly (one
 // one-way WAN latency, all in parallel), each combines them in domain order, broadcast inside
 // the domain.
 //
 // Every final value is computed identically (same operands, same order) wherever it is computed,
-// so all ranks hold bit-identical results.
+// so all ranks hold bit-identical results. Blocks keep that: every rank cuts the buffer at the
+// same places (from the element count and the chunk size, equal on every rank), and each element
+// goes through the same three steps with the same groups as it would without blocks, only over
+// its block instead of the whole buffer.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <set>
 
 #include "collectives/collectives.h"
+#include "collectives/two_lanes.h"
 #include "core/logging.h"
 #include "core/reduce.h"
 
@@ -27,7 +45,8 @@ namespace {
 
 ReduceOp combine_op(ReduceOp op) { return op == ReduceOp::kAvg ? ReduceOp::kSum : op; }
 
-// Global rank that owns element `pos` after a ring reduce-scatter inside domain `d`.
+// Global rank that owns element `pos` after a ring reduce-scatter of `count` elements inside
+// domain `d`.
 int owner_of(const topology::Topology& topo, int d, size_t count, size_t pos) {
   const auto& m = topo.members[static_cast<size_t>(d)];
   const int n = static_cast<int>(m.size());
@@ -40,54 +59,225 @@ int owner_of(const topology::Topology& topo, int d, size_t count, size_t pos) {
   return m[static_cast<size_t>((lo - 1 + n) % n)];
 }
 
+// Scratch slots: the domain lane's rings use 0-1, the WAN lane's 2-3 (they run at the same time).
+constexpr int kDomainScratch = 0;
+constexpr int kWanScratch = 2;
+
+// Blocks. Only the first block's step 1 and the last block's step 3 stay exposed, so more blocks
+// hide more; but each block is a ring of its own inside the domain, and each WAN part is a
+// 1/(domain size * k) share of a block: a block holds at least 16 chunks (16 MiB by default) so
+// that these stay a few chunks long. On the 3 x 2 test bed 8 blocks did no better than 4. Below
+// two blocks' worth, the buffer goes through the steps in one piece, on one thread.
+constexpr size_t kMinChunksPerBlock = 16;
+constexpr int kMaxBlocks = 4;
+
+int block_count(size_t bytes, size_t chunk_bytes) {
+  const size_t fit = bytes / (kMinChunksPerBlock * chunk_bytes);
+  return static_cast<int>(std::clamp<size_t>(fit, 1, kMaxBlocks));
+}
+
+// Milliseconds spent in each part of one call, for the debug log. With two lanes, the domain
+// work left exposed is the first block's reduce-scatter (the WAN lane waits for it) and what
+// follows the WAN lane's end; the WAN lane's later waits for blocks may overlap its sends.
+struct PhaseTimes {
+  using Clock = std::chrono::steady_clock;
+  static double since(Clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+  }
+  double reduce_scatter = 0, first_reduce_scatter = 0;  // step 1: all blocks, the first block
+  double across = 0, across_waiting = 0;                // step 2; waiting for step-1 blocks
+  double allgather = 0, allgather_waiting = 0;          // step 3; waiting for step-2 blocks
+  double after_across = 0;                              // from the end of step 2 to the end
+};
+
+// Step 2 for one set of owners: its pieces of every block, in buffer order.
+struct WanRing {
+  struct Piece {
+    int block;
+    size_t begin, end;  // elements of the buffer
+  };
+  std::vector<int> owners;  // one per domain, in the chosen inter-domain ring order
+  std::vector<Piece> pieces;
+};
+
+// One call of the large algorithm.
+class Hierarchical {
+ public:
+  Hierarchical(OpContext& c, const topology::Topology& topo, void* buf, size_t count, DataType t,
+               ReduceOp op)
+      : c_(c), topo_(topo), base_(static_cast<uint8_t*>(buf)), count_(count), es_(dtype_size(t)),
+        t_(t), inner_(combine_op(op)),
+        local_(topo.members[static_cast<size_t>(topo.domain_of[static_cast<size_t>(c.rank())])]),
+        blocks_(block_count(count * es_, c.chunk_bytes())) {}
+
+  void run() {
+    const auto t0 = PhaseTimes::Clock::now();
+    if (blocks_ == 1) {
+      run_in_sequence();
+      GEOCCL_LOG(kDebug, "hierarchical allreduce phases (ms), 1 block: total "
+                             << PhaseTimes::since(t0) << "; domain reduce-scatter "
+                             << ms_.reduce_scatter << ", across domains " << ms_.across
+                             << ", domain allgather " << ms_.allgather);
+    } else {
+      run_in_lanes();
+      GEOCCL_LOG(kDebug, "hierarchical allreduce phases (ms), "
+                             << blocks_ << " blocks on two lanes: total " << PhaseTimes::since(t0)
+                             << "; domain reduce-scatter " << ms_.reduce_scatter << " (first block "
+                             << ms_.first_reduce_scatter << "); across domains " << ms_.across
+                             << " (waiting for domain blocks " << ms_.across_waiting
+                             << "); domain allgather " << ms_.allgather << " (waiting for WAN blocks "
+                             << ms_.allgather_waiting << ", after the WAN lane ended "
+                             << ms_.after_across << ")");
+    }
+  }
+
+ private:
+  // Elements [begin(i), begin(i + 1)) form block i.
+  size_t begin(int i) const { return segment_begin(count_, blocks_, i); }
+  uint8_t* at(size_t elem) const { return base_ + elem * es_; }
+
+  // Step 1 on block i. Waits for its sends: the WAN lane changes the block next.
+  void reduce_scatter(OpContext& dom, int i) {
+    std::vector<RequestPtr> sends;
+    ring_reduce_scatter_inplace(dom, at(begin(i)), begin(i + 1) - begin(i), t_, inner_, &sends);
+    dom.wait_all(sends);
+  }
+
+  // Step 3 on block i; its sends are added to `sends`.
+  void allgather(OpContext& dom, int i, std::vector<RequestPtr>* sends) {
+    ring_allgather_inplace(dom, at(begin(i)), begin(i + 1) - begin(i), t_, sends);
+  }
+
+  // The step-2 rings this rank takes part in, in the same order on every rank (by first piece),
+  // so that ranks sharing two rings run them in the same order.
+  std::vector<WanRing> wan_rings() const {
+    std::vector<WanRing> rings;
+    for (int i = 0; i < blocks_; ++i) {
+      const size_t b0 = begin(i), n = begin(i + 1) - b0;
+      // Cut points: every domain's segment boundaries within the block.
+      std::set<size_t> cuts = {0, n};
+      for (const auto& m : topo_.members)
+        for (int s = 1; s < static_cast<int>(m.size()); ++s)
+          cuts.insert(segment_begin(n, static_cast<int>(m.size()), s));
+      for (auto it = cuts.begin(); std::next(it) != cuts.end(); ++it) {
+        std::vector<int> owners;
+        for (int d : topo_.ring_order) owners.push_back(owner_of(topo_, d, n, *it));
+        if (std::find(owners.begin(), owners.end(), c_.rank()) == owners.end()) continue;
+        auto r = std::find_if(rings.begin(), rings.end(), [&](auto& w) { return w.owners == owners; });
+        if (r == rings.end()) r = rings.insert(rings.end(), WanRing{owners, {}});
+        r->pieces.push_back({i, b0 + *it, b0 + *std::next(it)});
+      }
+    }
+    return rings;
+  }
+
+  // Step 2 over one ring's pieces: part p of the ring's segment q is the q-th of k parts of
+  // piece p (so the ring reads the pieces, and thus the blocks, in order). The hooks get the
+  // piece's block.
+  void across(const WanRing& ring, const std::function<void(int)>& before_block,
+              const std::function<void(int)>& block_final) {
+    OpContext wan = c_.sub(ring.owners, kWanScratch);
+    const int k = wan.size();
+    RingLayout layout(static_cast<size_t>(k));
+    for (int q = 0; q < k; ++q)
+      for (const auto& p : ring.pieces) {
+        const size_t len = p.end - p.begin;
+        const size_t a = p.begin + segment_begin(len, k, q), b = p.begin + segment_begin(len, k, q + 1);
+        layout[static_cast<size_t>(q)].push_back({at(a), (b - a) * es_});
+      }
+    auto block_of = [&](size_t part) { return ring.pieces[part].block; };
+    std::vector<RequestPtr> sends;
+    ring_reduce_scatter(wan, layout, t_, inner_, &sends, [&](size_t part) {
+      if (before_block) before_block(block_of(part));
+    });
+    ring_allgather(wan, layout, t_, &sends, [&](size_t part) {
+      // The block is final once its last piece in this ring is (earlier rings have ended).
+      if (block_final && (part + 1 == ring.pieces.size() || block_of(part + 1) != block_of(part)))
+        block_final(block_of(part));
+    });
+    wan.wait_all(sends);
+  }
+
+  // One block: the three steps in turn on this thread.
+  void run_in_sequence() {
+    auto t = PhaseTimes::Clock::now();
+    OpContext dom = c_.sub(local_, kDomainScratch);
+    reduce_scatter(dom, 0);
+    ms_.reduce_scatter = PhaseTimes::since(t);
+    t = PhaseTimes::Clock::now();
+    for (const auto& ring : wan_rings()) across(ring, {}, {});
+    ms_.across = PhaseTimes::since(t);
+    t = PhaseTimes::Clock::now();
+    std::vector<RequestPtr> sends;
+    allgather(dom, 0, &sends);
+    dom.wait_all(sends);
+    ms_.allgather = PhaseTimes::since(t);
+  }
+
+  // Several blocks: the domain lane on this thread, the WAN lane on another (see the top).
+  void run_in_lanes() {
+    enum Counter { kReduced, kFinal };  // blocks done with step 1, with steps 1 and 2
+    TwoLanes lanes(c_, 2);
+    PhaseTimes::Clock::time_point across_end;
+    auto domain_lane = [&] {
+      OpContext dom = c_.sub(local_, kDomainScratch);
+      auto t = PhaseTimes::Clock::now();
+      for (int i = 0; i < blocks_; ++i) {
+        reduce_scatter(dom, i);
+        lanes.advance_to(kReduced, i + 1);
+        if (i == 0) ms_.first_reduce_scatter = PhaseTimes::since(t);
+      }
+      ms_.reduce_scatter = PhaseTimes::since(t);
+      std::vector<RequestPtr> sends;
+      for (int i = 0; i < blocks_; ++i) {
+        t = PhaseTimes::Clock::now();
+        lanes.wait(kFinal, i + 1);
+        ms_.allgather_waiting += PhaseTimes::since(t);
+        t = PhaseTimes::Clock::now();
+        allgather(dom, i, &sends);
+        if (i + 1 == blocks_) dom.wait_all(sends);
+        ms_.allgather += PhaseTimes::since(t);
+      }
+    };
+    auto wan_lane = [&] {
+      const auto start = PhaseTimes::Clock::now();
+      const auto rings = wan_rings();
+      for (size_t r = 0; r < rings.size(); ++r) {
+        auto wait_reduced = [&](int block) {
+          const auto t = PhaseTimes::Clock::now();
+          lanes.wait(kReduced, block + 1);
+          ms_.across_waiting += PhaseTimes::since(t);
+        };
+        // Only the last ring finalizes blocks; the ones before it have ended by then.
+        auto finalized = [&](int block) { lanes.advance_to(kFinal, block + 1); };
+        across(rings[r], wait_reduced, r + 1 == rings.size() ? finalized : std::function<void(int)>{});
+      }
+      lanes.advance_to(kFinal, blocks_);  // blocks where this rank owns nothing, or no ring at all
+      across_end = PhaseTimes::Clock::now();
+      ms_.across = std::chrono::duration<double, std::milli>(across_end - start).count();
+    };
+    lanes.run(domain_lane, wan_lane);
+    ms_.after_across = PhaseTimes::since(across_end);
+  }
+
+  OpContext& c_;
+  const topology::Topology& topo_;
+  uint8_t* base_;
+  size_t count_, es_;
+  DataType t_;
+  ReduceOp inner_;
+  const std::vector<int>& local_;
+  int blocks_;
+  PhaseTimes ms_;
+};
+
 }  // namespace
 
 void hierarchical_allreduce(OpContext& c, const topology::Topology& topo, void* buf, size_t count,
                             DataType t, ReduceOp op) {
   if (topo.domains() <= 1) return ring_allreduce(c, buf, count, t, op);
   if (count == 0) return;
-  const int me = c.rank();
-  const ReduceOp inner = combine_op(op);
-  const size_t es = dtype_size(t);
-  auto* base = static_cast<uint8_t*>(buf);
-  const auto& local = topo.members[static_cast<size_t>(topo.domain_of[static_cast<size_t>(me)])];
-
-  using Clock = std::chrono::steady_clock;
-  const auto t0 = Clock::now();
-  std::vector<RequestPtr> sends;
-  {
-    OpContext dom = c.sub(local);
-    ring_reduce_scatter_inplace(dom, buf, count, t, inner, &sends);
-    dom.wait_all(sends);
-  }
-  const auto t1 = Clock::now();
-
-  // Cut points: every domain's segment boundaries.
-  std::set<size_t> cuts = {0, count};
-  for (const auto& m : topo.members)
-    for (int i = 1; i < static_cast<int>(m.size()); ++i)
-      cuts.insert(segment_begin(count, static_cast<int>(m.size()), i));
-  for (auto it = cuts.begin(); std::next(it) != cuts.end(); ++it) {
-    const size_t a = *it, b = *std::next(it);
-    std::vector<int> owners;  // one per domain, in the chosen inter-domain ring order
-    for (int d : topo.ring_order) owners.push_back(owner_of(topo, d, count, a));
-    if (std::find(owners.begin(), owners.end(), me) == owners.end()) continue;
-    OpContext wan = c.sub(owners);
-    ring_reduce_scatter_inplace(wan, base + a * es, b - a, t, inner, &sends);
-    ring_allgather_inplace(wan, base + a * es, b - a, t, &sends);
-    wan.wait_all(sends);
-  }
-
-  const auto t2 = Clock::now();
-  {
-    OpContext dom = c.sub(local);
-    ring_allgather_inplace(dom, buf, count, t, &sends);
-    dom.wait_all(sends);
-  }
-  const auto t3 = Clock::now();
-  auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
-  GEOCCL_LOG(kDebug, "hierarchical allreduce phases (ms): domain reduce-scatter " << ms(t1 - t0)
-                         << ", across domains " << ms(t2 - t1) << ", domain allgather " << ms(t3 - t2));
+  Hierarchical(c, topo, buf, count, t, op).run();
   if (op == ReduceOp::kAvg) core::finish_avg(buf, count, t, c.size());
 }
 

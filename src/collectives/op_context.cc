@@ -18,8 +18,9 @@ OpContext::OpContext(transport::Transport& t, runtime::Progress& progress, Scrat
   my_index_ = t.rank();
 }
 
-OpContext OpContext::sub(std::vector<int> members) {
+OpContext OpContext::sub(std::vector<int> members, int scratch_base) {
   OpContext c(transport_, progress_, scratch_, header_, deadline_, chunk_bytes_);
+  c.scratch_base_ = scratch_base_ + scratch_base;
   c.my_index_ = -1;
   for (size_t i = 0; i < members.size(); ++i)
     if (members[i] == transport_.rank()) c.my_index_ = static_cast<int>(i);

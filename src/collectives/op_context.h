@@ -2,12 +2,18 @@
 // Collectives post sends and receives of byte ranges here and reduce what arrives; they never
 // touch a socket. Every wait is bounded by the operation's deadline: on expiry the group is
 // aborted (so every rank fails, not just this one) and Error(kTimeout) is thrown.
+// One OpContext is used by one thread at a time. A collective that runs parts of itself on two
+// threads (two_lanes.h) gives each thread its own sub() context, with its own scratch slots, and
+// lets each thread talk to its own peers only: the transport matches frames of one peer in
+// posting order, which must then be the same on both ends.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "geoccl/types.h"
@@ -20,10 +26,13 @@ namespace geoccl::collectives {
 using transport::RequestPtr;
 
 // Scratch buffers kept across operations so that large staging memory is allocated (and
-// faulted in) once per communicator, not per call. Contents are uninitialized.
+// faulted in) once per communicator, not per call. Contents are uninitialized. Threads of one
+// operation may call get() at the same time for different slots (a slot's memory belongs to one
+// thread at a time); the lock covers the slot table, which can grow under another slot's user.
 class ScratchPool {
  public:
   std::span<uint8_t> get(size_t bytes, int slot) {
+    std::lock_guard lk(mu_);
     if (bufs_.size() <= static_cast<size_t>(slot)) bufs_.resize(static_cast<size_t>(slot) + 1);
     auto& b = bufs_[static_cast<size_t>(slot)];
     if (b.size < bytes) {
@@ -38,6 +47,7 @@ class ScratchPool {
     std::unique_ptr<uint8_t[]> data;
     size_t size = 0;
   };
+  std::mutex mu_;
   std::vector<Buf> bufs_;
 };
 
@@ -59,9 +69,11 @@ class OpContext {
   int global(int i) const { return members_[static_cast<size_t>(i)]; }
 
   // A context over a subgroup (global ranks, in the order that defines ring positions; must
-  // contain this rank). It shares the operation's header, deadline and scratch memory, so
-  // subgroup algorithms run one after another, not at the same time.
-  OpContext sub(std::vector<int> members);
+  // contain this rank). It shares the operation's header, deadline and scratch memory. Its
+  // scratch slot i is this context's slot scratch_base + i: subgroup algorithms that run at the
+  // same time (on different threads, with disjoint peers) need disjoint slots; ones that run one
+  // after another may share them.
+  OpContext sub(std::vector<int> members, int scratch_base = 0);
   size_t chunk_bytes() const { return chunk_bytes_; }
 
   // One frame each. `offset` is informational (position in the operation's byte stream).
@@ -75,8 +87,14 @@ class OpContext {
   void wait(const RequestPtr& r);
   void wait_all(std::vector<RequestPtr>& rs);
 
+  // Fails the whole group (every pending request on this rank, and every peer) with `code`, for
+  // an error found outside the transport. Only the group's first failure is kept.
+  void abort(ErrorCode code, const std::string& message) { transport_.abort(code, message); }
+
   // Uninitialized scratch memory; `slot` selects one of several independent buffers.
-  std::span<uint8_t> scratch(size_t bytes, int slot = 0) { return scratch_.get(bytes, slot); }
+  std::span<uint8_t> scratch(size_t bytes, int slot = 0) {
+    return scratch_.get(bytes, scratch_base_ + slot);
+  }
 
  private:
   transport::Transport& transport_;
@@ -87,6 +105,7 @@ class OpContext {
   Clock::time_point deadline_;
   size_t chunk_bytes_;
   ScratchPool& scratch_;
+  int scratch_base_ = 0;
   std::vector<RequestPtr> outstanding_;
 };
 

@@ -5,6 +5,11 @@
 // Each segment is further cut into chunks so that, within a step, receiving chunk j+1 overlaps
 // reducing chunk j and forwarding it. Every segment's final value is computed on exactly one rank
 // and copied to the others, so all ranks hold bit-identical results.
+//
+// The halves also work on a RingLayout, where each segment is a list of parts (byte ranges
+// anywhere in memory): the hierarchical allreduce runs one ring over pieces of several blocks, so
+// that its WAN pipe never drains between blocks, and uses the hooks to wait until a block's data
+// is ready and to learn when a block is final. Chunks never span two parts.
 #include <algorithm>
 #include <cstring>
 
@@ -16,76 +21,130 @@ namespace {
 
 struct Ring {
   OpContext& c;
-  uint8_t* base;
-  size_t count, es, chunk;
+  const RingLayout& layout;
+  size_t es, chunk;
   int n, r, right, left;
 
-  Ring(OpContext& ctx, void* buf, size_t cnt, DataType t)
-      : c(ctx), base(static_cast<uint8_t*>(buf)), count(cnt), es(dtype_size(t)),
-        chunk(std::max(es, ctx.chunk_bytes() / es * es)), n(ctx.size()), r(ctx.rank()),
-        right((r + 1) % n), left((r - 1 + n) % n) {}
+  Ring(OpContext& ctx, const RingLayout& l, DataType t)
+      : c(ctx), layout(l), es(dtype_size(t)), chunk(std::max(es, ctx.chunk_bytes() / es * es)),
+        n(ctx.size()), r(ctx.rank()), right((r + 1) % n), left((r - 1 + n) % n) {}
 
-  std::span<uint8_t> seg(int i) const {
-    i = ((i % n) + n) % n;
-    const size_t b = segment_begin(count, n, i), e = segment_begin(count, n, i + 1);
-    return {base + b * es, (e - b) * es};
+  const std::vector<std::span<uint8_t>>& seg(int i) const {
+    return layout[static_cast<size_t>(((i % n) + n) % n)];
   }
-  void send_chunks(std::span<uint8_t> s, std::vector<RequestPtr>* out) const {
-    for (size_t off = 0; off < s.size(); off += chunk)
-      out->push_back(c.send(right, s.subspan(off, std::min(chunk, s.size() - off)), off));
+  size_t max_segment_bytes() const {
+    size_t m = 0;
+    for (const auto& s : layout) {
+      size_t b = 0;
+      for (const auto& p : s) b += p.size();
+      m = std::max(m, b);
+    }
+    return m;
+  }
+  // Calls f(part, chunk, pos) for every chunk of segment s in order; pos: the chunk's byte
+  // position in the segment (its offset in the staging buffer, and the frame's offset field).
+  template <class F>
+  void for_each_chunk(const std::vector<std::span<uint8_t>>& s, F&& f) const {
+    size_t pos = 0;
+    for (size_t p = 0; p < s.size(); ++p) {
+      for (size_t off = 0; off < s[p].size(); off += chunk)
+        f(p, s[p].subspan(off, std::min(chunk, s[p].size() - off)), pos + off);
+      pos += s[p].size();
+    }
   }
 };
 
+RingLayout contiguous_layout(void* buf, size_t count, DataType t, int n) {
+  auto* base = static_cast<uint8_t*>(buf);
+  const size_t es = dtype_size(t);
+  RingLayout l(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    const size_t b = segment_begin(count, n, i), e = segment_begin(count, n, i + 1);
+    l[static_cast<size_t>(i)].push_back({base + b * es, (e - b) * es});
+  }
+  return l;
+}
+
 }  // namespace
 
-void ring_reduce_scatter_inplace(OpContext& c, void* buf, size_t count, DataType t, ReduceOp op,
-                                 std::vector<RequestPtr>* sends) {
-  Ring g(c, buf, count, t);
-  if (g.n == 1 || count == 0) return;
-  size_t max_seg = 0;
-  for (int i = 0; i < g.n; ++i) max_seg = std::max(max_seg, g.seg(i).size());
+void ring_reduce_scatter(OpContext& c, const RingLayout& layout, DataType t, ReduceOp op,
+                         std::vector<RequestPtr>* sends, const PartHook& before_local) {
+  Ring g(c, layout, t);
+  const size_t max_seg = g.max_segment_bytes();
+  if (g.n == 1 || max_seg == 0) return;
   std::span<uint8_t> staging[2] = {c.scratch(max_seg, 0), c.scratch(max_seg, 1)};
   auto post_recvs = [&](int step, std::vector<RequestPtr>* out) {
-    auto s = g.seg(g.r - step - 1);
-    auto dst = staging[step % 2].first(s.size());
-    for (size_t off = 0; off < s.size(); off += g.chunk)
-      out->push_back(c.recv(g.left, dst.subspan(off, std::min(g.chunk, s.size() - off)), off));
+    g.for_each_chunk(g.seg(g.r - step - 1), [&](size_t, std::span<uint8_t> ch, size_t pos) {
+      out->push_back(c.recv(g.left, staging[step % 2].subspan(pos, ch.size()), pos));
+    });
   };
-  g.send_chunks(g.seg(g.r), sends);
+  // This rank's data of a part is read (sent or reduced into) only once the hook has returned
+  // for it and for every part before it.
+  size_t announced = 0;
+  auto ready = [&](size_t part) {
+    for (; announced <= part; ++announced)
+      if (before_local) before_local(announced);
+  };
   std::vector<RequestPtr> recvs[2];
+  // Receives first: the left neighbour's data lands while this rank waits for its own parts.
   post_recvs(0, &recvs[0]);
+  g.for_each_chunk(g.seg(g.r), [&](size_t p, std::span<uint8_t> ch, size_t pos) {
+    ready(p);
+    sends->push_back(c.send(g.right, ch, pos));
+  });
   for (int step = 0; step < g.n - 1; ++step) {
     if (step + 1 < g.n - 1) post_recvs(step + 1, &recvs[(step + 1) % 2]);
-    auto s = g.seg(g.r - step - 1);
     auto& rs = recvs[step % 2];
-    for (size_t j = 0, off = 0; off < s.size(); ++j, off += g.chunk) {
-      const size_t len = std::min(g.chunk, s.size() - off);
-      c.wait(rs[j]);
-      core::reduce_into(s.data() + off, staging[step % 2].data() + off, len / g.es, t, op);
+    size_t j = 0;
+    g.for_each_chunk(g.seg(g.r - step - 1), [&](size_t p, std::span<uint8_t> ch, size_t pos) {
+      c.wait(rs[j++]);
+      ready(p);
+      core::reduce_into(ch.data(), staging[step % 2].data() + pos, ch.size() / g.es, t, op);
       // The next step forwards this partial sum; after the last step nothing more is sent here
       // (the allgather half sends the final segment).
-      if (step + 1 < g.n - 1) sends->push_back(c.send(g.right, s.subspan(off, len), off));
-    }
+      if (step + 1 < g.n - 1) sends->push_back(c.send(g.right, ch, pos));
+    });
     rs.clear();
   }
 }
 
-void ring_allgather_inplace(OpContext& c, void* buf, size_t count, DataType t,
-                            std::vector<RequestPtr>* sends) {
-  Ring g(c, buf, count, t);
-  if (g.n == 1 || count == 0) return;
-  g.send_chunks(g.seg(g.r + 1), sends);
+void ring_allgather(OpContext& c, const RingLayout& layout, DataType t,
+                    std::vector<RequestPtr>* sends, const PartHook& on_final) {
+  Ring g(c, layout, t);
+  if (g.n == 1) return;
+  g.for_each_chunk(g.seg(g.r + 1), [&](size_t, std::span<uint8_t> ch, size_t pos) {
+    sends->push_back(c.send(g.right, ch, pos));
+  });
   for (int step = 0; step < g.n - 1; ++step) {
-    auto s = g.seg(g.r - step);
+    const bool last = step + 1 == g.n - 1;
+    const auto& s = g.seg(g.r - step);
     std::vector<RequestPtr> rs;
-    for (size_t off = 0; off < s.size(); off += g.chunk)
-      rs.push_back(c.recv(g.left, s.subspan(off, std::min(g.chunk, s.size() - off)), off));
-    for (size_t j = 0, off = 0; off < s.size(); ++j, off += g.chunk) {
-      c.wait(rs[j]);
-      if (step + 1 < g.n - 1)
-        sends->push_back(c.send(g.right, s.subspan(off, std::min(g.chunk, s.size() - off)), off));
+    g.for_each_chunk(s, [&](size_t, std::span<uint8_t> ch, size_t pos) {
+      rs.push_back(c.recv(g.left, ch, pos));
+    });
+    size_t j = 0, pos = 0;
+    for (size_t p = 0; p < s.size(); pos += s[p].size(), ++p) {
+      for (size_t off = 0; off < s[p].size(); off += g.chunk) {
+        c.wait(rs[j++]);
+        const auto ch = s[p].subspan(off, std::min(g.chunk, s[p].size() - off));
+        if (!last) sends->push_back(c.send(g.right, ch, pos + off));
+      }
+      // The last step brings the last missing segment: part p is now final in every segment.
+      if (last && on_final) on_final(p);
     }
   }
+}
+
+void ring_reduce_scatter_inplace(OpContext& c, void* buf, size_t count, DataType t, ReduceOp op,
+                                 std::vector<RequestPtr>* sends) {
+  if (c.size() == 1 || count == 0) return;
+  ring_reduce_scatter(c, contiguous_layout(buf, count, t, c.size()), t, op, sends);
+}
+
+void ring_allgather_inplace(OpContext& c, void* buf, size_t count, DataType t,
+                            std::vector<RequestPtr>* sends) {
+  if (c.size() == 1 || count == 0) return;
+  ring_allgather(c, contiguous_layout(buf, count, t, c.size()), t, sends);
 }
 
 void ring_allreduce(OpContext& c, void* buf, size_t count, DataType t, ReduceOp op) {

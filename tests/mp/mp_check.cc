@@ -233,6 +233,30 @@ void check_data_movement(Communicator& c, const std::vector<size_t>& counts) {
   c.barrier().wait();
 }
 
+// The hierarchical allreduce in several blocks (its two lanes at once): run with a small
+// GEOCCL_CHUNK_BYTES, so that buffers of a few hundred KiB already make 3 or 4 blocks, and with
+// uneven domains (GEOCCL_TEST_DOMAINS). Every dtype and op against the reference, bit-identical.
+int mode_hier_blocks(Communicator& c) {
+  const int n = c.size(), me = c.rank();
+  // 200003 elements: 3 blocks for 1-byte types, 4 for the others (at 4 KiB chunks).
+  for (size_t count : {size_t{200003}})
+    for (DataType t : kTypes)
+      for (ReduceOp op : kOps) {
+        const size_t es = dtype_size(t);
+        std::vector<uint8_t> want(count * es + 1);
+        for (size_t i = 0; i < count; ++i) expected(want, i, t, op, n, i);
+        want.resize(count * es);
+        std::vector<uint8_t> buf(count * es);
+        for (size_t i = 0; i < count; ++i) put(buf.data(), i, t, input(me, i, t, op));
+        OpOptions o;
+        o.algo = "hier-ring";
+        c.allreduce(buf.data(), count, t, op, o).wait();
+        CHECK(buf == want, "%s", what("pipelined hierarchical allreduce", t, op, count).c_str());
+        check_identical(c, buf, what("pipelined hierarchical allreduce", t, op, count));
+      }
+  return g_failures ? 1 : 0;
+}
+
 int mode_collectives(Communicator& c, bool big) {
   check_reductions(c, {0, 1, 7, 1003});
   check_data_movement(c, {0, 1, 7, 1003});
@@ -327,6 +351,18 @@ int failure_mode(const std::string& mode, Config cfg) {
       for (int i = 0; i < 50; ++i) c.allreduce(buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum).wait();
     }, ErrorCode::kPeerLost, std::chrono::seconds(10));
   }
+  if (mode == "stall") {
+    // The last rank enters a large allreduce long after the others (past their deadline): they
+    // must all fail with kTimeout at their deadline, and so must the late rank, told by them.
+    cfg.op_timeout = std::chrono::seconds(2);
+    std::vector<float> buf((64u << 20) / 4, 1.f);
+    return expect_error([&] {
+      Communicator c(cfg);
+      c.barrier().wait();
+      if (me == n - 1) std::this_thread::sleep_for(std::chrono::seconds(4));
+      c.allreduce(buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum).wait();
+    }, ErrorCode::kTimeout, std::chrono::seconds(10));
+  }
   std::vector<double> buf(1000, 1.0);
   size_t count = 1000;
   DataType t = DataType::kFloat64;
@@ -365,12 +401,14 @@ int main(int argc, char** argv) {
       setenv("GEOCCL_DOMAIN", list.at(static_cast<size_t>(r)).c_str(), 1);
     }
     Config cfg = Config::from_env();
-    if (mode == "kill" || mode == "mismatch-size" || mode == "mismatch-dtype" || mode == "mismatch-op")
+    if (mode == "kill" || mode == "stall" || mode == "mismatch-size" || mode == "mismatch-dtype" ||
+        mode == "mismatch-op")
       return failure_mode(mode, cfg);
     Communicator c(cfg);
     const int me = c.rank(), n = c.size();
     if (mode == "collectives") return mode_collectives(c, false);
     if (mode == "collectives-big") return mode_collectives(c, true);
+    if (mode == "hier-blocks") return mode_hier_blocks(c);
     if (mode == "resume") {
       // Large allreduces and allgathers, each checked exactly, while the test kills data
       // streams from outside (ss -K). Prints how many streams this rank re-established.

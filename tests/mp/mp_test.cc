@@ -154,6 +154,32 @@ TEST(Hierarchical, UnevenDomainsMatchReferenceAndAreBitIdentical) {
   for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "big, rank " << r;
 }
 
+// Several blocks, so the domain lane and the WAN lane run at once (GEOCCL_CHUNK_BYTES=4096 makes
+// blocks of 64 KiB); domains of sizes 3, 1, 2 and of 2 and 3 in mixed rank order.
+TEST(Hierarchical, PipelinedBlocksWithUnevenDomainsMatchReference) {
+  for (const char* doms : {"a,a,a,b,c,c", "a,b,b,a,b"}) {
+    const int n = static_cast<int>(std::count(doms, doms + std::strlen(doms), ',')) + 1;
+    const auto codes = run_ranks(n, "hier-blocks", 240,
+                                 {{"GEOCCL_TEST_DOMAINS", doms}, {"GEOCCL_CHUNK_BYTES", "4096"}});
+    for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << doms << " rank " << r;
+  }
+}
+
+// A failure in either lane of a pipelined hierarchical allreduce (64 MiB: 4 blocks) ends the
+// operation with a typed error on every rank, in time: a rank killed mid-operation (peer lost),
+// a rank that comes too late (every rank's deadline).
+TEST(Hierarchical, PipelineFailuresReachEveryRank) {
+  {
+    const auto codes = run_ranks(5, "kill", 60, {{"GEOCCL_TEST_DOMAINS", "a,a,b,b,c"}});
+    for (size_t r = 0; r < codes.size(); ++r) {
+      if (r == 1) EXPECT_EQ(codes[r], 128 + SIGKILL);
+      else EXPECT_EQ(codes[r], 0) << "rank " << r << " did not see peer-lost in time";
+    }
+  }
+  const auto codes = run_ranks(4, "stall", 60, {{"GEOCCL_TEST_DOMAINS", "a,a,b,b"}});
+  for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "stall, rank " << r;
+}
+
 TEST(Topology, LabelsDefineDomains) {
   const auto codes = run_ranks(5, "topology", 60,
                                {{"GEOCCL_TEST_DOMAINS", "b,a,b,c,a"}, {"GEOCCL_TEST_EXPECT", "0,1,0,2,1"}});
