@@ -279,3 +279,60 @@ TEST(TcpTransport, ResumeOptionFromEnvironment) {
   ::unsetenv("GEOCCL_TCP_RESUME");
   ::unsetenv("GEOCCL_TCP_RESUME_TIMEOUT_MS");
 }
+
+// A NAT forgets the flow of a data stream: the higher rank (which dials) loses it without the
+// lower rank noticing. The lower rank takes the new connection for that stream as its replacement
+// (closing a socket that still looked healthy), and everything arrives exactly once.
+TEST(TcpTransport, SilentlyForgottenStreamIsReplacedByThePeer) {
+  TcpOptions o;
+  o.resume = true;
+  o.resume_timeout = 10s;
+  o.buffer_bytes = 1 << 20;
+  Pair p(2, o);
+  std::mt19937_64 rng(21);
+  Flow up, down;
+  make_flow(up, 120, rng);
+  make_flow(down, 120, rng);
+  for (size_t i = 0; i < up.src.size(); ++i) {
+    up.sends.push_back(p.t0->send(1, header(i, up.src[i].size()), up.src[i]));
+    down.sends.push_back(p.t1->send(0, header(i, down.src[i].size()), down.src[i]));
+  }
+  for (size_t i = 0; i < up.dst.size(); ++i) {
+    up.recvs.push_back(p.t1->recv(0, header(i, up.dst[i].size()), up.dst[i]));
+    down.recvs.push_back(p.t0->recv(1, header(i, down.dst[i].size()), down.dst[i]));
+    if (i == 30 || i == 70) p.t1->reset_stream_for_test(0, i == 30 ? 1 : 2, /*silent=*/true);
+    if (i % 8 == 0) std::this_thread::sleep_for(2ms);
+  }
+  for (Flow* f : {&up, &down}) {
+    ASSERT_TRUE(wait_all(f->recvs, 60s));
+    ASSERT_TRUE(wait_all(f->sends, 60s));
+    for (const auto& r : f->recvs) ASSERT_TRUE(r->ok()) << r->failure.message;
+    for (const auto& r : f->sends) ASSERT_TRUE(r->ok()) << r->failure.message;
+    for (size_t i = 0; i < f->src.size(); ++i) ASSERT_EQ(f->src[i], f->dst[i]) << "frame " << i;
+  }
+  uint64_t replaced = 0;
+  for (const auto& ps : p.t0->stats())  // the lower rank saw its streams replaced
+    for (const auto& st : ps.streams) replaced += st.reconnects;
+  EXPECT_EQ(replaced, 2u);
+}
+
+// The lower rank loses a stream the peer does not know is gone: nobody re-dials, and after
+// the resume timeout both ranks fail with peer-lost instead of waiting.
+TEST(TcpTransport, StreamNotReestablishedInTimeFailsBothRanks) {
+  TcpOptions o;
+  o.resume = true;
+  o.resume_timeout = 300ms;
+  Pair p(1, o);
+  std::vector<uint8_t> dst(1024);
+  auto r = p.t0->recv(1, header(0, dst.size()), dst);
+  const auto t0 = std::chrono::steady_clock::now();
+  p.t0->reset_stream_for_test(1, 1, /*silent=*/true);
+  ASSERT_TRUE(wait_all({r}, 10s));
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(r->failure.code, ErrorCode::kPeerLost);
+  EXPECT_NE(r->failure.message.find("did not re-establish"), std::string::npos) << r->failure.message;
+  EXPECT_GE(waited, 250ms);
+  EXPECT_LT(waited, 5s);
+  for (int i = 0; i < 500 && !p.t1->failure(); ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(p.t1->failure().has_value());  // told through the control stream
+}

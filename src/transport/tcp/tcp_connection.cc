@@ -179,11 +179,16 @@ void TcpConnection::post_ack(uint64_t upto) {
   write_some();
 }
 
-void TcpConnection::reset_for_test() {
-  if (fd_ < 0) return;
-  const linger lg{1, 0};  // close() sends an RST instead of a FIN
-  setsockopt(fd_, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
-  on_closed("reset (fault injection)");
+int TcpConnection::reset_for_test(bool silent) {
+  if (fd_ < 0) return -1;
+  // Silent: a second descriptor keeps the socket alive, so closing ours sends nothing.
+  const int kept = silent ? ::dup(fd_) : -1;
+  if (!silent) {
+    const linger lg{1, 0};  // close() sends an RST instead of a FIN
+    setsockopt(fd_, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+  }
+  on_closed(silent ? "flow forgotten (fault injection)" : "reset (fault injection)");
+  return kept;
 }
 
 void TcpConnection::on_recv_posted(uint64_t frame) {

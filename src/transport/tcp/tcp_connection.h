@@ -71,8 +71,10 @@ class TcpConnection {
   // re-sends every frame the peer has not acknowledged, in frame order, before newer ones.
   void resume(int fd);
   // Fault injection for tests: resets the socket (RST, as a middlebox would) and handles the
-  // break as if the kernel had reported it.
-  void reset_for_test();
+  // break as if the kernel had reported it. `silent`: the peer is told nothing (its socket stays
+  // open, as when a NAT forgets the flow); the abandoned socket is returned, for the caller to
+  // close later (-1 if none).
+  int reset_for_test(bool silent);
   // The lower rank of a broken stream waits for the peer to connect it again: the group fails
   // with peer-lost if that takes longer than `timeout`.
   void await_resume(std::chrono::milliseconds timeout);

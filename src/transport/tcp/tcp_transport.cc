@@ -129,6 +129,7 @@ TcpTransport::~TcpTransport() {
     }
     pending_.clear();
     conns_.clear();
+    for (int fd : forgotten_fds_) ::close(fd);
     loop_.remove_fd(listen_fd_);
     ::close(listen_fd_);
   });
@@ -377,9 +378,12 @@ void TcpTransport::on_ack(int peer, uint64_t upto) {
     if (TcpConnection* c = conn(peer, s)) c->on_ack(upto);
 }
 
-void TcpTransport::reset_stream_for_test(int peer, int stream) {
+void TcpTransport::reset_stream_for_test(int peer, int stream, bool silent) {
   loop_.run_sync([&] {
-    if (TcpConnection* c = conn(peer, stream)) c->reset_for_test();
+    if (TcpConnection* c = conn(peer, stream)) {
+      const int kept = c->reset_for_test(silent);
+      if (kept >= 0) forgotten_fds_.push_back(kept);
+    }
   });
 }
 

@@ -103,8 +103,9 @@ class TcpTransport final : public Transport {
   // as every rank knows the same domains. Any thread.
   void set_local_peer(int peer);
   // Fault injection for tests: resets data stream `stream` (1..S) to `peer` with an RST, as a
-  // middlebox or a NAT that forgot the flow would.
-  void reset_stream_for_test(int peer, int stream);
+  // middlebox would; `silent`: drops it here without telling the peer, as a NAT that forgets
+  // the flow would (the peer's socket stays open until it learns otherwise).
+  void reset_stream_for_test(int peer, int stream, bool silent = false);
 
  private:
   friend class TcpConnection;
@@ -173,6 +174,7 @@ class TcpTransport final : public Transport {
   std::atomic<bool> closing_{false};
   std::mutex dialers_mu_;
   std::vector<std::thread> dialers_;
+  std::vector<int> forgotten_fds_;  // loop thread: sockets abandoned by silent test resets
   std::vector<std::unique_ptr<std::atomic<uint64_t>>> bytes_sent_, bytes_received_;
 };
 
