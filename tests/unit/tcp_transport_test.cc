@@ -183,6 +183,15 @@ void make_flow(Flow& f, int frames, std::mt19937_64& rng) {
   }
 }
 
+// Every request of the flow succeeded and every frame arrived intact.
+void expect_delivered(Flow& f) {
+  ASSERT_TRUE(wait_all(f.recvs, 60s));
+  ASSERT_TRUE(wait_all(f.sends, 60s));
+  for (const auto& r : f.recvs) ASSERT_TRUE(r->ok()) << r->failure.message;
+  for (const auto& r : f.sends) ASSERT_TRUE(r->ok()) << r->failure.message;
+  for (size_t i = 0; i < f.src.size(); ++i) ASSERT_EQ(f.src[i], f.dst[i]) << "frame " << i;
+}
+
 void reset_while_transferring(int streams, uint64_t seed, bool zerocopy = false) {
   TcpOptions o;
   o.resume = true;
@@ -212,13 +221,8 @@ void reset_while_transferring(int streams, uint64_t seed, bool zerocopy = false)
     }
     std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
   }
-  for (Flow* f : {&up, &down}) {
-    ASSERT_TRUE(wait_all(f->recvs, 60s));
-    ASSERT_TRUE(wait_all(f->sends, 60s));
-    for (const auto& r : f->recvs) ASSERT_TRUE(r->ok()) << r->failure.message;
-    for (const auto& r : f->sends) ASSERT_TRUE(r->ok()) << r->failure.message;
-    for (size_t i = 0; i < f->src.size(); ++i) ASSERT_EQ(f->src[i], f->dst[i]) << "frame " << i;
-  }
+  expect_delivered(up);
+  expect_delivered(down);
   EXPECT_FALSE(p.t0->failure().has_value());
   EXPECT_FALSE(p.t1->failure().has_value());
   uint64_t reconnects = 0, resent = 0;
@@ -303,13 +307,8 @@ TEST(TcpTransport, SilentlyForgottenStreamIsReplacedByThePeer) {
     if (i == 30 || i == 70) p.t1->reset_stream_for_test(0, i == 30 ? 1 : 2, /*silent=*/true);
     if (i % 8 == 0) std::this_thread::sleep_for(2ms);
   }
-  for (Flow* f : {&up, &down}) {
-    ASSERT_TRUE(wait_all(f->recvs, 60s));
-    ASSERT_TRUE(wait_all(f->sends, 60s));
-    for (const auto& r : f->recvs) ASSERT_TRUE(r->ok()) << r->failure.message;
-    for (const auto& r : f->sends) ASSERT_TRUE(r->ok()) << r->failure.message;
-    for (size_t i = 0; i < f->src.size(); ++i) ASSERT_EQ(f->src[i], f->dst[i]) << "frame " << i;
-  }
+  expect_delivered(up);
+  expect_delivered(down);
   uint64_t replaced = 0;
   for (const auto& ps : p.t0->stats())  // the lower rank saw its streams replaced
     for (const auto& st : ps.streams) replaced += st.reconnects;
