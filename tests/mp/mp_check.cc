@@ -119,6 +119,26 @@ void check_identical(Communicator& c, const std::vector<uint8_t>& b, const std::
   for (auto h : all) CHECK(h == all[0], "%s: results differ between ranks", w.c_str());
 }
 
+// allreduce of `count` elements with each of `algos`: equal to the reference on every rank and
+// bit-identical across ranks.
+void check_allreduce(Communicator& c, DataType t, ReduceOp op, size_t count,
+                     const std::vector<const char*>& algos) {
+  const int n = c.size(), me = c.rank();
+  const size_t es = dtype_size(t);
+  std::vector<uint8_t> want(count * es + 1);
+  for (size_t i = 0; i < count; ++i) expected(want, i, t, op, n, i);
+  want.resize(count * es);
+  for (const char* algo : algos) {
+    std::vector<uint8_t> buf(count * es);
+    for (size_t i = 0; i < count; ++i) put(buf.data(), i, t, input(me, i, t, op));
+    OpOptions o;
+    o.algo = algo;
+    c.allreduce(buf.data(), count, t, op, o).wait();
+    CHECK(buf == want, "%s algo=%s", what("allreduce", t, op, count).c_str(), algo);
+    check_identical(c, buf, what("allreduce", t, op, count));
+  }
+}
+
 void check_reductions(Communicator& c, const std::vector<size_t>& counts) {
   const int n = c.size(), me = c.rank();
   for (DataType t : kTypes)
@@ -128,18 +148,11 @@ void check_reductions(Communicator& c, const std::vector<size_t>& counts) {
         std::vector<uint8_t> want(count * es + 1);
         for (size_t i = 0; i < count; ++i) expected(want, i, t, op, n, i);
         want.resize(count * es);
-        // allreduce with both algorithms.
-        std::vector<const char*> algos = {"ring", "rd"};
-        if (c.topology().names.size() > 1) algos = {"hier-ring", "hier-small", "ring", "rd"};
-        for (const char* algo : algos) {
-          std::vector<uint8_t> buf(count * es);
-          for (size_t i = 0; i < count; ++i) put(buf.data(), i, t, input(me, i, t, op));
-          OpOptions o;
-          o.algo = algo;
-          c.allreduce(buf.data(), count, t, op, o).wait();
-          CHECK(buf == want, "%s algo=%s", what("allreduce", t, op, count).c_str(), algo);
-          check_identical(c, buf, what("allreduce", t, op, count));
-        }
+        // allreduce with every algorithm that applies.
+        if (c.topology().names.size() > 1)
+          check_allreduce(c, t, op, count, {"hier-ring", "hier-small", "ring", "rd"});
+        else
+          check_allreduce(c, t, op, count, {"ring", "rd"});
         // reduce to the last rank.
         {
           const int root = n - 1;
@@ -237,23 +250,9 @@ void check_data_movement(Communicator& c, const std::vector<size_t>& counts) {
 // GEOCCL_CHUNK_BYTES, so that buffers of a few hundred KiB already make 3 or 4 blocks, and with
 // uneven domains (GEOCCL_TEST_DOMAINS). Every dtype and op against the reference, bit-identical.
 int mode_hier_blocks(Communicator& c) {
-  const int n = c.size(), me = c.rank();
   // 200003 elements: 3 blocks for 1-byte types, 4 for the others (at 4 KiB chunks).
-  for (size_t count : {size_t{200003}})
-    for (DataType t : kTypes)
-      for (ReduceOp op : kOps) {
-        const size_t es = dtype_size(t);
-        std::vector<uint8_t> want(count * es + 1);
-        for (size_t i = 0; i < count; ++i) expected(want, i, t, op, n, i);
-        want.resize(count * es);
-        std::vector<uint8_t> buf(count * es);
-        for (size_t i = 0; i < count; ++i) put(buf.data(), i, t, input(me, i, t, op));
-        OpOptions o;
-        o.algo = "hier-ring";
-        c.allreduce(buf.data(), count, t, op, o).wait();
-        CHECK(buf == want, "%s", what("pipelined hierarchical allreduce", t, op, count).c_str());
-        check_identical(c, buf, what("pipelined hierarchical allreduce", t, op, count));
-      }
+  for (DataType t : kTypes)
+    for (ReduceOp op : kOps) check_allreduce(c, t, op, 200003, {"hier-ring"});
   return g_failures ? 1 : 0;
 }
 

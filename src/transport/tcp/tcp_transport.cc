@@ -73,7 +73,8 @@ TcpTransport::TcpTransport(runtime::EventLoop& loop, int rank, int size,
       ack_sent_(static_cast<size_t>(size), 0),
       ack_bytes_(static_cast<size_t>(size), 0),
       peer_addrs_(static_cast<size_t>(size)),
-      conns_(static_cast<size_t>(size) * static_cast<size_t>(streams_)) {
+      conns_(static_cast<size_t>(size) * static_cast<size_t>(streams_)),
+      dialers_(conns_.size()) {
   for (int i = 0; i < size; ++i) {
     bytes_sent_.push_back(std::make_unique<std::atomic<uint64_t>>(0));
     bytes_received_.push_back(std::make_unique<std::atomic<uint64_t>>(0));
@@ -100,12 +101,10 @@ TcpTransport::TcpTransport(runtime::EventLoop& loop, int rank, int size,
 TcpTransport::~TcpTransport() {
   // Stream re-dialers stop at their next attempt (each is bounded by a few seconds).
   closing_.store(true);
-  {
-    std::lock_guard lk(dialers_mu_);
+  loop_.run_sync([this] {
     for (auto& t : dialers_)
       if (t.joinable()) t.join();
-    dialers_.clear();
-  }
+  });
   loop_.run_sync([this] {
     for (auto& c : conns_)
       if (c && c->open()) c->post_control(protocol::FrameType::kGoodbye, {});
@@ -187,13 +186,13 @@ void TcpTransport::on_pending_readable(int fd) {
                                static_cast<uint16_t>(streams_));
   // Only higher ranks connect to us, once per stream; a data stream may be connected again when
   // we resume streams (the peer found it broken), and only while the group stands.
-  TcpConnection* existing = st == protocol::HandshakeStatus::kAccepted && static_cast<int>(hello.rank) > rank_
-                                ? conn(static_cast<int>(hello.rank), hello.stream)
-                                : nullptr;
-  if (st == protocol::HandshakeStatus::kAccepted &&
-      (static_cast<int>(hello.rank) <= rank_ ||
-       (existing && (hello.stream == kControlStream || !can_resume(static_cast<int>(hello.rank))))))
-    st = protocol::HandshakeStatus::kBadRank;
+  const int from = static_cast<int>(hello.rank);
+  TcpConnection* existing = nullptr;
+  if (st == protocol::HandshakeStatus::kAccepted) {
+    existing = from > rank_ ? conn(from, hello.stream) : nullptr;
+    if (from <= rank_ || (existing && (hello.stream == kControlStream || !can_resume(from))))
+      st = protocol::HandshakeStatus::kBadRank;
+  }
   protocol::Reply reply;
   reply.status = st;
   reply.rank = static_cast<uint32_t>(rank_);
@@ -211,7 +210,7 @@ void TcpTransport::on_pending_readable(int fd) {
     existing->resume(fd);
     return;
   }
-  adopt(fd, static_cast<int>(hello.rank), hello.stream);
+  adopt(fd, from, hello.stream);
 }
 
 void TcpTransport::adopt(int fd, int peer, int stream) {
@@ -313,8 +312,9 @@ bool TcpTransport::can_resume(int peer) const {
 
 void TcpTransport::stream_broken(int peer, int stream) {
   if (rank_ > peer) {  // we connected it: connect it again
-    std::lock_guard lk(dialers_mu_);
-    dialers_.emplace_back([this, peer, stream] { redial(peer, stream); });
+    std::thread& t = dialers_[static_cast<size_t>(peer * streams_ + stream)];
+    if (t.joinable()) t.join();
+    t = std::thread([this, peer, stream] { redial(peer, stream); });
     return;
   }
   conn(peer, stream)->await_resume(options_.resume_timeout);

@@ -172,7 +172,9 @@ class TcpTransport final : public Transport {
   std::atomic<bool> failed_{false};
   std::atomic<uint64_t> rejected_{0};
   std::atomic<bool> closing_{false};
-  std::mutex dialers_mu_;
+  // Re-dialler of each (peer, stream), indexed like conns_: at most one per stream, the previous
+  // one has ended (it handed over its socket or failed the group) before the stream can break
+  // again. Started and joined on the loop thread; the destructor joins what is left.
   std::vector<std::thread> dialers_;
   std::vector<int> forgotten_fds_;  // loop thread: sockets abandoned by silent test resets
   std::vector<std::unique_ptr<std::atomic<uint64_t>>> bytes_sent_, bytes_received_;
