@@ -19,31 +19,20 @@
 #include <thread>
 #include <vector>
 
+#include "transport/tcp/socket_util.h"
+
 #ifndef MP_CHECK_PATH
 #error "MP_CHECK_PATH must point at the mp_check binary"
 #endif
 
 namespace {
 
-// A port the kernel considers free right now (tests run in parallel under ctest -j).
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 // Returns each rank's exit status (exit code, or 128+signal).
 // `tick`, when given, runs every 10 ms while the ranks run, with their pids.
 std::vector<int> run_ranks(int n, const std::string& mode, int timeout_s = 240,
                            const std::vector<std::pair<std::string, std::string>>& env = {},
                            const std::function<void(const std::vector<pid_t>&)>& tick = {}) {
-  const int port = free_port();
+  const int port = geoccl::transport::tcp::pick_free_port();  // tests run in parallel (ctest -j)
   std::vector<pid_t> pids;
   for (int r = 0; r < n; ++r) {
     const pid_t pid = fork();

@@ -15,6 +15,8 @@
 #include <cstring>
 #include <iostream>
 
+#include "transport/tcp/socket_util.h"
+
 namespace geoccl::tools {
 namespace {
 
@@ -48,21 +50,9 @@ std::string build_tree_python_path() {
 
 }  // namespace
 
-int pick_free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 int launch(const LaunchSpec& spec) {
   using Clock = std::chrono::steady_clock;
-  const int port = spec.master_port ? spec.master_port : pick_free_port();
+  const int port = spec.master_port ? spec.master_port : transport::tcp::pick_free_port();
   const std::string run_id = std::to_string(getpid()) + "-" + std::to_string(port);
   struct sigaction sa{};
   sa.sa_handler = on_signal;

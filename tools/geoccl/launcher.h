@@ -25,7 +25,5 @@ struct LaunchSpec {
 // timeout, 130 when interrupted, else 0.
 int launch(const LaunchSpec& spec);
 
-// A port that was free on 127.0.0.1 a moment ago.
-int pick_free_port();
 
 }  // namespace geoccl::tools

@@ -98,6 +98,13 @@ uint16_t local_port(int fd) {
   return ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
 }
 
+uint16_t pick_free_port() {
+  const int fd = listen_on("127.0.0.1", 0, 1);
+  const uint16_t port = local_port(fd);
+  ::close(fd);
+  return port;
+}
+
 std::string local_ip(int fd) {
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
