@@ -26,6 +26,7 @@ struct OpOptions {
 // Statistics of one peer connection, for metrics and `geoccl bench --verbose`.
 struct PeerStats {
   int peer = -1;
+  std::string transport;  // the device that carries this peer's frames: "tcp", "shm"
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
 

@@ -2,6 +2,9 @@
 // send() and recv() only queue work and return a Request that completes later (on the I/O
 // thread); the caller waits through the Progress object it gave the transport. A transport knows
 // frames and peers, never what a collective is.
+//
+// Collectives see one Transport for the whole group: the Router (router.h), which sends each
+// peer's frames over the device (tcp/, shm/, ...) chosen for that peer (device.h).
 #pragma once
 
 #include <atomic>
@@ -23,13 +26,29 @@ struct Failure {
   std::string message;
 };
 
-// One queued send or receive. `failure` is written before `done` is released.
+// One queued send or receive. Completes in up to two steps, each published with release order
+// after `failure` and `bytes` are written:
+//  - `done`: a send's buffer is reusable (the transport no longer reads it); a receive's payload
+//    is in its destination, `bytes` long. A failed request is `done` with `failure` set.
+//  - `delivered`: sends only: the peer has received the frame (it acknowledged it). Set at or
+//    after `done`; never set for a failed request. A transport that must keep data until the
+//    peer acknowledges it keeps its own copy (or the peer has it already), so `done` never waits
+//    a round trip.
 struct Request {
   std::atomic<bool> done{false};
+  std::atomic<bool> delivered{false};
+  size_t bytes = 0;  // receives: the payload's actual size (at most the destination's)
   Failure failure;
   bool ok() const { return failure.code == ErrorCode::kOk; }
 };
 using RequestPtr = std::shared_ptr<Request>;
+
+// Completes `req` (null: nothing) with `f` (kOk: success). Loop thread of the transport.
+inline void complete(const RequestPtr& req, const Failure& f = {}) {
+  if (!req) return;
+  req->failure = f;
+  req->done.store(true, std::memory_order_release);
+}
 
 class Transport {
  public:
@@ -39,13 +58,13 @@ class Transport {
 
   // Queues header `h` (payload_len is set here) followed by `payload` for `peer`. The payload is
   // sent straight from the caller's memory, which must stay valid and unchanged until the request
-  // completes. Frames to one peer leave in posting order.
+  // is done. Frames to one peer leave in posting order.
   virtual RequestPtr send(int peer, const protocol::FrameHeader& h,
                           std::span<const uint8_t> payload) = 0;
-  // Receives the next data frame from `peer` straight into `dst`. Receives from one peer are
-  // matched in posting order. A frame whose header differs from `expect` (see
-  // protocol::describe_mismatch) or whose payload is not exactly dst.size() bytes fails the whole
-  // group with kMismatch.
+  // Receives the next data frame from `peer` straight into `dst`, which bounds its size; the
+  // request reports the actual size. Receives from one peer are matched in posting order. A
+  // frame whose header differs from `expect` (see protocol::describe_mismatch) or whose payload
+  // is larger than dst.size() fails the whole group with kMismatch.
   virtual RequestPtr recv(int peer, const protocol::FrameHeader& expect,
                           std::span<uint8_t> dst) = 0;
   // Announces the collective this rank runs next (header fields as its frames will carry them).

@@ -26,12 +26,6 @@ using protocol::kFrameHeaderSize;
 
 namespace {
 
-void complete(const RequestPtr& req, const Failure& f) {
-  if (!req) return;
-  req->failure = f;
-  req->done.store(true, std::memory_order_release);
-}
-
 // Bound on frames handled per readiness event so one busy peer cannot starve the others.
 constexpr int kFramesPerEvent = 64;
 constexpr int kMaxIov = 64;

@@ -1,0 +1,72 @@
+// Device: what every transport implements (tcp/, shm/, next quic/), one folder each with the
+// same file set:
+//   device.{h,cc}      this interface: listen, address, connect/accept with the handshake,
+//                      the data path of the peers it serves, shutdown
+//   connection.{h,cc}  one peer pair's link: frame I/O on the device's fds
+//   address.{h,cc}     the opaque bytes published in the store, and who can use them
+// plus what is the transport's own (tcp/socket_util, tcp/stripe, shm/ring, shm/segment).
+//
+// The Router (router.h) builds every device, publishes each one's address, picks one device per
+// peer and hands it the peers it serves; collectives never see a device. Per-peer protocol state
+// (frame numbers, the receive window, acknowledgements, kept copies) is protocol::PeerSession,
+// which each device's connection drives.
+//
+// Threads: send(), recv(), set_wan_peer(), stats() and shutdown() may be called from any thread
+// but the loop's (sends and receives are handed to the loop thread in posting order); everything
+// the device does with its fds happens on the group's loop thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "geoccl/communicator.h"
+#include "protocol/frame.h"
+#include "transport/group.h"
+#include "transport/transport.h"
+
+namespace geoccl::transport {
+
+class Device {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // The address `peer` published for this device (blocks on the store until it is there).
+  using AddressOf = std::function<std::vector<uint8_t>(int peer)>;
+
+  virtual ~Device() = default;
+  // "tcp", "shm": the device's name in GEOCCL_TRANSPORT, store keys, logs and PeerStats.
+  virtual const char* name() const = 0;
+  // Opaque bytes a peer needs to reach this rank through this device.
+  virtual std::vector<uint8_t> address() const = 0;
+  // Whether this device can carry frames to a peer that published `peer_address` (shm: the
+  // same host; tcp: always).
+  virtual bool reaches(std::span<const uint8_t> peer_address) const = 0;
+  // Sets up the links to `peers` (sorted global ranks; the same pairs on both ends): dials the
+  // lower ranks, waits for the higher ones, each with the authenticated handshake. Throws
+  // Error(kTimeout) naming the missing ranks, Error(kProtocol) when a peer rejects us (with its
+  // reason), Error(kIo).
+  virtual void connect(const std::vector<int>& peers, const AddressOf& address_of,
+                       Clock::time_point deadline) = 0;
+
+  // Transport::send / recv for a peer this device serves.
+  virtual RequestPtr send(int peer, const protocol::FrameHeader& h,
+                          std::span<const uint8_t> payload) = 0;
+  virtual RequestPtr recv(int peer, const protocol::FrameHeader& expect,
+                          std::span<uint8_t> dst) = 0;
+  // Loop thread: calls Group::early_frame for every data frame waiting for its receive (a new
+  // operation began).
+  virtual void recheck_early_frames() = 0;
+
+  // After topology discovery: `peer` is in another domain (a WAN path) or in this rank's own
+  // (a LAN path). Both ends of a pair decide alike, as every rank knows the same domains.
+  virtual void set_wan_peer(int peer, bool wan) = 0;
+  // Fills the device's part of `ps` (ps->peer is set): counters, and the device's own detail.
+  virtual void stats(PeerStats* ps) const = 0;
+  // Says goodbye to every peer and closes, with a bounded wait for what is queued to leave.
+  virtual void shutdown() = 0;
+};
+
+}  // namespace geoccl::transport

@@ -1,0 +1,77 @@
+// Group: the state every device (tcp/, shm/, ...) of one rank shares. It is what makes several
+// transports one group: one identity for the handshakes, one first failure that reaches every
+// device (and through them every peer) exactly once, one place where an early data frame is
+// checked against the operation this rank runs, and one progress notification.
+//
+// Threads: everything but the constructor, failure() and failed() runs on the loop thread, which
+// every device of the group shares (runtime/event_loop.h): devices call fail(), early_frame() and
+// notify() from their handlers; other threads reach fail() through Router::abort().
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "protocol/frame.h"
+#include "runtime/event_loop.h"
+#include "transport/transport.h"
+
+namespace geoccl::transport {
+
+class Group {
+ public:
+  // `params_hash`: hash of the group parameters every rank must share (checked in handshakes).
+  Group(runtime::EventLoop& loop, int rank, int size, uint64_t session_id, uint64_t params_hash,
+        std::function<void()> on_progress)
+      : loop_(loop), rank_(rank), size_(size), session_id_(session_id), params_hash_(params_hash),
+        on_progress_(std::move(on_progress)) {}
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+
+  runtime::EventLoop& loop() const { return loop_; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  uint64_t session_id() const { return session_id_; }
+  uint64_t params_hash() const { return params_hash_; }
+
+  // Loop thread. Called with the group's first failure, once, by fail(). `tell_peers`: the
+  // failure was found on this rank (not reported by a peer): tell every peer.
+  using FailureListener = std::function<void(const Failure&, bool tell_peers)>;
+  void on_failure(FailureListener l) { listeners_.push_back(std::move(l)); }
+
+  // Loop thread: records the first failure and hands it to every listener; later calls do
+  // nothing.
+  void fail(ErrorCode code, const std::string& message, bool tell_peers);
+  std::optional<Failure> failure() const;
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  // Loop thread: completes `req` with the group's failure if the group has failed.
+  bool complete_if_failed(const RequestPtr& req);
+
+  // Loop thread. The operation this rank runs now (Router::begin_operation).
+  void set_current_operation(const protocol::FrameHeader& h) { current_op_ = h; }
+  // Loop thread: a data frame from `peer` arrived before its receive was posted. It must belong
+  // to the current collective or a later one; anything else means the ranks called different
+  // operations, and the group fails with kMismatch. Devices call it when such a frame arrives
+  // and again (recheck_early_frames) when a new operation begins.
+  void early_frame(int peer, const protocol::FrameHeader& h);
+
+  // Any thread: wakes whoever waits for requests.
+  void notify() const { on_progress_(); }
+
+ private:
+  runtime::EventLoop& loop_;
+  const int rank_, size_;
+  const uint64_t session_id_, params_hash_;
+  std::function<void()> on_progress_;
+  std::vector<FailureListener> listeners_;
+  mutable std::mutex mu_;
+  std::optional<Failure> failure_;
+  std::atomic<bool> failed_{false};
+  std::optional<protocol::FrameHeader> current_op_;
+};
+
+}  // namespace geoccl::transport
