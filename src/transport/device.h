@@ -56,6 +56,15 @@ class Device {
                           std::span<const uint8_t> payload) = 0;
   virtual RequestPtr recv(int peer, const protocol::FrameHeader& expect,
                           std::span<uint8_t> dst) = 0;
+  // Receives the next data frame from `peer` and combines it element-wise into `dst`
+  // (dst = dst op payload, core::reduce_into order) instead of copying it: the payload must be
+  // exactly dst.size() bytes. A device that can reduce straight from where the bytes arrive
+  // (shm: the shared segment) saves a staging copy; the others return nullptr and the caller
+  // receives into scratch memory and reduces itself.
+  virtual RequestPtr recv_reduce(int /*peer*/, const protocol::FrameHeader& /*expect*/,
+                                 std::span<uint8_t> /*dst*/, DataType /*dtype*/, ReduceOp /*op*/) {
+    return nullptr;
+  }
   // Loop thread: calls Group::early_frame for every data frame waiting for its receive (a new
   // operation began).
   virtual void recheck_early_frames() = 0;

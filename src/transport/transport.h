@@ -67,6 +67,13 @@ class Transport {
   // is larger than dst.size() fails the whole group with kMismatch.
   virtual RequestPtr recv(int peer, const protocol::FrameHeader& expect,
                           std::span<uint8_t> dst) = 0;
+  // Receives the next data frame from `peer` and reduces it into `dst` (dst = dst op payload;
+  // exactly dst.size() bytes) where the peer's device can do so from where the bytes arrive;
+  // nullptr where it cannot (then recv() into scratch and reduce).
+  virtual RequestPtr recv_reduce(int /*peer*/, const protocol::FrameHeader& /*expect*/,
+                                 std::span<uint8_t> /*dst*/, DataType /*dtype*/, ReduceOp /*op*/) {
+    return nullptr;
+  }
   // Announces the collective this rank runs next (header fields as its frames will carry them).
   // A data frame that arrives before its receive is posted is checked against it, so ranks that
   // called different collectives fail with kMismatch instead of waiting for each other.
