@@ -19,6 +19,11 @@ struct Config {
 
   // Networking.
   std::string bind_addr;  // GEOCCL_BIND_ADDR: address peers connect to (default: auto)
+  // GEOCCL_TRANSPORT: the transport of each path class (docs/transport.md). "auto" =
+  // "host=shm,remote=tcp": shared memory between ranks on one host (same boot id and network
+  // namespace), TCP otherwise; "tcp" = TCP everywhere; or a list "host=shm|tcp,remote=tcp".
+  // Every rank must use the same value (a group parameter, checked when ranks connect).
+  std::string transport = "auto";
   // GEOCCL_TCP_CC: congestion control of peer sockets. "auto" = bbr when this rank belongs to a
   // labelled domain (a multi-region job) and the kernel offers it, else the system default;
   // "system" = leave it; any other name (bbr, cubic, reno) is requested for every peer socket.

@@ -15,7 +15,8 @@
 #include "runtime/event_loop.h"
 #include "runtime/progress.h"
 #include "topology/topology.h"
-#include "transport/tcp/tcp_transport.h"
+#include "transport/group.h"
+#include "transport/router.h"
 
 namespace geoccl {
 
@@ -32,7 +33,7 @@ class CommunicatorImpl {
   const Config& config() const { return cfg_; }
   int rank() const { return cfg_.rank; }
   int size() const { return cfg_.world_size; }
-  transport::Transport& transport() { return *transport_; }
+  transport::Transport& transport() { return *router_; }
 
   // Queues a collective. `run` executes on the worker thread inside an OpContext.
   Work submit(FrameHeader h, const OpOptions& o, std::function<void(OpContext&)> run);
@@ -74,7 +75,8 @@ class CommunicatorImpl {
   membership::RendezvousInfo rdv_;
   runtime::EventLoop loop_;
   runtime::Progress progress_;
-  std::unique_ptr<transport::tcp::TcpTransport> transport_;
+  std::unique_ptr<transport::Group> group_;
+  std::unique_ptr<transport::Router> router_;
   collectives::ScratchPool scratch_;
   topology::Topology topo_;
   TopologyInfo topo_info_;
@@ -97,34 +99,24 @@ CommunicatorImpl::CommunicatorImpl(Config cfg) : cfg_(std::move(cfg)) {
   core::set_log_tag(cfg_.rank, cfg_.domain);
   send_seq_.assign(static_cast<size_t>(cfg_.world_size), 0);
   recv_seq_.assign(static_cast<size_t>(cfg_.world_size), 0);
-  if (cfg_.world_size > 1) {
-    rdv_ = membership::join_store(cfg_);
-    const std::string bind = membership::choose_bind_address(cfg_);
-    std::string cc = cfg_.tcp_cc;
-    if (cc == "auto") cc = cfg_.domain.empty() ? "" : "bbr";
-    if (cc == "system") cc = "";
-    transport_ = std::make_unique<transport::tcp::TcpTransport>(
-        loop_, cfg_.rank, cfg_.world_size, bind, rdv_.session_id, [this] { progress_.notify(); }, cc,
-        rdv_.data_streams, transport::tcp::TcpOptions::from_config(cfg_));
-    GEOCCL_LOG(kInfo, rdv_.data_streams << " data stream(s) per peer");
-    const std::string addr = transport_->address();
-    rdv_.store->set(rdv_.prefix + "addr/" + std::to_string(cfg_.rank),
-                    std::vector<uint8_t>(addr.begin(), addr.end()));
-    GEOCCL_LOG(kInfo, "listening on " << transport_->address() << ", connecting to "
-                                      << cfg_.world_size - 1 << " peers");
-    transport_->connect_all(
-        [&](int peer) {
-          auto v = rdv_.store->get(rdv_.prefix + "addr/" + std::to_string(peer), cfg_.connect_timeout);
-          return std::string(v.begin(), v.end());
-        },
-        cfg_.connect_timeout);
-    GEOCCL_LOG(kInfo, "connected to all peers");
-  } else {
-    // A group of one needs no network; the transport still exists so collectives have a peer
-    // model to ask (they return before any I/O).
-    transport_ = std::make_unique<transport::tcp::TcpTransport>(loop_, 0, 1, "127.0.0.1", 0,
-                                                                [this] { progress_.notify(); });
-  }
+  // A group of one needs no network; the router still exists (with no device) so collectives
+  // have a peer model to ask (they return before any I/O).
+  if (cfg_.world_size > 1) rdv_ = membership::join_store(cfg_);
+  group_ = std::make_unique<transport::Group>(loop_, cfg_.rank, cfg_.world_size, rdv_.session_id,
+                                              /*params_hash=*/0, [this] { progress_.notify(); });
+  const auto deadline = Clock::now() + cfg_.connect_timeout;
+  router_ = std::make_unique<transport::Router>(
+      *group_, cfg_, rdv_.data_streams,
+      cfg_.world_size > 1 ? membership::choose_bind_address(cfg_) : "",
+      [&](const std::string& key, const std::vector<uint8_t>& value) {
+        rdv_.store->set(rdv_.prefix + "addr/" + key, value);
+      },
+      [&](const std::string& key) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+        return rdv_.store->get(rdv_.prefix + "addr/" + key, std::max(left, std::chrono::milliseconds(1)));
+      },
+      deadline);
+  if (cfg_.world_size > 1) GEOCCL_LOG(kInfo, "connected to all peers");
   worker_ = std::thread([this] { worker_main(); });
   topo_ = topology::single_domain(cfg_.world_size);
   if (cfg_.world_size > 1) {
@@ -141,12 +133,13 @@ CommunicatorImpl::CommunicatorImpl(Config cfg) : cfg_(std::move(cfg)) {
       throw;
     }
   }
-  // Striping and stream recovery are for the WAN: peers in this rank's own domain get one data
-  // stream and no copies of what is sent to them.
+  // The WAN treatment of a peer (striping, stream recovery, WAN socket options) follows the
+  // domains, however they were found: labels or measured RTTs.
   if (topo_.domains() > 1)
     for (int r = 0; r < cfg_.world_size; ++r)
-      if (r != cfg_.rank && topo_.domain_of[static_cast<size_t>(r)] == topo_.domain_of[static_cast<size_t>(cfg_.rank)])
-        transport_->set_local_peer(r);
+      if (r != cfg_.rank)
+        router_->set_wan_peer(r, topo_.domain_of[static_cast<size_t>(r)] !=
+                                     topo_.domain_of[static_cast<size_t>(cfg_.rank)]);
   topo_info_.domain_of = topo_.domain_of;
   topo_info_.names = topo_.names;
   topo_info_.source = topo_.source;
@@ -198,11 +191,11 @@ CommunicatorImpl::~CommunicatorImpl() {
     pending = incomplete_ > 0;
   }
   if (pending)
-    transport_->abort(ErrorCode::kAborted, "rank " + std::to_string(cfg_.rank) +
+    router_->abort(ErrorCode::kAborted, "rank " + std::to_string(cfg_.rank) +
                                                " destroyed its communicator with operations pending");
   progress_.notify();
   worker_.join();
-  transport_.reset();
+  router_.reset();
 }
 
 Work CommunicatorImpl::enqueue(Op op) {
@@ -249,9 +242,9 @@ void CommunicatorImpl::start(Op& op) {
   f.work = op.work;
   f.deadline = Clock::now() + op.timeout;
   f.what = std::string(protocol::op_kind_name(op.header.kind)) + " #" + std::to_string(op.header.seq);
-  f.ctx = std::make_unique<OpContext>(*transport_, progress_, scratch_, op.header, f.deadline,
+  f.ctx = std::make_unique<OpContext>(*router_, progress_, scratch_, op.header, f.deadline,
                                       cfg_.chunk_bytes);
-  if (!op.p2p) transport_->begin_operation(op.header);
+  if (!op.p2p) router_->begin_operation(op.header);
   if (op.p2p) {
     if (op.is_send)
       f.ctx->send_chunked(op.peer, op.data, &f.reqs);
@@ -275,7 +268,7 @@ void CommunicatorImpl::retire() {
     for (auto& r : f.reqs) done = done && r->done.load(std::memory_order_acquire);
     if (!done) {
       if (Clock::now() < f.deadline) return;
-      transport_->abort(ErrorCode::kTimeout, f.what + " passed its deadline on rank " +
+      router_->abort(ErrorCode::kTimeout, f.what + " passed its deadline on rank " +
                                                  std::to_string(cfg_.rank));
       continue;  // the abort completed every request
     }

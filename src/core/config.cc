@@ -61,6 +61,7 @@ void Config::apply_env() {
   apply({"GEOCCL_DOMAIN"}, [&](auto, auto v) { domain = v; });
   apply({"GEOCCL_SESSION"}, [&](auto, auto v) { session = v; });
   apply({"GEOCCL_BIND_ADDR"}, [&](auto, auto v) { bind_addr = v; });
+  apply({"GEOCCL_TRANSPORT"}, [&](auto, auto v) { transport = v; });
   apply({"GEOCCL_TCP_CC"}, [&](auto, auto v) { tcp_cc = v; });
   apply({"GEOCCL_TCP_STREAMS"}, [&](auto n, auto v) { tcp_streams = parse_int<int>(n, v); });
   auto size_or_auto = [](const char* n, const char* v) {

@@ -56,7 +56,9 @@ RendezvousInfo join_store(const Config& cfg) {
   if (cfg.rank == 0) {
     std::random_device rd;
     info.session_id = (uint64_t{rd()} << 32) ^ rd() ^ 0x9e3779b97f4a7c15ull;
-    info.data_streams = cfg.tcp_streams > 0 ? cfg.tcp_streams : (cfg.domain.empty() ? 1 : 4);
+    // Auto: 4, so that peers found to be across a WAN (labels or measured RTTs) can be striped;
+    // peers in the rank's own domain use one of them.
+    info.data_streams = cfg.tcp_streams > 0 ? cfg.tcp_streams : 4;
     info.store->set(info.prefix + "params", encode_params(info.session_id, info.data_streams));
   } else {
     decode_params(info.store->get(info.prefix + "params", cfg.connect_timeout), &info);

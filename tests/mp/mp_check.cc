@@ -17,6 +17,7 @@
 
 #include "core/half.h"
 #include "geoccl/geoccl.h"
+#include "transport/tcp/address.h"
 #include "transport/tcp/socket_util.h"
 
 using namespace geoccl;
@@ -448,10 +449,11 @@ int main(int argc, char** argv) {
       // group must keep working.
       if (me == 1) {
         StoreClient store(cfg.master_addr, cfg.master_port, std::chrono::seconds(10));
-        auto a = store.get("geoccl/" + cfg.session + "/g1/addr/0", std::chrono::seconds(10));
-        std::string host;
+        auto a = store.get("geoccl/" + cfg.session + "/g1/addr/tcp/0", std::chrono::seconds(10));
+        std::string endpoint, host;
         uint16_t port = 0;
-        transport::tcp::split_host_port(std::string(a.begin(), a.end()), &host, &port);
+        CHECK(transport::tcp::decode_address(a, &endpoint), "rank 0's TCP address");
+        transport::tcp::split_host_port(endpoint, &host, &port);
         const int fd = transport::tcp::connect_with_timeout(host, port, std::chrono::seconds(5));
         CHECK(fd >= 0, "connect to rank 0");
         const char junk[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";

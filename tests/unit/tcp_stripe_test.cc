@@ -10,10 +10,11 @@
 #include <span>
 #include <vector>
 
+#include "protocol/recv_window.h"
 #include "transport/tcp/stripe.h"
 
 using geoccl::transport::tcp::pick_stream;
-using geoccl::transport::tcp::RecvWindow;
+using geoccl::protocol::RecvWindow;
 
 namespace {
 

@@ -5,6 +5,9 @@
 
 #include "geoccl/config.h"
 
+#include <time.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
@@ -14,13 +17,14 @@
 
 #include "geoccl/error.h"
 #include "runtime/event_loop.h"
-#include "transport/tcp/tcp_transport.h"
+#include "transport/group.h"
+#include "transport/tcp/device.h"
 
 using namespace geoccl;
 using namespace std::chrono_literals;
 using transport::RequestPtr;
 using transport::tcp::TcpOptions;
-using transport::tcp::TcpTransport;
+using transport::tcp::TcpDevice;
 
 namespace {
 
@@ -34,17 +38,50 @@ bool wait_all(const std::vector<RequestPtr>& reqs, std::chrono::seconds limit) {
   return true;
 }
 
-struct Pair {
-  runtime::EventLoop loop0{"t0"}, loop1{"t1"};
-  std::unique_ptr<TcpTransport> t0, t1;
+// One rank of the pair: its loop, its group state and its TCP device.
+struct Side {
+  runtime::EventLoop loop;
+  transport::Group group;
+  std::unique_ptr<TcpDevice> dev;
+  const int rank;
 
-  Pair(int streams, const TcpOptions& o) {
-    t0 = std::make_unique<TcpTransport>(loop0, 0, 2, "127.0.0.1", 42, [] {}, "", streams, o);
-    t1 = std::make_unique<TcpTransport>(loop1, 1, 2, "127.0.0.1", 42, [] {}, "", streams, o);
-    const std::string a0 = t0->address(), a1 = t1->address();
-    std::thread c0([&] { t0->connect_all([&](int) { return a1; }, 10s); });
-    t1->connect_all([&](int) { return a0; }, 10s);
+  Side(const char* name, int r, const TcpOptions& o)
+      : loop(name), group(loop, r, 2, 42, 0, [] {}), rank(r) {
+    dev = std::make_unique<TcpDevice>(group, "127.0.0.1", o);
+  }
+  RequestPtr send(int peer, const protocol::FrameHeader& h, std::span<const uint8_t> b) {
+    return dev->send(peer, h, b);
+  }
+  RequestPtr recv(int peer, const protocol::FrameHeader& h, std::span<uint8_t> b) {
+    return dev->recv(peer, h, b);
+  }
+  std::vector<PeerStats> stats() const {
+    PeerStats ps;
+    ps.peer = 1 - rank;
+    dev->stats(&ps);
+    return {ps};
+  }
+  std::optional<transport::Failure> failure() const { return group.failure(); }
+  void reset_stream_for_test(int peer, int stream, bool silent = false) {
+    dev->reset_stream_for_test(peer, stream, silent);
+  }
+};
+
+struct Pair {
+  std::unique_ptr<Side> t0, t1;
+
+  // `wan`: each treats the other as a WAN peer (striping over every data stream).
+  Pair(int streams, TcpOptions o, bool wan = true) {
+    o.data_streams = streams;
+    t0 = std::make_unique<Side>("t0", 0, o);
+    t1 = std::make_unique<Side>("t1", 1, o);
+    const auto a0 = t0->dev->address(), a1 = t1->dev->address();
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    std::thread c0([&] { t0->dev->connect({1}, [&](int) { return a1; }, deadline); });
+    t1->dev->connect({0}, [&](int) { return a0; }, deadline);
     c0.join();
+    t0->dev->set_wan_peer(1, wan);
+    t1->dev->set_wan_peer(0, wan);
   }
   ~Pair() {
     t1.reset();
@@ -135,24 +172,29 @@ TEST(TcpTransport, OptionsFromEnvironment) {
   ::unsetenv("GEOCCL_TCP_BUF_BYTES");
   ::unsetenv("GEOCCL_TCP_NOTSENT_LOWAT");
   ::unsetenv("GEOCCL_TCP_ZEROCOPY");
-  auto o = TcpOptions::from_config(Config::from_env());
-  EXPECT_EQ(o.buffer_bytes, 0u);  // one site: kernel autotuning
+  auto o = TcpOptions::from_config(Config::from_env(), 4);
+  EXPECT_EQ(o.data_streams, 4);
+  EXPECT_EQ(o.buffer_bytes, 0u);  // no labels: kernel autotuning until a peer is found remote
   EXPECT_EQ(o.notsent_lowat, 0u);
+  EXPECT_EQ(o.wan_buffer_bytes, 32u << 20);  // what WAN peers get after discovery
+  EXPECT_EQ(o.wan_notsent_lowat, 1u << 20);
+  EXPECT_EQ(o.congestion_control, "");
+  EXPECT_EQ(o.wan_congestion_control, "bbr");
   EXPECT_FALSE(o.zerocopy);
   ::setenv("GEOCCL_DOMAIN", "us-east", 1);
-  o = TcpOptions::from_config(Config::from_env());
+  o = TcpOptions::from_config(Config::from_env(), 4);
   EXPECT_EQ(o.buffer_bytes, 32u << 20);  // WAN job defaults
   EXPECT_EQ(o.notsent_lowat, 1u << 20);
   ::setenv("GEOCCL_TCP_BUF_BYTES", "8M", 1);
   ::setenv("GEOCCL_TCP_NOTSENT_LOWAT", "0", 1);
   ::setenv("GEOCCL_TCP_ZEROCOPY", "1", 1);
-  o = TcpOptions::from_config(Config::from_env());
+  o = TcpOptions::from_config(Config::from_env(), 4);
   EXPECT_EQ(o.buffer_bytes, 8u << 20);
   EXPECT_EQ(o.notsent_lowat, 0u);
   EXPECT_TRUE(o.zerocopy);
   EXPECT_FALSE(o.round_robin);
   ::setenv("GEOCCL_TCP_STRIPE", "rr", 1);
-  EXPECT_TRUE(TcpOptions::from_config(Config::from_env()).round_robin);
+  EXPECT_TRUE(TcpOptions::from_config(Config::from_env(), 4).round_robin);
   ::setenv("GEOCCL_TCP_STRIPE", "random", 1);
   EXPECT_THROW(Config::from_env().validate(), Error);
   ::unsetenv("GEOCCL_TCP_STRIPE");
@@ -226,7 +268,7 @@ void reset_while_transferring(int streams, uint64_t seed, bool zerocopy = false)
   EXPECT_FALSE(p.t0->failure().has_value());
   EXPECT_FALSE(p.t1->failure().has_value());
   uint64_t reconnects = 0, resent = 0;
-  for (TcpTransport* t : {p.t0.get(), p.t1.get()})
+  for (Side* t : {p.t0.get(), p.t1.get()})
     for (const auto& ps : t->stats())
       for (const auto& st : ps.streams) {
         reconnects += st.reconnects;
@@ -267,17 +309,16 @@ TEST(TcpTransport, ResetWithoutResumeFailsBothRanks) {
 TEST(TcpTransport, ResumeOptionFromEnvironment) {
   ::unsetenv("GEOCCL_DOMAIN");
   ::unsetenv("GEOCCL_TCP_RESUME");
-  EXPECT_FALSE(TcpOptions::from_config(Config::from_env()).resume);  // one site: off
-  ::setenv("GEOCCL_DOMAIN", "eu", 1);
-  EXPECT_TRUE(TcpOptions::from_config(Config::from_env()).resume);  // WAN job: on
+  auto auto_o = TcpOptions::from_config(Config::from_env(), 4);
+  EXPECT_FALSE(auto_o.resume);     // peers in the rank's own domain: off
+  EXPECT_TRUE(auto_o.wan_resume);  // peers across a WAN: on
   ::setenv("GEOCCL_TCP_RESUME", "off", 1);
-  EXPECT_FALSE(TcpOptions::from_config(Config::from_env()).resume);
+  EXPECT_FALSE(TcpOptions::from_config(Config::from_env(), 4).wan_resume);
   ::setenv("GEOCCL_TCP_RESUME", "maybe", 1);
   EXPECT_THROW(Config::from_env().validate(), Error);
-  ::unsetenv("GEOCCL_DOMAIN");
   ::setenv("GEOCCL_TCP_RESUME", "on", 1);
   ::setenv("GEOCCL_TCP_RESUME_TIMEOUT_MS", "1500", 1);
-  const auto o = TcpOptions::from_config(Config::from_env());
+  const auto o = TcpOptions::from_config(Config::from_env(), 4);
   EXPECT_TRUE(o.resume);
   EXPECT_EQ(o.resume_timeout.count(), 1500);
   ::unsetenv("GEOCCL_TCP_RESUME");
@@ -334,4 +375,66 @@ TEST(TcpTransport, StreamNotReestablishedInTimeFailsBothRanks) {
   EXPECT_LT(waited, 5s);
   for (int i = 0; i < 500 && !p.t1->failure(); ++i) std::this_thread::sleep_for(10ms);
   ASSERT_TRUE(p.t1->failure().has_value());  // told through the control stream
+}
+
+// Two-step completion and received size: a receive larger than the frame reports the frame's
+// size; a send is done when written and delivered once the peer acknowledged it.
+TEST(TcpTransport, SendsAreDeliveredAndReceivesReportTheirSize) {
+  Pair p(2, TcpOptions{});
+  std::vector<uint8_t> a(1000, 3), b(300000, 4), ra(4096), rb(b.size());
+  auto sa = p.t0->send(1, header(0, a.size()), a);
+  auto sb = p.t0->send(1, header(1, b.size()), b);
+  auto qa = p.t1->recv(0, header(0, a.size()), ra);
+  auto qb = p.t1->recv(0, header(1, b.size()), rb);
+  ASSERT_TRUE(wait_all({sa, sb, qa, qb}, 10s));
+  EXPECT_TRUE(qa->ok() && qb->ok() && sa->ok() && sb->ok());
+  EXPECT_EQ(qa->bytes, a.size());
+  EXPECT_EQ(qb->bytes, b.size());
+  EXPECT_TRUE(std::equal(a.begin(), a.end(), ra.begin()));
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!(sa->delivered.load() && sb->delivered.load()) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
+  EXPECT_TRUE(sa->delivered.load());
+  EXPECT_TRUE(sb->delivered.load());
+  EXPECT_FALSE(qa->delivered.load());  // receives complete once
+  // A frame larger than the posted receive is a mismatch on both ranks.
+  std::vector<uint8_t> small(10);
+  auto s2 = p.t0->send(1, header(2, a.size()), a);
+  auto q2 = p.t1->recv(0, header(2, a.size()), small);
+  ASSERT_TRUE(wait_all({q2}, 10s));
+  EXPECT_EQ(q2->failure.code, ErrorCode::kMismatch);
+  for (int i = 0; i < 500 && !p.t0->failure(); ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(p.t0->failure().has_value());
+  EXPECT_EQ(p.t0->failure()->code, ErrorCode::kMismatch);
+}
+
+// Defect (a) of issue 11: after the group fails for a reason elsewhere (a third rank), a data
+// stream from a live peer that is in the middle of a frame must not keep the I/O thread busy.
+// Before the fix the loop thread spun on EPOLLIN until teardown (~100 % of a core).
+TEST(TcpTransport, FailedGroupDoesNotSpinOnAStreamInTheMiddleOfAFrame) {
+  TcpOptions o;
+  o.buffer_bytes = 256 << 10;  // the peer's frame stays mostly in flight
+  Pair p(1, o);
+  std::vector<uint8_t> big(64 << 20, 5), dst(big.size());
+  auto r = p.t1->recv(0, header(0, dst.size()), dst);
+  auto s = p.t0->send(1, header(0, big.size()), big);
+  // Wait until part of the frame is in, then fail rank 1's group as a third rank's abort would
+  // (rank 0 is not told, so it keeps its half-sent frame queued).
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (p.t1->stats()[0].bytes_received < (1u << 20) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(100us);
+  ASSERT_LT(p.t1->stats()[0].bytes_received, big.size());
+  p.t1->loop.run_sync([&] { p.t1->group.fail(ErrorCode::kAborted, "rank 2 reports: test", false); });
+  ASSERT_TRUE(wait_all({r}, 5s));
+  EXPECT_EQ(r->failure.code, ErrorCode::kAborted);
+  auto loop_cpu = [&] {
+    timespec ts{};
+    p.t1->loop.run_sync([&] { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts); });
+    return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
+  };
+  const auto before = loop_cpu();
+  std::this_thread::sleep_for(500ms);
+  const auto used = loop_cpu() - before;
+  EXPECT_LT(used, 50ms) << "the I/O thread spins after the group failed";
+  p.t0->loop.run_sync([&] { p.t0->group.fail(ErrorCode::kAborted, "end of test", false); });
 }

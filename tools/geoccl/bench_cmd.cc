@@ -215,9 +215,10 @@ int run_bench(const BenchSpec& spec) {
   }
   if (spec.verbose)
     for (const auto& s : comm.peer_stats()) {
-      std::printf("# rank %d -> peer %d: sent %llu B, received %llu B\n", me, s.peer,
-                  static_cast<unsigned long long>(s.bytes_sent),
+      std::printf("# rank %d -> peer %d: %s, sent %llu B, received %llu B\n", me, s.peer,
+                  s.transport.c_str(), static_cast<unsigned long long>(s.bytes_sent),
                   static_cast<unsigned long long>(s.bytes_received));
+      if (s.transport != "tcp") continue;
       // TCP_INFO of the data streams (aggregate, then one line per stream).
       std::printf("#   %d data stream(s), cc %s, rtt %.2f ms (min %.2f), cwnd %llu seg, "
                   "retrans %llu seg / %llu B, delivery %.1f Mbit/s, pacing %.1f Mbit/s\n",

@@ -1,4 +1,4 @@
-// TcpConnection: one socket of the mesh and its frame queues. Loop thread only.
+// TcpConnection: one socket of a TcpDevice's mesh and its frame queues. Loop thread only.
 #pragma once
 
 #include <array>
@@ -16,7 +16,8 @@
 
 namespace geoccl::transport::tcp {
 
-class TcpTransport;
+class TcpDevice;
+struct TcpPeer;
 
 class TcpConnection {
  public:
@@ -24,7 +25,8 @@ class TcpConnection {
     protocol::FrameHeaderBytes header;
     std::span<const uint8_t> payload;
     std::shared_ptr<std::vector<uint8_t>> owned;  // payload storage for control frames
-    RequestPtr req;     // null for control frames and for re-sent copies (already completed)
+    RequestPtr req;       // completed when written: null for control frames and re-sent copies
+    RequestPtr delivery;  // marked delivered when the peer acknowledges the frame (data frames)
     bool data = false;  // a data frame (numbered `frame`), as opposed to a control frame
     uint64_t frame = 0;
     size_t sent = 0;    // bytes of header+payload written
@@ -33,15 +35,15 @@ class TcpConnection {
     std::shared_ptr<protocol::FrameHeaderBytes> stable_header;
     const uint8_t* header_data() const { return stable_header ? stable_header->data() : header.data(); }
   };
-  // A posted receive; lives in the transport's per-peer RecvWindow (any data stream may fill it).
+  // A posted receive; lives in the peer's session window (any data stream may fill it).
   struct RecvOp {
     protocol::FrameHeader expect;
-    std::span<uint8_t> dst;
+    std::span<uint8_t> dst;  // at most this many bytes
     RequestPtr req;
   };
 
   // Takes ownership of `fd` (non-blocking) and registers it with the loop.
-  TcpConnection(TcpTransport& owner, int fd, int peer, int stream);
+  TcpConnection(TcpDevice& owner, TcpPeer& peer, int fd, int stream);
   ~TcpConnection();
   TcpConnection(const TcpConnection&) = delete;
   TcpConnection& operator=(const TcpConnection&) = delete;
@@ -54,8 +56,7 @@ class TcpConnection {
   void post_control(protocol::FrameType type, std::vector<uint8_t> payload);
   // Completes every queued request with `f` (the control frames stay queued).
   void fail_requests(const Failure& f);
-  // A data frame waiting for its receive must belong to the current collective or a later one;
-  // anything else means the ranks called different operations (fails the group with kMismatch).
+  // Reports a data frame waiting for its receive to the group's early-frame check.
   void check_early_frame();
   bool send_queue_empty() const { return sendq_.empty(); }
   bool open() const { return fd_ >= 0; }
@@ -64,10 +65,7 @@ class TcpConnection {
   // The peer said goodbye on this connection (it is shutting down).
   bool said_goodbye() const { return goodbye_; }
 
-  // Stream recovery (data streams, TcpOptions::resume). The peer acknowledged every data frame
-  // below `upto`: forget the copies kept of those.
-  void on_ack(uint64_t upto);
-  // Takes `fd`, a new socket for this stream (the old one broke or the peer replaced it), and
+  // Stream recovery (data streams, TcpOptions::resume). Takes `fd`, a new socket for this stream (the old one broke or the peer replaced it), and
   // re-sends every frame the peer has not acknowledged, in frame order, before newer ones.
   void resume(int fd);
   // Fault injection for tests: resets the socket (RST, as a middlebox would) and handles the
@@ -85,6 +83,8 @@ class TcpConnection {
   uint64_t backlog() const;
   // TCP_INFO of the socket plus this stream's counters (loop thread).
   PeerStats::Stream info() const;
+  // The peer turned out to be in another domain: WAN socket options (TcpDevice::tune_wan_socket).
+  void tune_for_wan();
 
  private:
   void on_events(uint32_t events);
@@ -106,18 +106,13 @@ class TcpConnection {
   void complete_sent(size_t n);
   void read_errqueue();
 
-  TcpTransport& owner_;
+  TcpDevice& owner_;
+  TcpPeer& peer_;
   int fd_;
-  const int peer_;
   const int stream_;
   uint32_t interest_ = 0;
 
   std::deque<SendOp> sendq_;
-  // Resume: data frames fully written but not yet acknowledged by the peer, in frame order, with
-  // copies of their payload (the caller's memory is released when the request completes).
-  std::deque<SendOp> unacked_;
-  // Storage of acknowledged copies, reused for the next ones (no page faults per frame).
-  std::vector<std::shared_ptr<std::vector<uint8_t>>> spare_;
   bool reconnecting_ = false;
   uint64_t reconnects_ = 0, frames_resent_ = 0;
   uint64_t resume_timer_ = 0;  // acceptor side: fails the group if the peer does not come back

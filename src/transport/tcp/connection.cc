@@ -1,4 +1,4 @@
-#include "transport/tcp/tcp_connection.h"
+#include "transport/tcp/connection.h"
 
 #include <linux/errqueue.h>
 #include <linux/sockios.h>
@@ -16,7 +16,7 @@
 #include <cstring>
 
 #include "core/logging.h"
-#include "transport/tcp/tcp_transport.h"
+#include "transport/tcp/device.h"
 
 namespace geoccl::transport::tcp {
 
@@ -30,20 +30,24 @@ namespace {
 constexpr int kFramesPerEvent = 64;
 constexpr int kMaxIov = 64;
 
+// TCP_NOTSENT_LOWAT (0: leave the kernel's).
+void set_notsent_lowat(int fd, uint64_t bytes) {
+  if (bytes == 0) return;
+  const int v = static_cast<int>(std::min<uint64_t>(bytes, 1u << 30));
+  setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &v, sizeof v);
+}
+
 }  // namespace
 
-TcpConnection::TcpConnection(TcpTransport& owner, int fd, int peer, int stream)
-    : owner_(owner), fd_(fd), peer_(peer), stream_(stream) {
+TcpConnection::TcpConnection(TcpDevice& owner, TcpPeer& peer, int fd, int stream)
+    : owner_(owner), peer_(peer), fd_(fd), stream_(stream) {
   configure_socket();
 }
 
 void TcpConnection::configure_socket() {
-  if (stream_ != TcpTransport::kControlStream) {
-    const auto& o = owner_.options_;
-    if (o.notsent_lowat > 0) {
-      const int v = static_cast<int>(std::min<uint64_t>(o.notsent_lowat, 1u << 30));
-      setsockopt(fd_, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &v, sizeof v);
-    }
+  if (stream_ != TcpDevice::kControlStream) {
+    const auto& o = owner_.options();
+    set_notsent_lowat(fd_, peer_.wan ? o.wan_notsent_lowat : o.notsent_lowat);
     if (o.zerocopy) {
       const int one = 1;
       zerocopy_ = setsockopt(fd_, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof one) == 0;
@@ -51,26 +55,27 @@ void TcpConnection::configure_socket() {
         GEOCCL_LOG(kWarn, "SO_ZEROCOPY refused (" << std::strerror(errno) << "); plain sendmsg");
     }
   }
+  if (peer_.wan && stream_ != TcpDevice::kControlStream) owner_.tune_wan_socket(fd_);
   interest_ = EPOLLIN;
-  owner_.loop_.add_fd(fd_, interest_, [this](uint32_t ev) { on_events(ev); });
+  owner_.group().loop().add_fd(fd_, interest_, [this](uint32_t ev) { on_events(ev); });
 }
 
 TcpConnection::~TcpConnection() {
-  if (resume_timer_) owner_.loop_.cancel_timer(resume_timer_);
+  if (resume_timer_) owner_.group().loop().cancel_timer(resume_timer_);
   close_fd();
 }
 
 void TcpConnection::close_fd() {
   if (fd_ < 0) return;
-  owner_.loop_.remove_fd(fd_);
+  owner_.group().loop().remove_fd(fd_);
   ::close(fd_);
   fd_ = -1;
 }
 
 void TcpConnection::post_send(SendOp op) {
   if (fd_ < 0 && !reconnecting_) {
-    complete(op.req, {ErrorCode::kPeerLost, "connection to rank " + std::to_string(peer_) + " is closed"});
-    owner_.notify();
+    complete(op.req, {ErrorCode::kPeerLost, "connection to rank " + std::to_string(peer_.rank) + " is closed"});
+    owner_.group().notify();
     return;
   }
   queued_ += kFrameHeaderSize + op.payload.size() - op.sent;
@@ -78,14 +83,6 @@ void TcpConnection::post_send(SendOp op) {
   if (zerocopy_) op.stable_header = std::make_shared<protocol::FrameHeaderBytes>(op.header);
   sendq_.push_back(std::move(op));
   write_some();
-}
-
-void TcpConnection::on_ack(uint64_t upto) {
-  while (!unacked_.empty() && unacked_.front().frame < upto) {
-    auto& owned = unacked_.front().owned;
-    if (spare_.size() < 16 && owned.use_count() == 1) spare_.push_back(std::move(owned));
-    unacked_.pop_front();
-  }
 }
 
 void TcpConnection::enter_reconnecting(const std::string& why) {
@@ -99,7 +96,7 @@ void TcpConnection::enter_reconnecting(const std::string& why) {
   payload_checked_ = false;
   discard_ = false;
   // Zero-copy frames waiting for the kernel's completion: the socket and its buffers are gone,
-  // and a copy of each is in unacked_ (kept when it was written), so their requests are done.
+  // and the session keeps a copy of each (taken when it was written), so their requests are done.
   for (auto& z : zc_wait_) complete(z.req, {});
   const bool any_zc = !zc_wait_.empty();
   zc_wait_.clear();
@@ -107,11 +104,16 @@ void TcpConnection::enter_reconnecting(const std::string& why) {
   // New queue: unacknowledged copies (all older), then data frames not yet fully written, each
   // from its first byte. Control frames (goodbye) meant for the old socket are dropped.
   std::deque<SendOp> q;
-  for (auto& u : unacked_) {
-    u.sent = 0;
-    q.push_back(std::move(u));
+  for (auto& k : peer_.session.take_kept(stream_)) {
+    SendOp op;
+    op.header = k.header;
+    op.owned = std::move(k.copy);
+    op.payload = *op.owned;
+    op.delivery = std::move(k.token);
+    op.data = true;
+    op.frame = k.frame;
+    q.push_back(std::move(op));
   }
-  unacked_.clear();
   const size_t copies = q.size();
   for (auto& op : sendq_) {
     if (!op.data) continue;
@@ -122,17 +124,17 @@ void TcpConnection::enter_reconnecting(const std::string& why) {
   queued_ = 0;
   for (const auto& op : sendq_) queued_ += kFrameHeaderSize + op.payload.size();
   frames_resent_ += copies;
-  GEOCCL_LOG(kWarn, "data stream " << stream_ << " to rank " << peer_ << " broke (" << why
+  GEOCCL_LOG(kWarn, "data stream " << stream_ << " to rank " << peer_.rank << " broke (" << why
                                    << "); re-establishing it, " << copies
                                    << " unacknowledged frame(s) to re-send");
-  if (any_zc) owner_.notify();
+  if (any_zc) owner_.group().notify();
   owner_.stream_broken(peer_, stream_);
 }
 
 void TcpConnection::resume(int fd) {
   if (fd_ >= 0) enter_reconnecting("the peer replaced it");
   if (resume_timer_) {
-    owner_.loop_.cancel_timer(resume_timer_);
+    owner_.group().loop().cancel_timer(resume_timer_);
     resume_timer_ = 0;
   }
   fd_ = fd;
@@ -140,19 +142,19 @@ void TcpConnection::resume(int fd) {
   goodbye_ = false;
   ++reconnects_;
   configure_socket();
-  GEOCCL_LOG(kInfo, "data stream " << stream_ << " to rank " << peer_ << " re-established; "
+  GEOCCL_LOG(kInfo, "data stream " << stream_ << " to rank " << peer_.rank << " re-established; "
                                    << sendq_.size() << " frame(s) queued on it");
   write_some();
-  owner_.notify();
+  owner_.group().notify();
 }
 
 void TcpConnection::await_resume(std::chrono::milliseconds timeout) {
-  if (resume_timer_) owner_.loop_.cancel_timer(resume_timer_);
-  resume_timer_ = owner_.loop_.add_timer(std::chrono::steady_clock::now() + timeout, [this, timeout] {
+  if (resume_timer_) owner_.group().loop().cancel_timer(resume_timer_);
+  resume_timer_ = owner_.group().loop().add_timer(std::chrono::steady_clock::now() + timeout, [this, timeout] {
     resume_timer_ = 0;
     if (!reconnecting_) return;
-    owner_.fail(ErrorCode::kPeerLost,
-                "data stream " + std::to_string(stream_) + " to rank " + std::to_string(peer_) +
+    owner_.group().fail(ErrorCode::kPeerLost,
+                "data stream " + std::to_string(stream_) + " to rank " + std::to_string(peer_.rank) +
                     " broke and the peer did not re-establish it within " +
                     std::to_string(timeout.count()) + " ms",
                 true);
@@ -185,6 +187,12 @@ int TcpConnection::reset_for_test(bool silent) {
   return kept;
 }
 
+void TcpConnection::tune_for_wan() {
+  if (fd_ < 0) return;
+  owner_.tune_wan_socket(fd_);
+  set_notsent_lowat(fd_, owner_.options().wan_notsent_lowat);
+}
+
 void TcpConnection::on_recv_posted(uint64_t frame) {
   if (fd_ < 0 || !have_hdr_ || hdr_.type != FrameType::kData || hdr_.frame != frame) return;
   read_some();
@@ -194,8 +202,7 @@ void TcpConnection::on_recv_posted(uint64_t frame) {
 bool TcpConnection::waiting_for_recv() const {
   // A frame received before (re-sent after a break) is read and dropped: no wait for it.
   return have_hdr_ && hdr_.type == FrameType::kData &&
-         owner_.recv_windows_[static_cast<size_t>(peer_)].lookup(hdr_.frame) ==
-             RecvWindow<RecvOp>::Lookup::kNotPosted;
+         peer_.session.window().lookup(hdr_.frame) == protocol::RecvWindow<RecvOp>::Lookup::kNotPosted;
 }
 
 uint64_t TcpConnection::backlog() const {
@@ -271,7 +278,6 @@ void TcpConnection::fail_requests(const Failure& f) {
       keep.push_back(std::move(s));
   }
   sendq_.swap(keep);
-  unacked_.clear();
   reconnecting_ = false;
   queued_ = 0;
   for (const auto& s : sendq_) queued_ += kFrameHeaderSize + s.payload.size() - s.sent;
@@ -280,17 +286,27 @@ void TcpConnection::fail_requests(const Failure& f) {
 void TcpConnection::update_interest() {
   if (fd_ < 0) return;
   uint32_t want = 0;
-  // Stop reading while a data header waits for a receive: its payload stays in the kernel.
-  const bool stalled = waiting_for_recv();
+  // Stop reading while a data header waits for a receive: its payload stays in the kernel. A
+  // data stream of a failed group is not read at all (see on_events).
+  const bool stalled = waiting_for_recv() ||
+                       (stream_ != TcpDevice::kControlStream && owner_.group().failed());
   if (!stalled) want |= EPOLLIN;
   if (!sendq_.empty()) want |= EPOLLOUT;
   if (want != interest_) {
     interest_ = want;
-    owner_.loop_.modify_fd(fd_, want);
+    owner_.group().loop().modify_fd(fd_, want);
   }
 }
 
 void TcpConnection::on_events(uint32_t events) {
+  if (stream_ != TcpDevice::kControlStream && owner_.group().failed()) {
+    // The group is gone: nothing more is read from a data stream (update_interest drops EPOLLIN,
+    // so a peer still sending cannot make the loop spin), and a hang-up, reported whatever the
+    // interest, closes it.
+    if (events & (EPOLLHUP | EPOLLERR)) close_fd();
+    update_interest();
+    return;
+  }
   if (zerocopy_ && (events & EPOLLERR)) read_errqueue();
   if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) read_some();
   if (fd_ >= 0 && (events & (EPOLLOUT | EPOLLERR))) write_some();
@@ -298,24 +314,24 @@ void TcpConnection::on_events(uint32_t events) {
 }
 
 void TcpConnection::on_closed(const std::string& why) {
-  if (stream_ != TcpTransport::kControlStream && !goodbye_ && owner_.can_resume(peer_))
+  if (stream_ != TcpDevice::kControlStream && !goodbye_ && owner_.can_resume(peer_))
     return enter_reconnecting(why);
   // A stream that ended after its goodbye has delivered every frame put on it; receives of the
   // peer still pending may be filled by its other data streams, so they matter only when this
   // was the last one open (or when a frame on this stream was cut short).
   const bool mid_frame = have_hdr_ || hdr_got_ > 0;
-  const bool recv_pending = stream_ != TcpTransport::kControlStream &&
-                            owner_.recv_windows_[static_cast<size_t>(peer_)].pending() &&
+  const bool recv_pending = stream_ != TcpDevice::kControlStream &&
+                            peer_.session.window().pending() &&
                             (mid_frame || !owner_.data_stream_open(peer_, this));
   const bool pending = recv_pending ||
                        std::any_of(zc_wait_.begin(), zc_wait_.end(), [](const ZcWait& z) { return z.req; }) ||
                        std::any_of(sendq_.begin(), sendq_.end(), [](const SendOp& s) { return s.req; });
   close_fd();
   if (goodbye_ && !pending) return;
-  const std::string msg = "rank " + std::to_string(peer_) + " " +
+  const std::string msg = "rank " + std::to_string(peer_.rank) + " " +
                           (goodbye_ ? "left the group while operations with it were pending"
                                     : "closed its connection (" + why + "); process died?");
-  owner_.fail(ErrorCode::kPeerLost, msg, /*tell_peers=*/true);
+  owner_.group().fail(ErrorCode::kPeerLost, msg, /*tell_peers=*/true);
 }
 
 // Returns false when the connection failed.
@@ -323,15 +339,15 @@ bool TcpConnection::handle_header() {
   protocol::FrameHeader h;
   const auto st = protocol::decode_frame_header(std::span<const uint8_t, kFrameHeaderSize>(hdr_buf_), &h);
   if (st != protocol::DecodeStatus::kOk) {
-    owner_.fail(ErrorCode::kProtocol,
-                "undecodable frame from rank " + std::to_string(peer_) + ": " +
+    owner_.group().fail(ErrorCode::kProtocol,
+                "undecodable frame from rank " + std::to_string(peer_.rank) + ": " +
                     protocol::decode_status_name(st),
                 true);
     close_fd();
     return false;
   }
-  if (h.type == FrameType::kData && stream_ == TcpTransport::kControlStream) {
-    owner_.fail(ErrorCode::kProtocol, "data frame on the control stream of rank " + std::to_string(peer_), true);
+  if (h.type == FrameType::kData && stream_ == TcpDevice::kControlStream) {
+    owner_.group().fail(ErrorCode::kProtocol, "data frame on the control stream of rank " + std::to_string(peer_.rank), true);
     close_fd();
     return false;
   }
@@ -344,16 +360,7 @@ bool TcpConnection::handle_header() {
 }
 
 void TcpConnection::check_early_frame() {
-  if (!waiting_for_recv() || !owner_.current_op_) return;
-  const FrameHeader& cur = *owner_.current_op_;
-  if (hdr_.kind == protocol::OpKind::kSendRecv || hdr_.seq > cur.seq) return;
-  std::string why = hdr_.seq < cur.seq ? "a frame of an earlier operation arrived late"
-                                       : protocol::describe_mismatch(cur, hdr_);
-  if (why.empty()) return;
-  owner_.fail(ErrorCode::kMismatch,
-              std::string("ranks disagree on ") + protocol::op_kind_name(cur.kind) + " #" +
-                  std::to_string(cur.seq) + " with rank " + std::to_string(peer_) + ": " + why,
-              true);
+  if (waiting_for_recv()) owner_.group().early_frame(peer_.rank, hdr_);
 }
 
 void TcpConnection::read_some() {
@@ -365,7 +372,7 @@ void TcpConnection::read_some() {
         if (errno == EAGAIN || errno == EINTR) return;
         return on_closed(std::strerror(errno));
       }
-      owner_.bytes_received_[peer_]->fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
+      peer_.bytes_received.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
       hdr_got_ += static_cast<size_t>(n);
       if (hdr_got_ < kFrameHeaderSize) continue;
       hdr_got_ = 0;
@@ -373,15 +380,16 @@ void TcpConnection::read_some() {
     }
 
     std::span<uint8_t> dst;
-    auto& window = owner_.recv_windows_[static_cast<size_t>(peer_)];
+    auto& window = peer_.session.window();
+    using Lookup = protocol::RecvWindow<RecvOp>::Lookup;
     if (hdr_.type == FrameType::kData) {
-      if (owner_.failed_.load(std::memory_order_relaxed)) return;  // the group is gone: drop
+      if (owner_.group().failed()) return;  // the group is gone: on_events stops reading
       const auto found = window.lookup(hdr_.frame);
-      if (found == RecvWindow<RecvOp>::Lookup::kNotPosted) {  // stalled until it is posted
+      if (found == Lookup::kNotPosted) {  // stalled until it is posted
         check_early_frame();
         return;
       }
-      if (found == RecvWindow<RecvOp>::Lookup::kStale) {
+      if (found == Lookup::kStale) {
         // Received in full already: the peer re-sent it after a stream broke, before our
         // acknowledgement reached it. Read it and drop it.
         discard_ = true;
@@ -395,20 +403,20 @@ void TcpConnection::read_some() {
       RecvOp& r = window.at(hdr_.frame);
       if (!payload_checked_) {
         std::string why = protocol::describe_mismatch(r.expect, hdr_);
-        if (why.empty() && hdr_.payload_len != r.dst.size())
-          why = "message length: expected " + std::to_string(r.dst.size()) + " bytes, peer sent " +
-                std::to_string(hdr_.payload_len);
+        if (why.empty() && hdr_.payload_len > r.dst.size())
+          why = "message length: expected at most " + std::to_string(r.dst.size()) +
+                " bytes, peer sent " + std::to_string(hdr_.payload_len);
         if (!why.empty()) {
-          owner_.fail(ErrorCode::kMismatch,
+          owner_.group().fail(ErrorCode::kMismatch,
                       std::string("ranks disagree on ") + protocol::op_kind_name(r.expect.kind) +
                           " #" + std::to_string(r.expect.seq) + " with rank " +
-                          std::to_string(peer_) + ": " + why,
+                          std::to_string(peer_.rank) + ": " + why,
                       true);
           return;
         }
         payload_checked_ = true;
       }
-      dst = r.dst;
+      dst = r.dst.first(hdr_.payload_len);
     } else {
       dst = control_payload_;
     }
@@ -422,7 +430,7 @@ void TcpConnection::read_some() {
         if (errno == EAGAIN || errno == EINTR) return;
         return on_closed(std::strerror(errno));
       }
-      owner_.bytes_received_[peer_]->fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
+      peer_.bytes_received.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
       payload_got_ += static_cast<size_t>(n);
       if (payload_got_ < hdr_.payload_len) continue;
     }
@@ -438,13 +446,14 @@ void TcpConnection::read_some() {
       case FrameType::kData: {
         RequestPtr req = window.complete(hdr_.frame).req;
         ++frames_received_;
+        req->bytes = hdr_.payload_len;
         complete(req, {});
-        owner_.maybe_ack(peer_, hdr_.payload_len);
-        owner_.notify();
+        owner_.received(peer_, hdr_.payload_len);
+        owner_.group().notify();
         break;
       }
       case FrameType::kAck:
-        owner_.on_ack(peer_, hdr_.frame);
+        owner_.acked(peer_, hdr_.frame);
         break;
       case FrameType::kGoodbye:
         goodbye_ = true;
@@ -457,7 +466,7 @@ void TcpConnection::read_some() {
           code = static_cast<uint8_t>(ErrorCode::kAborted);
           msg = "malformed abort frame";
         }
-        owner_.fail(static_cast<ErrorCode>(code), "rank " + std::to_string(peer_) + " reports: " + msg,
+        owner_.group().fail(static_cast<ErrorCode>(code), "rank " + std::to_string(peer_.rank) + " reports: " + msg,
                     /*tell_peers=*/false);
         break;
       }
@@ -492,7 +501,7 @@ void TcpConnection::write_some() {
     // Zero copy only pays for large writes (page pinning and a completion per call).
     // Control frames (abort, goodbye) are always copied: they may be the last thing written
     // before the socket is closed and their storage freed.
-    const bool zc = zerocopy_ && !control && bytes >= owner_.options_.zerocopy_min_bytes;
+    const bool zc = zerocopy_ && !control && bytes >= owner_.options().zerocopy_min_bytes;
     const ssize_t n = ::sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT | (zc ? MSG_ZEROCOPY : 0));
     if (n < 0) {
       if (errno == EAGAIN || errno == EINTR) break;
@@ -508,7 +517,7 @@ void TcpConnection::write_some() {
       return;
     }
     if (zc) ++zc_calls_;
-    owner_.bytes_sent_[peer_]->fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
+    peer_.bytes_sent.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
     bytes_sent_ += static_cast<uint64_t>(n);
     queued_ -= std::min<uint64_t>(queued_, static_cast<uint64_t>(n));
     complete_sent(static_cast<size_t>(n));
@@ -528,27 +537,11 @@ void TcpConnection::complete_sent(size_t n) {
     op.sent += take;
     left -= take;
     if (op.sent < total) break;
-    // Resume: keep a copy until the peer acknowledges the frame; the caller may reuse its memory
-    // as soon as the request completes.
-    if (op.data && owner_.resume_peer_[static_cast<size_t>(peer_)] &&
-        op.frame >= owner_.acked_[static_cast<size_t>(peer_)]) {
-      SendOp keep;
-      keep.header = op.header;
-      keep.data = true;
-      keep.frame = op.frame;
-      keep.owned = op.owned;
-      if (!keep.owned) {
-        if (!spare_.empty()) {
-          keep.owned = std::move(spare_.back());
-          spare_.pop_back();
-          keep.owned->assign(op.payload.begin(), op.payload.end());
-        } else {
-          keep.owned = std::make_shared<std::vector<uint8_t>>(op.payload.begin(), op.payload.end());
-        }
-      }
-      keep.payload = *keep.owned;
-      unacked_.push_back(std::move(keep));
-    }
+    // The session keeps the frame until the peer acknowledges it (marked delivered then), with
+    // a copy to re-send if this stream breaks; the caller may reuse its memory as soon as the
+    // request completes.
+    const bool acked_already =
+        op.data && peer_.session.written(op.frame, stream_, op.header, op.payload, op.delivery, op.owned);
     if (zc_done_ < zc_calls_) {
       // Some of its bytes may have left in a zero-copy call still in flight: the request (and
       // the storage of the header and of a control payload) waits for the latest one.
@@ -558,9 +551,10 @@ void TcpConnection::complete_sent(size_t n) {
       complete(op.req, {});
       completed = completed || op.req != nullptr;
     }
+    if (acked_already && op.delivery) op.delivery->delivered.store(true, std::memory_order_release);
     sendq_.pop_front();
   }
-  if (completed) owner_.notify();
+  if (completed) owner_.group().notify();
 }
 
 // Drains MSG_ZEROCOPY completions: each reports a range [lo, hi] of zero-copy calls whose pages
@@ -592,7 +586,7 @@ void TcpConnection::read_errqueue() {
     }
     zc_wait_.pop_front();
   }
-  if (completed) owner_.notify();
+  if (completed) owner_.group().notify();
 }
 
 }  // namespace geoccl::transport::tcp

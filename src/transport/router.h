@@ -1,0 +1,75 @@
+// Router: the group's Transport. It builds one device per transport (tcp/, shm/), publishes each
+// device's address in the store, chooses for every peer the device that carries its frames (by
+// path class, GEOCCL_TRANSPORT), hands each device the peers it serves, and then forwards every
+// send and receive to the peer's device. The devices share one Group: one identity, one first
+// failure, one early-frame check, one loop thread.
+//
+// Path classes: "host" (the peer runs on this host: same boot id and network namespace, which
+// the shm device checks with a token in shared memory too) and "remote" (anything else). The
+// choice is a pure function of both ranks' published addresses and the group parameters, so
+// both ends of a pair choose the same device.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "geoccl/config.h"
+#include "transport/device.h"
+#include "transport/group.h"
+#include "transport/transport.h"
+
+namespace geoccl::transport {
+
+// GEOCCL_TRANSPORT parsed: the device name for each path class.
+struct PathChoice {
+  std::string host = "shm";
+  std::string remote = "tcp";
+  // "auto", "tcp", or "host=shm|tcp,remote=tcp" (either key may be left out). Throws
+  // Error(kInvalidArgument) naming the bad part.
+  static PathChoice parse(const std::string& s);
+};
+
+class Router final : public Transport {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // Store access for setup: publish(key, bytes) and lookup(key) (blocks until the key exists or
+  // the connect deadline passes, then throws Error(kTimeout)). Keys are relative to the group.
+  using Publish = std::function<void(const std::string& key, const std::vector<uint8_t>& value)>;
+  using Lookup = std::function<std::vector<uint8_t>(const std::string& key)>;
+
+  // Builds the devices (tcp listening on `bind_addr`; `data_streams` per TCP peer: rank 0's
+  // choice), publishes their addresses, chooses a device per peer and connects every device to
+  // its peers by `deadline`. Throws Error(kInvalidArgument / kTimeout / kProtocol / kIo).
+  Router(Group& group, const Config& cfg, int data_streams, const std::string& bind_addr,
+         const Publish& publish, const Lookup& lookup, Clock::time_point deadline);
+  // Shuts every device down (goodbyes, bounded wait), then closes.
+  ~Router() override;
+
+  int rank() const override { return group_.rank(); }
+  int size() const override { return group_.size(); }
+  RequestPtr send(int peer, const protocol::FrameHeader& h, std::span<const uint8_t> payload) override;
+  RequestPtr recv(int peer, const protocol::FrameHeader& expect, std::span<uint8_t> dst) override;
+  RequestPtr recv_reduce(int peer, const protocol::FrameHeader& expect, std::span<uint8_t> dst,
+                         DataType dtype, ReduceOp op) override;
+  void begin_operation(const protocol::FrameHeader& h) override;
+  void abort(ErrorCode code, const std::string& message) override;
+  std::optional<Failure> failure() const override;
+  std::vector<PeerStats> stats() const override;
+
+  // After topology discovery: `peer` is across a WAN (another domain) or not.
+  void set_wan_peer(int peer, bool wan);
+  // The device carrying `peer`'s frames ("tcp", "shm"; "" for this rank).
+  const char* device_name(int peer) const;
+
+ private:
+  Device& of(int peer) const { return *by_peer_[static_cast<size_t>(peer)]; }
+
+  Group& group_;
+  std::vector<std::unique_ptr<Device>> devices_;
+  std::vector<Device*> by_peer_;  // null for this rank
+};
+
+}  // namespace geoccl::transport

@@ -1,0 +1,167 @@
+// TcpDevice: a full mesh of TCP connections to the peers the router gives it, driven by the
+// group's event loop.
+//
+// Each pair of ranks holds 1 + S connections: stream 0 carries control frames (abort, goodbye,
+// ack) and is always read, so a failure report never waits behind data; streams 1..S carry
+// data frames. Several data streams fill a long, lossy path that one TCP connection cannot
+// (PCCL's approach; Gloo keeps one per pair). Data frame k to a peer carries k in its header and
+// goes on the data stream with the least backlog (queued + not yet sent by the kernel), so a
+// stream slowed by loss takes fewer frames; the receiver matches frame k, on whichever stream it
+// arrives, to its k-th posted receive and reads it straight into that destination (the peer's
+// protocol::PeerSession holds numbering, window, acks and kept copies).
+// The higher rank connects to the lower one and introduces itself with a Hello; strangers and
+// mismatched versions are answered with a reason and closed while the group goes on.
+//
+// WAN treatment (set_wan_peer, after topology discovery): a peer in another domain gets all S
+// data streams, BBR (GEOCCL_TCP_CC=auto), buffers sized for the path and TCP_NOTSENT_LOWAT
+// (GEOCCL_TCP_BUF_BYTES / GEOCCL_TCP_NOTSENT_LOWAT auto) and stream resume (GEOCCL_TCP_RESUME
+// auto); a peer in this rank's domain one data stream and no kept copies. With domain labels the
+// socket options are set from the start (the receive buffer at the SYN decides the window scale).
+//
+// Resume: receivers acknowledge data frames on the control stream; senders keep a copy of each
+// written frame until acknowledged. A data stream that breaks while the peer's control stream is
+// open is dialled again by the higher rank and its unacknowledged frames are re-sent first on the
+// new socket; frames already received are recognised by number and dropped, so each arrives
+// exactly once.
+//
+// Zero copy: a send is one sendmsg() of [header iovec, payload iovec] straight from the user's
+// memory; a receive reads the payload straight into its destination. A data frame that arrives
+// before its receive is posted stays in the kernel's socket buffer (the connection stops reading)
+// until the receive is posted.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "geoccl/config.h"
+#include "protocol/peer_session.h"
+#include "transport/device.h"
+#include "transport/tcp/connection.h"
+
+namespace geoccl::transport::tcp {
+
+// Socket tuning of the data streams, resolved from Config (GEOCCL_TCP_*: docs/configuration.md).
+// Zero values leave the kernel's defaults.
+struct TcpOptions {
+  int data_streams = 1;  // S >= 1, equal on every rank (rank 0's choice)
+  // Congestion control requested on every socket from the start ("" = the system's), and the
+  // one a WAN peer's sockets get (set_wan_peer).
+  std::string congestion_control;
+  std::string wan_congestion_control;
+  uint64_t buffer_bytes = 0, wan_buffer_bytes = 0;
+  uint64_t notsent_lowat = 0, wan_notsent_lowat = 0;
+  bool zerocopy = false;
+  uint64_t zerocopy_min_bytes = 256 * 1024;
+  bool round_robin = false;
+  // Re-establish broken data streams and re-send unacknowledged frames: for every peer, or for
+  // WAN peers (GEOCCL_TCP_RESUME on / auto).
+  bool resume = false, wan_resume = false;
+  std::chrono::milliseconds resume_timeout{30000};
+  // Resolves the configuration's "auto" values. `data_streams`: rank 0's choice.
+  static TcpOptions from_config(const Config& cfg, int data_streams);
+};
+
+// One peer pair of a TcpDevice: its connections and its protocol state. Loop thread, except
+// the byte counters.
+struct TcpPeer {
+  using Session = protocol::PeerSession<TcpConnection::RecvOp, RequestPtr>;
+  int rank = -1;
+  std::string endpoint;  // lower ranks: where to dial
+  std::vector<std::unique_ptr<TcpConnection>> streams;  // [0] control, [1..S] data
+  Session session;
+  int width = 1;        // data streams frames may use
+  bool wan = false;     // in another domain (set_wan_peer)
+  bool resume = false;  // streams to it are re-established when they break
+  size_t rotate = 0;    // tie-break for the stream choice
+  std::atomic<uint64_t> bytes_sent{0}, bytes_received{0};
+  std::vector<std::thread> dialers;  // re-dialler of each stream (at most one at a time)
+};
+
+class TcpDevice final : public Device {
+ public:
+  static constexpr int kControlStream = 0;
+
+  // Listens on bind_addr (any port). Throws Error(kIo).
+  TcpDevice(Group& group, const std::string& bind_addr, const TcpOptions& options);
+  ~TcpDevice() override;
+
+  const char* name() const override { return "tcp"; }
+  std::vector<uint8_t> address() const override;
+  bool reaches(std::span<const uint8_t> peer_address) const override;
+  void connect(const std::vector<int>& peers, const AddressOf& address_of,
+               Clock::time_point deadline) override;
+  RequestPtr send(int peer, const protocol::FrameHeader& h, std::span<const uint8_t> payload) override;
+  RequestPtr recv(int peer, const protocol::FrameHeader& expect, std::span<uint8_t> dst) override;
+  void recheck_early_frames() override;
+  void set_wan_peer(int peer, bool wan) override;
+  void stats(PeerStats* ps) const override;
+  void shutdown() override;
+
+  // "ip:port" peers connect to.
+  const std::string& endpoint() const { return endpoint_; }
+  // Number of inbound connections rejected by the handshake (strangers, wrong session, ...).
+  uint64_t rejected_connections() const { return rejected_.load(); }
+  // Fault injection for tests: resets data stream `stream` (1..S) to `peer` with an RST, as a
+  // middlebox would; `silent`: drops it here without telling the peer, as a NAT that forgets
+  // the flow would (the peer's socket stays open until it learns otherwise).
+  void reset_stream_for_test(int peer, int stream, bool silent = false);
+
+  // ---- For TcpConnection (loop thread).
+
+  Group& group() const { return group_; }
+  const TcpOptions& options() const { return options_; }
+  TcpPeer& peer(int rank) { return *peers_[static_cast<size_t>(rank)]; }
+  // A data stream to the peer broke while the peer's control stream is open: whether it is
+  // re-established instead of failing the group.
+  bool can_resume(const TcpPeer& p) const;
+  // The higher rank dials it again (own thread, backoff, until resume_timeout); the lower rank
+  // waits for that.
+  void stream_broken(TcpPeer& p, int stream);
+  // Whether a data stream of the peer other than `except` is open or being re-established.
+  bool data_stream_open(const TcpPeer& p, const TcpConnection* except = nullptr) const;
+  // A data frame of the peer was received in full: acknowledges it when one is due.
+  void received(TcpPeer& p, uint64_t bytes);
+  // The peer acknowledged every data frame below `upto`.
+  void acked(TcpPeer& p, uint64_t upto);
+  // Applies the WAN socket options to a data socket of a WAN peer.
+  void tune_wan_socket(int fd) const;
+
+ private:
+  struct PendingAccept;
+
+  void on_accept();
+  void on_pending_readable(int fd);
+  void drop_pending(int fd);
+  void adopt(int fd, int peer, int stream);
+  // Opens stream `stream` to lower rank `peer` and introduces us (Hello/Reply). Returns the
+  // connected blocking socket, or -1 with *why set (*rejected when the peer refused us).
+  int dial(const TcpPeer& p, int stream, Clock::time_point deadline, std::string* why, bool* rejected);
+  void redial(TcpPeer& p, int stream);
+  // The group failed: every pending request completes with `f`; peers are told if asked.
+  void on_group_failure(const Failure& f, bool tell_peers);
+  // The data stream with the least backlog to the peer. Frames below kSmallFrame go on the
+  // first data stream unless it is backed up.
+  static constexpr size_t kSmallFrame = 64 << 10;
+  TcpConnection& next_send_conn(TcpPeer& p, size_t bytes);
+  TcpConnection* conn(int peer, int stream) const;
+
+  Group& group_;
+  const TcpOptions options_;
+  const int streams_;  // per peer: control + data streams
+  int listen_fd_ = -1;
+  std::string endpoint_;
+  // By global rank, every rank (a higher rank dials us only if it chose TCP for the pair too).
+  std::vector<std::unique_ptr<TcpPeer>> peers_;
+  std::vector<std::unique_ptr<PendingAccept>> pending_;
+  int connected_ = 0;  // loop thread: connections adopted
+  std::atomic<uint64_t> rejected_{0};
+  std::atomic<bool> closing_{false};
+  bool shut_down_ = false;
+  std::vector<int> forgotten_fds_;  // loop thread: sockets abandoned by silent test resets
+};
+
+}  // namespace geoccl::transport::tcp
