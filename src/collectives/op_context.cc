@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/reduce.h"
 #include "geoccl/error.h"
 
 namespace geoccl::collectives {
@@ -21,6 +22,7 @@ OpContext::OpContext(transport::Transport& t, runtime::Progress& progress, Scrat
 OpContext OpContext::sub(std::vector<int> members, int scratch_base) {
   OpContext c(transport_, progress_, scratch_, header_, deadline_, chunk_bytes_);
   c.scratch_base_ = scratch_base_ + scratch_base;
+  c.finishes_ = finishes_;
   c.my_index_ = -1;
   for (size_t i = 0; i < members.size(); ++i)
     if (members[i] == transport_.rank()) c.my_index_ = static_cast<int>(i);
@@ -51,12 +53,55 @@ RequestPtr OpContext::send(int peer, std::span<const uint8_t> data, uint64_t off
   return r;
 }
 
-RequestPtr OpContext::recv(int peer, std::span<uint8_t> dst, uint64_t offset) {
+RequestPtr OpContext::recv_upto(int peer, std::span<uint8_t> dst, uint64_t offset) {
   protocol::FrameHeader h = header_;
   h.offset = offset;
   auto r = transport_.recv(global(peer), h, dst);
   outstanding_.push_back(r);
   return r;
+}
+
+RequestPtr OpContext::recv(int peer, std::span<uint8_t> dst, uint64_t offset) {
+  auto r = recv_upto(peer, dst, offset);
+  std::lock_guard lk(finishes_->mu);
+  finishes_->of[r.get()] = Finish{dst.size(), {}, {}, {}, {}};
+  return r;
+}
+
+RequestPtr OpContext::recv_reduce(int peer, std::span<uint8_t> dst, std::span<uint8_t> staging,
+                                  DataType t, ReduceOp op, uint64_t offset) {
+  protocol::FrameHeader h = header_;
+  h.offset = offset;
+  Finish f{dst.size(), {}, {}, t, op};
+  RequestPtr r = transport_.recv_reduce(global(peer), h, dst, t, op);
+  if (!r) {
+    r = transport_.recv(global(peer), h, staging.first(dst.size()));
+    f.dst = dst;
+    f.staging = staging.first(dst.size());
+  }
+  outstanding_.push_back(r);
+  std::lock_guard lk(finishes_->mu);
+  finishes_->of[r.get()] = f;
+  return r;
+}
+
+void OpContext::finish(const RequestPtr& r) {
+  Finish f;
+  {
+    std::lock_guard lk(finishes_->mu);
+    auto it = finishes_->of.find(r.get());
+    if (it == finishes_->of.end()) return;
+    f = it->second;
+    finishes_->of.erase(it);
+  }
+  if (r->bytes != f.exact) {
+    const std::string why = std::string("ranks disagree on ") + protocol::op_kind_name(header_.kind) +
+                            " #" + std::to_string(header_.seq) + ": message length: expected " +
+                            std::to_string(f.exact) + " bytes, peer sent " + std::to_string(r->bytes);
+    transport_.abort(ErrorCode::kMismatch, why);
+    throw Error(ErrorCode::kMismatch, why);
+  }
+  if (!f.staging.empty()) core::reduce_into(f.dst.data(), f.staging.data(), f.dst.size() / dtype_size(f.dtype), f.dtype, f.op);
 }
 
 void OpContext::send_chunked(int peer, std::span<const uint8_t> data, std::vector<RequestPtr>* out) {
@@ -83,6 +128,7 @@ void OpContext::wait(const RequestPtr& r) {
   if (!r->done.load(std::memory_order_acquire))
     throw Error(ErrorCode::kInternal, "request did not complete after abort");
   if (!r->ok()) throw Error(r->failure.code, r->failure.message);
+  finish(r);
 }
 
 void OpContext::wait_all(std::vector<RequestPtr>& rs) {

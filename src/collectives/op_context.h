@@ -14,6 +14,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "geoccl/types.h"
@@ -78,12 +79,22 @@ class OpContext {
 
   // One frame each. `offset` is informational (position in the operation's byte stream).
   RequestPtr send(int peer, std::span<const uint8_t> data, uint64_t offset = 0);
+  // A frame of exactly dst.size() bytes (wait() fails the group with kMismatch otherwise).
   RequestPtr recv(int peer, std::span<uint8_t> dst, uint64_t offset = 0);
+  // A frame of at most dst.size() bytes; Request::bytes tells its size.
+  RequestPtr recv_upto(int peer, std::span<uint8_t> dst, uint64_t offset = 0);
+  // A frame of exactly dst.size() bytes, reduced into dst (dst = dst op frame). Where the peer's
+  // transport can, it reduces straight from where the bytes arrive (shared memory); otherwise
+  // the frame lands in `staging` (dst.size() bytes) and wait() reduces it. dst is neither read
+  // nor written by anyone else until wait() has returned.
+  RequestPtr recv_reduce(int peer, std::span<uint8_t> dst, std::span<uint8_t> staging, DataType t,
+                         ReduceOp op, uint64_t offset = 0);
   // A buffer split into chunk_bytes() frames.
   void send_chunked(int peer, std::span<const uint8_t> data, std::vector<RequestPtr>* out);
   void recv_chunked(int peer, std::span<uint8_t> dst, std::vector<RequestPtr>* out);
 
-  // Throws the request's Error, or Error(kTimeout) (after aborting the group).
+  // Throws the request's Error, or Error(kTimeout) (after aborting the group). Finishes what the
+  // receive promised: checks an exact size, reduces a staged recv_reduce.
   void wait(const RequestPtr& r);
   void wait_all(std::vector<RequestPtr>& rs);
 
@@ -107,6 +118,20 @@ class OpContext {
   ScratchPool& scratch_;
   int scratch_base_ = 0;
   std::vector<RequestPtr> outstanding_;
+  // What wait() still has to do for a receive, shared by this context and its sub() contexts (a
+  // request may be waited for through another context than the one that posted it).
+  struct Finish {
+    size_t exact = 0;
+    std::span<uint8_t> dst, staging;  // staging set: reduce it into dst
+    DataType dtype{};
+    ReduceOp op{};
+  };
+  struct Finishes {
+    std::mutex mu;
+    std::unordered_map<const transport::Request*, Finish> of;
+  };
+  std::shared_ptr<Finishes> finishes_ = std::make_shared<Finishes>();
+  void finish(const RequestPtr& r);
 };
 
 // Byte helpers for typed buffers.

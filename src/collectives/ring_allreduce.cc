@@ -73,9 +73,15 @@ void ring_reduce_scatter(OpContext& c, const RingLayout& layout, DataType t, Red
   const size_t max_seg = g.max_segment_bytes();
   if (g.n == 1 || max_seg == 0) return;
   std::span<uint8_t> staging[2] = {c.scratch(max_seg, 0), c.scratch(max_seg, 1)};
+  // Without a hook the local data is ready from the start: a receive may reduce into it as soon
+  // as the frame arrives (straight from shared memory where the peer's transport can). With a
+  // hook, the frame is staged and reduced once the hook has run for its part.
+  const bool reduce_on_arrival = !before_local;
   auto post_recvs = [&](int step, std::vector<RequestPtr>* out) {
     g.for_each_chunk(g.seg(g.r - step - 1), [&](size_t, std::span<uint8_t> ch, size_t pos) {
-      out->push_back(c.recv(g.left, staging[step % 2].subspan(pos, ch.size()), pos));
+      auto stage = staging[step % 2].subspan(pos, ch.size());
+      out->push_back(reduce_on_arrival ? c.recv_reduce(g.left, ch, stage, t, op, pos)
+                                       : c.recv(g.left, stage, pos));
     });
   };
   // This rank's data of a part is read (sent or reduced into) only once the hook has returned
@@ -99,7 +105,8 @@ void ring_reduce_scatter(OpContext& c, const RingLayout& layout, DataType t, Red
     g.for_each_chunk(g.seg(g.r - step - 1), [&](size_t p, std::span<uint8_t> ch, size_t pos) {
       c.wait(rs[j++]);
       ready(p);
-      core::reduce_into(ch.data(), staging[step % 2].data() + pos, ch.size() / g.es, t, op);
+      if (!reduce_on_arrival)
+        core::reduce_into(ch.data(), staging[step % 2].data() + pos, ch.size() / g.es, t, op);
       // The next step forwards this partial sum; after the last step nothing more is sent here
       // (the allgather half sends the final segment).
       if (step + 1 < g.n - 1) sends->push_back(c.send(g.right, ch, pos));
