@@ -339,17 +339,49 @@ int failure_mode(const std::string& mode, Config cfg) {
   if (mode == "kill") {
     // Rank 1 dies in the middle of a large allreduce; the others must see peer-lost well
     // before their 20 s deadline.
+    // GEOCCL_TEST_KILL_STAMP: a file where rank 1 writes the time of its death; the others then
+    // print how long they took to see it, and fail past GEOCCL_TEST_DETECT_MS when that is set.
+    const char* stamp = std::getenv("GEOCCL_TEST_KILL_STAMP");
+    const char* limit = std::getenv("GEOCCL_TEST_DETECT_MS");
+    auto now_ns = [] {
+      return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    };
+    int64_t detected = 0;
     std::vector<float> buf((64u << 20) / 4, 1.f);
-    return expect_error([&] {
+    int rc = expect_error([&] {
       Communicator c(cfg);
       c.barrier().wait();
       if (me == 1) {
         auto w = c.allreduce(buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        if (stamp)
+          if (FILE* f = std::fopen(stamp, "w")) {
+            std::fprintf(f, "%lld\n", static_cast<long long>(now_ns()));
+            std::fclose(f);
+          }
         raise(SIGKILL);
       }
-      for (int i = 0; i < 50; ++i) c.allreduce(buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum).wait();
+      try {
+        for (int i = 0; i < 50; ++i) c.allreduce(buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum).wait();
+      } catch (const Error&) {
+        detected = now_ns();
+        throw;
+      }
     }, ErrorCode::kPeerLost, std::chrono::seconds(10));
+    long long killed = 0;
+    if (FILE* f = stamp ? std::fopen(stamp, "r") : nullptr) {
+      if (std::fscanf(f, "%lld", &killed) != 1) killed = 0;
+      std::fclose(f);
+    }
+    if (rc == 0 && killed > 0 && detected > 0) {
+      const double ms = static_cast<double>(detected - killed) / 1e6;
+      std::printf("rank %d: peer-lost %.1f ms after rank 1 was killed\n", me, ms);
+      if (limit && ms > std::atof(limit)) {
+        std::fprintf(stderr, "rank %d: peer-lost took %.1f ms, limit %s ms\n", me, ms, limit);
+        rc = 1;
+      }
+    }
+    return rc;
   }
   if (mode == "stall") {
     // The last rank enters a large allreduce long after the others (past their deadline): they

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "transport/tcp/socket_util.h"
@@ -115,21 +116,32 @@ std::vector<std::pair<int, int>> busy_sockets(const std::vector<pid_t>& pids, ui
   return found;
 }
 
-class Collectives : public ::testing::TestWithParam<int> {};
+// World size x transport: "auto" puts every peer of one host on shared memory, "tcp" on TCP.
+class Collectives : public ::testing::TestWithParam<std::tuple<int, const char*>> {};
 
 TEST_P(Collectives, EveryOpEveryDtypeMatchesReference) {
-  const auto codes = run_ranks(GetParam(), "collectives");
+  const auto [n, transport] = GetParam();
+  const auto codes = run_ranks(n, "collectives", 240, {{"GEOCCL_TRANSPORT", transport}});
   for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizes, Collectives, ::testing::Values(1, 2, 3, 4, 5, 6, 7, 8));
+INSTANTIATE_TEST_SUITE_P(WorldSizes, Collectives,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 6, 7, 8),
+                                            ::testing::Values("auto", "tcp")));
 
+// Each rank in a domain of its own: every peer is a WAN peer, striped over 8 TCP streams.
 TEST(Collectives, EightStripedStreamsPerPeer) {
+  auto env = [](int n) {
+    std::string doms;
+    for (int r = 0; r < n; ++r) doms += (r ? ",d" : "d") + std::to_string(r);
+    return std::vector<std::pair<std::string, std::string>>{
+        {"GEOCCL_TCP_STREAMS", "8"}, {"GEOCCL_TRANSPORT", "tcp"}, {"GEOCCL_TEST_DOMAINS", doms}};
+  };
   for (int n : {2, 3, 5}) {
-    const auto codes = run_ranks(n, "collectives", 240, {{"GEOCCL_TCP_STREAMS", "8"}});
+    const auto codes = run_ranks(n, "collectives", 240, env(n));
     for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "n=" << n << " rank " << r;
   }
-  const auto codes = run_ranks(3, "collectives-big", 240, {{"GEOCCL_TCP_STREAMS", "8"}});
+  const auto codes = run_ranks(3, "collectives-big", 240, env(3));
   for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "big, rank " << r;
 }
 
@@ -197,7 +209,8 @@ TEST(Resume, StreamsKilledDuringCollectivesAreReestablished) {
   auto last = std::chrono::steady_clock::now();
   std::mt19937 rng(7);
   const auto codes = run_ranks(3, "resume", 240,
-                               {{"GEOCCL_TCP_RESUME", "on"}, {"GEOCCL_TCP_STREAMS", "2"}},
+                               {{"GEOCCL_TCP_RESUME", "on"}, {"GEOCCL_TCP_STREAMS", "2"},
+                                {"GEOCCL_TRANSPORT", "tcp"}},
                                [&](const std::vector<pid_t>& pids) {
     if (kills >= 12 || std::chrono::steady_clock::now() - last < std::chrono::milliseconds(150)) return;
     last = std::chrono::steady_clock::now();
@@ -215,21 +228,31 @@ TEST(Resume, StreamsKilledDuringCollectivesAreReestablished) {
 // With resume on, a rank that dies is still reported as peer-lost promptly (its control stream
 // closes too), not waited for.
 TEST(Resume, KilledRankStillGivesPeerLost) {
-  const auto codes = run_ranks(3, "kill", 60, {{"GEOCCL_TCP_RESUME", "on"}, {"GEOCCL_TCP_STREAMS", "4"}});
+  const auto codes = run_ranks(3, "kill", 60,
+                               {{"GEOCCL_TCP_RESUME", "on"}, {"GEOCCL_TCP_STREAMS", "4"}, {"GEOCCL_TRANSPORT", "tcp"}});
   for (size_t r = 0; r < codes.size(); ++r) {
     if (r == 1) EXPECT_EQ(codes[r], 128 + SIGKILL);
     else EXPECT_EQ(codes[r], 0) << "rank " << r << " did not see peer-lost in time";
   }
 }
 
+// A SIGKILLed rank is seen by every other rank: over shared memory within 100 ms of its death
+// (the bound), over TCP within the mode's own 10 s.
 TEST(Errors, KilledRankGivesPeerLostOnEveryOtherRank) {
-  for (int n : {2, 4}) {
-    const auto codes = run_ranks(n, "kill", 60);
-    for (size_t r = 0; r < codes.size(); ++r) {
-      if (r == 1) EXPECT_EQ(codes[r], 128 + SIGKILL);
-      else EXPECT_EQ(codes[r], 0) << "n=" << n << " rank " << r << " did not see peer-lost in time";
+  const std::string stamp = "/tmp/geoccl-kill-" + std::to_string(getpid());
+  for (const char* transport : {"auto", "tcp"})
+    for (int n : {2, 4}) {
+      std::remove(stamp.c_str());
+      const auto codes = run_ranks(n, "kill", 60,
+                                   {{"GEOCCL_TRANSPORT", transport},
+                                    {"GEOCCL_TEST_KILL_STAMP", stamp},
+                                    {"GEOCCL_TEST_DETECT_MS", std::string(transport) == "auto" ? "100" : "10000"}});
+      std::remove(stamp.c_str());
+      for (size_t r = 0; r < codes.size(); ++r) {
+        if (r == 1) EXPECT_EQ(codes[r], 128 + SIGKILL);
+        else EXPECT_EQ(codes[r], 0) << transport << " n=" << n << " rank " << r << " did not see peer-lost in time";
+      }
     }
-  }
 }
 
 TEST(Errors, MismatchedCallsFailCleanlyOnAllRanks) {
