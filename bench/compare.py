@@ -57,7 +57,9 @@ TRAIN_KEYS = {
     "step_ms_median": (int, float), "compute_ms_median": (int, float),
     "exposed_comm_share_median": (int, float), "correct": bool,
 }
-ALL_BACKENDS = ["geoccl", "gloo", "torch-gloo"]
+ALL_BACKENDS = ["geoccl", "geoccl-tcp", "gloo", "torch-gloo"]
+# Variants of geoccl: (name, environment the ranks get); their JSON says "geoccl".
+GEOCCL_VARIANTS = {"geoccl-tcp": ["GEOCCL_TRANSPORT=tcp"]}
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -316,6 +318,8 @@ def backends(args):
     """(name, argv prefix) of every allreduce program; geoccl first, it is the reference."""
     geo = [args.geoccl, "bench"] + (["--algo", args.algo] if args.algo else [])
     out = [("geoccl", geo)]
+    if args.wanted:  # variants only when asked for
+        out += [(v, ["env"] + e + geo) for v, e in GEOCCL_VARIANTS.items() if v in args.wanted]
     if args.gloo:
         out.append(("gloo", [args.gloo]))
     if args.torch_gloo:
@@ -412,6 +416,10 @@ def run_once(args, launcher, backend, program, n, json_path):
     results, err = run_and_load(args, cmd, json_path, backend)
     if err:
         return None, err
+    if backend in GEOCCL_VARIANTS:
+        for r in results:
+            if r.get("backend") == "geoccl":
+                r["backend"] = backend
     err = validate(results, backend, n, [parse_size(s) for s in args.sizes])
     if err:
         return None, err
