@@ -24,15 +24,19 @@ struct OpOptions {
 };
 
 // Statistics of one peer connection, for metrics and `geoccl bench --verbose`.
+// What one peer's link carried, transport-neutral, plus the TCP detail where TCP carries it.
 struct PeerStats {
   int peer = -1;
   std::string transport;  // the device that carries this peer's frames: "tcp", "shm"
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
+  uint64_t frames_sent = 0;
+  uint64_t frames_received = 0;
+  double rtt_ms = 0;  // smoothed RTT where the transport measures one (TCP: mean over streams)
 
-  // One data connection to the peer: the kernel's TCP_INFO (Linux) at the time of the call and
-  // the transport's own counters. Zero where the kernel does not report a field.
-  struct Stream {
+  // TCP only: one data connection to the peer: the kernel's TCP_INFO (Linux) at the time of the
+  // call and the connection's own counters. Zero where the kernel does not report a field.
+  struct TcpStream {
     int index = 0;                   // data stream 1..S (0 is the control stream, not listed)
     std::string congestion_control;  // what the kernel runs on this socket ("bbr", "cubic", ...)
     double rtt_ms = 0;               // smoothed RTT
@@ -48,17 +52,18 @@ struct PeerStats {
     // Times this stream broke and was re-established (GEOCCL_TCP_RESUME), and frames re-sent.
     uint64_t reconnects = 0, frames_resent = 0;
   };
-  // Aggregates over the data streams: RTT is the mean, min RTT the least, the rest are sums.
-  int data_streams = 0;
-  std::string congestion_control;  // of the first data stream
-  double rtt_ms = 0;
-  double min_rtt_ms = 0;
-  uint64_t cwnd_segments = 0;
-  uint64_t retransmits = 0;
-  uint64_t bytes_retransmitted = 0;
-  uint64_t delivery_rate_bps = 0;
-  uint64_t pacing_rate_bps = 0;
-  std::vector<Stream> streams;
+  // TCP only: aggregates over the data streams (min RTT the least, the rest sums) and each one.
+  struct Tcp {
+    int data_streams = 0;
+    std::string congestion_control;  // of the first data stream
+    double min_rtt_ms = 0;
+    uint64_t cwnd_segments = 0;
+    uint64_t retransmits = 0;
+    uint64_t bytes_retransmitted = 0;
+    uint64_t delivery_rate_bps = 0;
+    uint64_t pacing_rate_bps = 0;
+    std::vector<TcpStream> streams;
+  } tcp;
 };
 
 // The domains (regions) the group spans, as found at start-up.

@@ -463,7 +463,7 @@ int main(int argc, char** argv) {
       }
       uint64_t reconnects = 0;
       for (const auto& ps : c.peer_stats())
-        for (const auto& st : ps.streams) reconnects += st.reconnects;
+        for (const auto& st : ps.tcp.streams) reconnects += st.reconnects;
       std::printf("rank %d re-established %llu stream(s)\n", me, static_cast<unsigned long long>(reconnects));
       return 0;
     }

@@ -134,11 +134,11 @@ TEST(TcpTransport, StripedFramesArriveIntactWithStats) {
   ASSERT_EQ(stats.size(), 1u);
   const auto& s = stats[0];
   EXPECT_EQ(s.peer, 1);
-  EXPECT_EQ(s.data_streams, 4);
-  ASSERT_EQ(s.streams.size(), 4u);
-  EXPECT_FALSE(s.congestion_control.empty());
+  EXPECT_EQ(s.tcp.data_streams, 4);
+  ASSERT_EQ(s.tcp.streams.size(), 4u);
+  EXPECT_FALSE(s.tcp.congestion_control.empty());
   uint64_t frames = 0;
-  for (const auto& st : s.streams) {
+  for (const auto& st : s.tcp.streams) {
     frames += st.frames_sent;
     EXPECT_GT(st.mss, 0u);
     EXPECT_GT(st.cwnd_segments, 0u);
@@ -270,7 +270,7 @@ void reset_while_transferring(int streams, uint64_t seed, bool zerocopy = false)
   uint64_t reconnects = 0, resent = 0;
   for (Side* t : {p.t0.get(), p.t1.get()})
     for (const auto& ps : t->stats())
-      for (const auto& st : ps.streams) {
+      for (const auto& st : ps.tcp.streams) {
         reconnects += st.reconnects;
         resent += st.frames_resent;
       }
@@ -352,7 +352,7 @@ TEST(TcpTransport, SilentlyForgottenStreamIsReplacedByThePeer) {
   expect_delivered(down);
   uint64_t replaced = 0;
   for (const auto& ps : p.t0->stats())  // the lower rank saw its streams replaced
-    for (const auto& st : ps.streams) replaced += st.reconnects;
+    for (const auto& st : ps.tcp.streams) replaced += st.reconnects;
   EXPECT_EQ(replaced, 2u);
 }
 

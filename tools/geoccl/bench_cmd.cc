@@ -222,13 +222,13 @@ int run_bench(const BenchSpec& spec) {
       // TCP_INFO of the data streams (aggregate, then one line per stream).
       std::printf("#   %d data stream(s), cc %s, rtt %.2f ms (min %.2f), cwnd %llu seg, "
                   "retrans %llu seg / %llu B, delivery %.1f Mbit/s, pacing %.1f Mbit/s\n",
-                  s.data_streams, s.congestion_control.c_str(), s.rtt_ms, s.min_rtt_ms,
-                  static_cast<unsigned long long>(s.cwnd_segments),
-                  static_cast<unsigned long long>(s.retransmits),
-                  static_cast<unsigned long long>(s.bytes_retransmitted),
-                  static_cast<double>(s.delivery_rate_bps) / 1e6,
-                  static_cast<double>(s.pacing_rate_bps) / 1e6);
-      for (const auto& t : s.streams)
+                  s.tcp.data_streams, s.tcp.congestion_control.c_str(), s.rtt_ms, s.tcp.min_rtt_ms,
+                  static_cast<unsigned long long>(s.tcp.cwnd_segments),
+                  static_cast<unsigned long long>(s.tcp.retransmits),
+                  static_cast<unsigned long long>(s.tcp.bytes_retransmitted),
+                  static_cast<double>(s.tcp.delivery_rate_bps) / 1e6,
+                  static_cast<double>(s.tcp.pacing_rate_bps) / 1e6);
+      for (const auto& t : s.tcp.streams)
         std::printf("#   stream %d: %s rtt %.2f ms cwnd %u mss %u retrans %llu delivery %.1f "
                     "Mbit/s pacing %.1f Mbit/s sndbuf %llu rcvbuf %llu frames sent %llu recv %llu "
                     "reconnects %llu resent %llu\n",

@@ -211,8 +211,8 @@ uint64_t TcpConnection::backlog() const {
   return queued_ + static_cast<uint64_t>(std::max(unsent, 0));
 }
 
-PeerStats::Stream TcpConnection::info() const {
-  PeerStats::Stream s;
+PeerStats::TcpStream TcpConnection::info() const {
+  PeerStats::TcpStream s;
   s.index = stream_;
   s.frames_sent = frames_sent_;
   s.frames_received = frames_received_;

@@ -82,7 +82,7 @@ class TcpConnection {
   // (SIOCOUTQNSD): how far behind this stream is. The sender picks the stream with the least.
   uint64_t backlog() const;
   // TCP_INFO of the socket plus this stream's counters (loop thread).
-  PeerStats::Stream info() const;
+  PeerStats::TcpStream info() const;
   // The peer turned out to be in another domain: WAN socket options (TcpDevice::tune_wan_socket).
   void tune_for_wan();
 

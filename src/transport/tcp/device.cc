@@ -520,19 +520,21 @@ void TcpDevice::stats(PeerStats* ps) const {
   ps->bytes_received = p.bytes_received.load();
   // TCP_INFO is read on the loop thread, the only owner of the sockets.
   auto read_info = [&] {
+    PeerStats::Tcp& t = ps->tcp;
     for (int s = 1; s < streams_; ++s)
-      if (const TcpConnection* c = p.streams[static_cast<size_t>(s)].get()) ps->streams.push_back(c->info());
-    ps->data_streams = static_cast<int>(ps->streams.size());
-    for (const auto& st : ps->streams) {
-      if (ps->congestion_control.empty()) ps->congestion_control = st.congestion_control;
-      ps->rtt_ms += st.rtt_ms / static_cast<double>(ps->streams.size());
-      if (st.min_rtt_ms > 0 && (ps->min_rtt_ms == 0 || st.min_rtt_ms < ps->min_rtt_ms))
-        ps->min_rtt_ms = st.min_rtt_ms;
-      ps->cwnd_segments += st.cwnd_segments;
-      ps->retransmits += st.retransmits;
-      ps->bytes_retransmitted += st.bytes_retransmitted;
-      ps->delivery_rate_bps += st.delivery_rate_bps;
-      ps->pacing_rate_bps += st.pacing_rate_bps;
+      if (const TcpConnection* c = p.streams[static_cast<size_t>(s)].get()) t.streams.push_back(c->info());
+    t.data_streams = static_cast<int>(t.streams.size());
+    for (const auto& st : t.streams) {
+      if (t.congestion_control.empty()) t.congestion_control = st.congestion_control;
+      ps->rtt_ms += st.rtt_ms / static_cast<double>(t.streams.size());
+      if (st.min_rtt_ms > 0 && (t.min_rtt_ms == 0 || st.min_rtt_ms < t.min_rtt_ms)) t.min_rtt_ms = st.min_rtt_ms;
+      ps->frames_sent += st.frames_sent;
+      ps->frames_received += st.frames_received;
+      t.cwnd_segments += st.cwnd_segments;
+      t.retransmits += st.retransmits;
+      t.bytes_retransmitted += st.bytes_retransmitted;
+      t.delivery_rate_bps += st.delivery_rate_bps;
+      t.pacing_rate_bps += st.pacing_rate_bps;
     }
   };
   if (group_.loop().in_loop_thread())
