@@ -474,6 +474,35 @@ int main(int argc, char** argv) {
       for (int d : c.topology().domain_of) got += (got.empty() ? "" : ",") + std::to_string(d);
       std::printf("topology: %s\n", c.topology().describe.c_str());
       CHECK(got == want, "domains %s, expected %s", got.c_str(), want.c_str());
+      if (std::getenv("GEOCCL_TEST_EXPECT_WAN")) {
+        // The WAN treatment follows the domains however they were found: after a large
+        // allreduce, peers of this rank's domain are on shared memory (one namespace = one host),
+        // peers of other domains on TCP with BBR and frames striped over several streams.
+        std::vector<float> buf((16u << 20) / 4, 1.f);
+        c.allreduce(buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum).wait();
+        const auto& dom = c.topology().domain_of;
+        int striped_bulk = 0;
+        for (const auto& ps : c.peer_stats()) {
+          const bool remote = dom[static_cast<size_t>(ps.peer)] != dom[static_cast<size_t>(me)];
+          int used = 0;
+          for (const auto& st : ps.tcp.streams) used += st.frames_sent > 0;
+          std::printf("peer %d: %s, %s, %d stream(s) used, cc %s\n", ps.peer, remote ? "remote" : "same domain",
+                      ps.transport.c_str(), used, ps.tcp.congestion_control.c_str());
+          if (remote) {
+            CHECK(ps.transport == "tcp", "peer %d in another domain on %s", ps.peer, ps.transport.c_str());
+            // Only the WAN ring's neighbours carry bulk data; probes take one warm stream.
+            if (ps.bytes_sent > (4u << 20))
+              CHECK(used > 1, "peer %d in another domain: %llu B on %d stream(s)", ps.peer,
+                    static_cast<unsigned long long>(ps.bytes_sent), used);
+            striped_bulk += ps.bytes_sent > (4u << 20) && used > 1;
+            CHECK(ps.tcp.congestion_control == "bbr", "peer %d in another domain: cc %s", ps.peer,
+                  ps.tcp.congestion_control.c_str());
+          } else {
+            CHECK(ps.transport == "shm", "peer %d in this domain on %s", ps.peer, ps.transport.c_str());
+          }
+        }
+        CHECK(striped_bulk > 0, "no peer in another domain carried striped bulk data");
+      }
       return g_failures ? 1 : 0;
     }
     if (mode == "garbage") {
