@@ -98,29 +98,73 @@ TEST(Handshake, HelloRoundTripAndChecks) {
   h.rank = 3;
   h.world_size = 4;
   h.session_id = 42;
+  h.minor = 7;
+  h.flags = 0x80000001u;
+  h.params_hash = 0x0102030405060708ull;
+  const auto b = encode_hello(h);
+  EXPECT_EQ(b[8], kProtocolVersion);  // major version at offset 8, as in every version
+  EXPECT_EQ(b[28], 7);                // minor after the fields of version 3
+  EXPECT_EQ(b[30], 0x01);             // flags, low byte first
+  EXPECT_EQ(b[34], 0x08);             // params hash, low byte first
+  for (size_t i = kHelloSize - kHandshakeReserved; i < kHelloSize; ++i) EXPECT_EQ(b[i], 0) << i;
   Hello d;
-  ASSERT_EQ(decode_hello(encode_hello(h), &d), HandshakeStatus::kAccepted);
-  EXPECT_EQ(d.rank, 3u);
-  EXPECT_EQ(d.stream, 1);
-  EXPECT_EQ(check_hello(d, 4, 42, 2), HandshakeStatus::kAccepted);
-  EXPECT_EQ(check_hello(d, 5, 42, 2), HandshakeStatus::kBadWorldSize);
-  EXPECT_EQ(check_hello(d, 4, 43, 2), HandshakeStatus::kBadSession);
-  EXPECT_EQ(check_hello(d, 4, 42, 1), HandshakeStatus::kBadStream);
+  ASSERT_EQ(decode_hello(b, &d), HandshakeStatus::kAccepted);
+  EXPECT_EQ(d, h);
+  const uint64_t ph = h.params_hash;
+  EXPECT_EQ(check_hello(d, 4, 42, 2, ph), HandshakeStatus::kAccepted);
+  EXPECT_EQ(check_hello(d, 5, 42, 2, ph), HandshakeStatus::kBadWorldSize);
+  EXPECT_EQ(check_hello(d, 4, 43, 2, ph), HandshakeStatus::kBadSession);
+  EXPECT_EQ(check_hello(d, 4, 42, 1, ph), HandshakeStatus::kBadStream);
+  EXPECT_EQ(check_hello(d, 4, 42, 2, ph + 1), HandshakeStatus::kBadParams);
+  EXPECT_STREQ(handshake_status_name(HandshakeStatus::kBadParams), "group parameters differ");
+  EXPECT_EQ(check_hello(d, 4, 42, 2), HandshakeStatus::kAccepted);  // transitional: no hash check
+  d.minor = 0xffff;  // another minor of the same major is accepted
+  EXPECT_EQ(check_hello(d, 4, 42, 2, ph), HandshakeStatus::kAccepted);
   d.version = kProtocolVersion + 1;
-  EXPECT_EQ(check_hello(d, 4, 42, 2), HandshakeStatus::kBadVersion);
+  EXPECT_EQ(check_hello(d, 4, 42, 2, ph), HandshakeStatus::kBadVersion);
   std::array<uint8_t, kHelloSize> garbage{};
   garbage.fill('x');
   EXPECT_EQ(decode_hello(garbage, &d), HandshakeStatus::kBadMagic);
 }
 
+TEST(Handshake, ReservedBytesAreIgnored) {
+  Hello h;
+  h.rank = 1;
+  auto b = encode_hello(h);
+  for (size_t i = kHelloSize - kHandshakeReserved; i < kHelloSize; ++i) b[i] = 0xa5;
+  Hello d;
+  ASSERT_EQ(decode_hello(b, &d), HandshakeStatus::kAccepted);
+  EXPECT_EQ(d, h);
+  Reply r;
+  auto rb = encode_reply(r);
+  rb[11] = 1;
+  for (size_t i = kReplySize - kHandshakeReserved; i < kReplySize; ++i) rb[i] = 0x5a;
+  Reply rd;
+  ASSERT_EQ(decode_reply(rb, &rd), HandshakeStatus::kAccepted);
+  EXPECT_EQ(rd, r);
+}
+
 TEST(Handshake, Reply) {
   Reply r;
-  r.status = HandshakeStatus::kBadSession;
+  r.status = HandshakeStatus::kBadParams;
   r.rank = 9;
+  r.minor = 3;
+  r.flags = 5;
+  const auto b = encode_reply(r);
+  EXPECT_EQ(b[8], kProtocolVersion);
+  EXPECT_EQ(b[10], static_cast<uint8_t>(HandshakeStatus::kBadParams));
+  EXPECT_EQ(b[12], 9);  // rank where version 3 had it
+  EXPECT_EQ(b[16], 3);
+  EXPECT_EQ(b[18], 5);
   Reply d;
-  ASSERT_EQ(decode_reply(encode_reply(r), &d), HandshakeStatus::kAccepted);
-  EXPECT_EQ(d.status, HandshakeStatus::kBadSession);
-  EXPECT_EQ(d.rank, 9u);
+  ASSERT_EQ(decode_reply(b, &d), HandshakeStatus::kAccepted);
+  EXPECT_EQ(d, r);
+  auto unknown = b;
+  unknown[10] = static_cast<uint8_t>(HandshakeStatus::kBadParams) + 1;
+  EXPECT_EQ(decode_reply(unknown, &d), HandshakeStatus::kMalformed);
+  unknown = b;
+  unknown[0] ^= 1;
+  EXPECT_EQ(decode_reply(unknown, &d), HandshakeStatus::kBadMagic);
 }
 
 TEST(StoreCodec, RoundTripAndLimits) {
