@@ -17,10 +17,18 @@ TEST(Frame, RoundTrip) {
   h.op_bytes = 1ull << 40;
   h.offset = 99;
   h.frame = 0x1112131415161718ull;
+  h.channel = 3;
+  h.epoch = 0x21222324u;
   const auto b = encode_frame_header(h);
-  EXPECT_EQ(b[0], 'G');  // magic is little-endian "GCF1"
+  static_assert(kFrameHeaderSize == 64);
+  EXPECT_EQ(b[0], 'G');  // magic is little-endian "GCF2"
+  EXPECT_EQ(b[3], '2');
   EXPECT_EQ(b[16], 0x08);  // seq low byte first
   EXPECT_EQ(b[40], 0x18);  // frame number at offset 40, low byte first
+  EXPECT_EQ(b[48], 0);     // flags
+  EXPECT_EQ(b[49], 3);     // channel
+  EXPECT_EQ(b[52], 0x24);  // epoch, low byte first
+  for (size_t i : {50, 51, 56, 57, 58, 59, 60, 61, 62, 63}) EXPECT_EQ(b[i], 0) << i;
   FrameHeader d;
   ASSERT_EQ(decode_frame_header(b, &d), DecodeStatus::kOk);
   EXPECT_EQ(d, h);
@@ -63,6 +71,51 @@ TEST(Frame, RejectsBadInput) {
   EXPECT_EQ(decode_frame_header(b, &d), DecodeStatus::kBadType);
 }
 
+TEST(Frame, UnknownFlagsAndReservedBytesAreRejected) {
+  for (FrameType t : {FrameType::kData, FrameType::kAbort, FrameType::kGoodbye, FrameType::kAck}) {
+    FrameHeader h, d;
+    h.type = t;
+    for (size_t i : {48, 50, 51, 56, 63}) {
+      auto b = encode_frame_header(h);
+      b[i] = 1;
+      EXPECT_EQ(decode_frame_header(b, &d), DecodeStatus::kBadReserved) << int(t) << " byte " << i;
+    }
+  }
+}
+
+TEST(Frame, ControlFramesOfANewerMinorAreSkippable) {
+  FrameHeader h;
+  h.type = static_cast<FrameType>(kFirstUnknownControlType);
+  h.kind = static_cast<OpKind>(200);  // no other field is checked
+  h.flags = 0xff;
+  h.frame = 9;
+  h.payload_len = 100;
+  auto b = encode_frame_header(h);
+  b[50] = b[60] = 7;  // reserved bytes a newer minor may use
+  FrameHeader d;
+  ASSERT_EQ(decode_frame_header(b, &d), DecodeStatus::kUnknownControl);
+  EXPECT_EQ(static_cast<uint8_t>(d.type), kFirstUnknownControlType);
+  EXPECT_EQ(d.payload_len, 100u);  // what the connection reads past
+  EXPECT_EQ(d.frame, 9u);
+  b[4] = kLastUnknownControlType;
+  EXPECT_EQ(decode_frame_header(b, &d), DecodeStatus::kUnknownControl);
+  h.type = static_cast<FrameType>(kLastUnknownControlType);
+  h.payload_len = kMaxUnknownControlPayload + 1;  // the payload length is still bounded
+  EXPECT_EQ(decode_frame_header(encode_frame_header(h), &d), DecodeStatus::kBadLength);
+  h.payload_len = kMaxUnknownControlPayload;
+  EXPECT_EQ(decode_frame_header(encode_frame_header(h), &d), DecodeStatus::kUnknownControl);
+  // Outside the range: types a receiver must understand (5..15) and invalid ones (128..255).
+  h.payload_len = 0;
+  for (int t : {5, 15, 128, 255}) {
+    h.type = static_cast<FrameType>(t);
+    EXPECT_EQ(decode_frame_header(encode_frame_header(h), &d), DecodeStatus::kBadType) << t;
+  }
+  h.type = static_cast<FrameType>(kFirstUnknownControlType);
+  b = encode_frame_header(h);
+  b[0] ^= 1;  // the magic is checked first
+  EXPECT_EQ(decode_frame_header(b, &d), DecodeStatus::kBadMagic);
+}
+
 TEST(Frame, MismatchNamesTheField) {
   FrameHeader a, b;
   a.kind = b.kind = OpKind::kAllreduce;
@@ -78,6 +131,14 @@ TEST(Frame, MismatchNamesTheField) {
   b = a;
   b.kind = OpKind::kBroadcast;
   EXPECT_NE(describe_mismatch(a, b).find("broadcast"), std::string::npos);
+  b = a;
+  b.flags = 1;  // per-frame bits, not a disagreement
+  EXPECT_EQ(describe_mismatch(a, b), "");
+  b.channel = 2;
+  EXPECT_EQ(describe_mismatch(a, b), "channel: expected 0, peer sent 2");
+  b.epoch = 5;  // another membership epoch is named before anything else
+  b.kind = OpKind::kBroadcast;
+  EXPECT_EQ(describe_mismatch(a, b), "membership epoch: expected 0, peer is in 5");
 }
 
 TEST(Frame, AbortPayload) {
