@@ -31,8 +31,9 @@
 //   - Another major version is rejected. A minor version adds only what an older minor of the
 //     same major may ignore: flag bits and fields in the reserved bytes. A feature is used on a
 //     connection only when both sides' minor (or flags) announce it.
-//   - Encoders of this version write zero in the reserved bytes; decoders of this version ignore
-//     the reserved bytes and flag bits they do not know (they are not kept in Hello/Reply).
+//   - Encoders of this version write zero in the reserved bytes. Decoders of this version
+//     ignore the reserved bytes (they are not kept in Hello/Reply) and flag bits they do not know
+//     (kept in `flags`, acted on by nobody).
 #pragma once
 
 #include <array>
