@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include "core/logging.h"
 #include "geoccl/error.h"
@@ -47,6 +48,27 @@ void apply(std::initializer_list<const char*> names, F&& set) {
     if (const char* v = env(n)) set(n, v);
 }
 
+// Syntax only (the transport layer knows the names): "name", or "class=name[,class=name...]".
+bool valid_transport_choice(const std::string& s) {
+  auto word = [](std::string_view w) {
+    if (w.empty()) return false;
+    for (char c : w)
+      if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_')) return false;
+    return true;
+  };
+  if (s.find('=') == std::string::npos) return word(s);
+  std::string_view rest(s);
+  while (true) {
+    const size_t comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    const size_t eq = item.find('=');
+    if (eq == std::string_view::npos || !word(item.substr(0, eq)) || !word(item.substr(eq + 1)))
+      return false;
+    if (comma == std::string_view::npos) return true;
+    rest.remove_prefix(comma + 1);
+  }
+}
+
 }  // namespace
 
 void Config::apply_env() {
@@ -76,6 +98,7 @@ void Config::apply_env() {
   apply({"GEOCCL_TCP_RESUME_TIMEOUT_MS"}, [&](auto n, auto v) {
     tcp_resume_timeout = std::chrono::milliseconds(parse_int<int64_t>(n, v));
   });
+  apply({"GEOCCL_TRANSPORT"}, [&](auto, auto v) { transport = v; });
   apply({"GEOCCL_TIMEOUT_MS"},
         [&](auto n, auto v) { op_timeout = std::chrono::milliseconds(parse_int<int64_t>(n, v)); });
   apply({"GEOCCL_CONNECT_TIMEOUT_MS"}, [&](auto n, auto v) {
@@ -110,6 +133,9 @@ void Config::validate() const {
   if (tcp_resume != "auto" && tcp_resume != "on" && tcp_resume != "off")
     bad("GEOCCL_TCP_RESUME must be auto, on or off, got '" + tcp_resume + "'");
   if (tcp_resume_timeout.count() <= 0) bad("GEOCCL_TCP_RESUME_TIMEOUT_MS must be > 0");
+  if (!valid_transport_choice(transport))
+    bad("GEOCCL_TRANSPORT must be a transport name (auto, tcp, shm) or a list of class=name "
+        "(lan=shm,wan=tcp), got '" + transport + "'");
   if (chunk_bytes < 4096) bad("GEOCCL_CHUNK_BYTES must be >= 4096");
   if (algo != "auto" && algo != "ring" && algo != "rd" && algo != "tree" && algo != "hier" &&
       algo != "hier-ring" && algo != "hier-small" && algo != "flat")

@@ -29,10 +29,21 @@ const char* decode_status_name(DecodeStatus s) {
     case DecodeStatus::kBadMagic: return "bad magic";
     case DecodeStatus::kBadType: return "bad frame type";
     case DecodeStatus::kBadLength: return "payload too long";
-    case DecodeStatus::kBadReserved: return "frame number set on an abort or goodbye frame";
+    case DecodeStatus::kBadReserved:
+      return "reserved field set (unknown flag, reserved byte, or frame number of an abort/goodbye)";
+    case DecodeStatus::kUnknownControl: return "control frame of a newer minor version (skipped)";
   }
   return "unknown";
 }
+
+namespace {
+
+bool is_known(uint8_t type) {
+  return type >= static_cast<uint8_t>(FrameType::kData) &&
+         type <= static_cast<uint8_t>(FrameType::kAck);
+}
+
+}  // namespace
 
 FrameHeaderBytes encode_frame_header(const FrameHeader& h) {
   std::vector<uint8_t> v;
@@ -48,7 +59,12 @@ FrameHeaderBytes encode_frame_header(const FrameHeader& h) {
   w.u64(h.seq);
   w.u64(h.op_bytes);
   w.u64(h.offset);
-  w.u64(h.type == FrameType::kData || h.type == FrameType::kAck ? h.frame : 0);
+  w.u64(h.type == FrameType::kAbort || h.type == FrameType::kGoodbye ? 0 : h.frame);
+  w.u8(h.flags);
+  w.u8(h.channel);
+  w.u16(0);
+  w.u32(h.epoch);
+  w.u64(0);
   FrameHeaderBytes out{};
   std::copy(v.begin(), v.end(), out.begin());
   return out;
@@ -58,6 +74,8 @@ DecodeStatus decode_frame_header(std::span<const uint8_t, kFrameHeaderSize> in, 
   Reader r(in);
   uint32_t magic = 0;
   uint8_t type = 0, kind = 0;
+  uint16_t reserved50 = 0;
+  uint64_t reserved56 = 0;
   FrameHeader h;
   r.u32(&magic);
   r.u8(&type);
@@ -70,33 +88,44 @@ DecodeStatus decode_frame_header(std::span<const uint8_t, kFrameHeaderSize> in, 
   r.u64(&h.op_bytes);
   r.u64(&h.offset);
   r.u64(&h.frame);
+  r.u8(&h.flags);
+  r.u8(&h.channel);
+  r.u16(&reserved50);
+  r.u32(&h.epoch);
+  r.u64(&reserved56);
   if (magic != kFrameMagic) return DecodeStatus::kBadMagic;
-  if (type < static_cast<uint8_t>(FrameType::kData) ||
-      type > static_cast<uint8_t>(FrameType::kAck))
-    return DecodeStatus::kBadType;
-  if (kind > static_cast<uint8_t>(OpKind::kSendRecv)) return DecodeStatus::kBadType;
-  if (h.payload_len > kMaxPayload) return DecodeStatus::kBadLength;
-  if (type == static_cast<uint8_t>(FrameType::kAbort) && h.payload_len > kMaxAbortMessage + 5)
-    return DecodeStatus::kBadLength;
-  if ((type == static_cast<uint8_t>(FrameType::kGoodbye) ||
-       type == static_cast<uint8_t>(FrameType::kAck)) &&
-      h.payload_len != 0)
-    return DecodeStatus::kBadLength;
-  if (type != static_cast<uint8_t>(FrameType::kData) &&
-      type != static_cast<uint8_t>(FrameType::kAck) && h.frame != 0)
-    return DecodeStatus::kBadReserved;
   h.type = static_cast<FrameType>(type);
   h.kind = static_cast<OpKind>(kind);
+  if (type >= kFirstUnknownControlType && type <= kLastUnknownControlType) {
+    if (h.payload_len > kMaxUnknownControlPayload) return DecodeStatus::kBadLength;
+    *out = h;
+    return DecodeStatus::kUnknownControl;
+  }
+  if (!is_known(type)) return DecodeStatus::kBadType;
+  if (kind > static_cast<uint8_t>(OpKind::kSendRecv)) return DecodeStatus::kBadType;
+  if (h.payload_len > kMaxPayload) return DecodeStatus::kBadLength;
+  if (h.type == FrameType::kAbort && h.payload_len > kMaxAbortMessage + 5)
+    return DecodeStatus::kBadLength;
+  if ((h.type == FrameType::kGoodbye || h.type == FrameType::kAck) && h.payload_len != 0)
+    return DecodeStatus::kBadLength;
+  if ((h.type == FrameType::kAbort || h.type == FrameType::kGoodbye) && h.frame != 0)
+    return DecodeStatus::kBadReserved;
+  if ((h.flags & ~kFrameFlagsKnown) != 0 || reserved50 != 0 || reserved56 != 0)
+    return DecodeStatus::kBadReserved;
   *out = h;
   return DecodeStatus::kOk;
 }
 
 std::string describe_mismatch(const FrameHeader& want, const FrameHeader& got) {
   auto num = [](uint64_t v) { return std::to_string(v); };
+  if (got.epoch != want.epoch)
+    return "membership epoch: expected " + num(want.epoch) + ", peer is in " + num(got.epoch);
   if (got.kind != want.kind)
     return std::string("operation: expected ") + op_kind_name(want.kind) + ", peer sent " +
            op_kind_name(got.kind);
   if (got.seq != want.seq) return "sequence: expected " + num(want.seq) + ", got " + num(got.seq);
+  if (got.channel != want.channel)
+    return "channel: expected " + num(want.channel) + ", peer sent " + num(got.channel);
   if (got.dtype != want.dtype)
     return "dtype: expected " + num(want.dtype) + ", peer sent " + num(got.dtype);
   if (got.reduce_op != want.reduce_op)

@@ -1,8 +1,8 @@
-// The frame header that precedes every message between two ranks. Fixed 48 bytes:
+// The frame header that precedes every message between two ranks. Fixed 64 bytes:
 //
 //   off size field
-//     0    4 magic        "GCF1" (0x31464347 little-endian)
-//     4    1 type         FrameType
+//     0    4 magic        "GCF2" (0x32464347 little-endian; "GCF1" was the 48-byte header)
+//     4    1 type         FrameType, or a control frame type of a newer minor (see below)
 //     5    1 kind         OpKind of the operation the payload belongs to
 //     6    1 dtype        DataType wire value (0 when not applicable)
 //     7    1 reduce_op    ReduceOp wire value (0 when not applicable)
@@ -15,9 +15,27 @@
 //                         on the sender), which lets the receiver take frame k of a peer from any
 //                         of its striped data streams; ack frames: the number of data frames
 //                         received in full (every frame below it); abort/goodbye: must be zero
+//    48    1 flags        per-frame bits (kFrameFlagsKnown); none are defined yet
+//    49    1 channel      priority class of the traffic, 0 = gradients
+//    50    2 reserved     zero
+//    52    4 epoch        membership epoch the sender is in (0 until membership can change)
+//    56    8 reserved     zero
 //
-// The receiver compares seq, kind, dtype, reduce_op, tag and op_bytes with what it expects:
-// any difference is a mismatch between ranks, reported as such instead of corrupting data.
+// The receiver compares epoch, kind, seq, channel, dtype, reduce_op, tag and op_bytes with what
+// it expects: any difference is a mismatch between ranks, reported as such instead of
+// corrupting data.
+//
+// Frame types and what comes next:
+//   1..4     data, abort, goodbye, ack: strict. Unknown flag bits or non-zero reserved bytes are
+//            kBadReserved: a sender uses a new flag or field only when the peer's minor version
+//            (exchanged in the handshake) announced it.
+//   5..15    reserved for frame types a receiver must understand; sent only to a peer whose minor
+//            version knows them, so a decoder of this version rejects them (kBadType).
+//   16..127  control frames of a newer minor version that may be ignored: decode returns
+//            kUnknownControl with the header filled in (type holds the raw value); the payload is
+//            at most kMaxUnknownControlPayload bytes and the connection must read past it and go
+//            on. No other field of such a header is checked.
+//   128..255 invalid (kBadType).
 #pragma once
 
 #include <array>
@@ -29,10 +47,14 @@
 
 namespace geoccl::protocol {
 
-inline constexpr uint32_t kFrameMagic = 0x31464347;  // "GCF1"
-inline constexpr size_t kFrameHeaderSize = 48;
+inline constexpr uint32_t kFrameMagic = 0x32464347;  // "GCF2"
+inline constexpr size_t kFrameHeaderSize = 64;
 inline constexpr uint32_t kMaxPayload = 1u << 30;
 inline constexpr uint32_t kMaxAbortMessage = 4096;
+inline constexpr uint8_t kFrameFlagsKnown = 0;  // flag bits this version defines
+inline constexpr uint8_t kFirstUnknownControlType = 16;
+inline constexpr uint8_t kLastUnknownControlType = 127;
+inline constexpr uint32_t kMaxUnknownControlPayload = 64u << 10;
 
 enum class FrameType : uint8_t {
   kData = 1,   // payload is operation data
@@ -40,6 +62,7 @@ enum class FrameType : uint8_t {
   kGoodbye = 3,  // no payload: the sender is shutting down cleanly; its EOF is not a failure
   kAck = 4,      // no payload: `frame` = data frames of this pair received in full, in order. The
                  // sender may forget them; until then it keeps a copy to re-send if a stream breaks
+  // A header decoded as kUnknownControl holds its raw type value (16..127), named by none of these.
 };
 
 enum class OpKind : uint8_t {
@@ -69,6 +92,9 @@ struct FrameHeader {
   uint64_t op_bytes = 0;
   uint64_t offset = 0;
   uint64_t frame = 0;  // data: per-pair frame number (transport-assigned); ack: frames received
+  uint8_t flags = 0;
+  uint8_t channel = 0;  // priority class, 0 = gradients
+  uint32_t epoch = 0;   // membership epoch
 
   bool operator==(const FrameHeader&) const = default;
 };
@@ -77,14 +103,15 @@ using FrameHeaderBytes = std::array<uint8_t, kFrameHeaderSize>;
 
 FrameHeaderBytes encode_frame_header(const FrameHeader& h);
 
-enum class DecodeStatus { kOk, kBadMagic, kBadType, kBadLength, kBadReserved };
+enum class DecodeStatus { kOk, kBadMagic, kBadType, kBadLength, kBadReserved, kUnknownControl };
 const char* decode_status_name(DecodeStatus s);
 
 // Decodes exactly kFrameHeaderSize bytes. Returns kOk and fills *out, or the first violation.
+// kUnknownControl is no violation: *out is filled in, and the caller skips payload_len bytes.
 DecodeStatus decode_frame_header(std::span<const uint8_t, kFrameHeaderSize> in, FrameHeader* out);
 
 // Describes the first field where `got` differs from `want` ("" when they agree on every field a
-// receiver checks: everything but payload_len, offset and frame).
+// receiver checks: everything but type, payload_len, offset, frame and flags).
 std::string describe_mismatch(const FrameHeader& want, const FrameHeader& got);
 
 // Abort payload helpers.

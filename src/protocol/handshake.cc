@@ -17,9 +17,25 @@ const char* handshake_status_name(HandshakeStatus s) {
     case HandshakeStatus::kBadWorldSize: return "world size mismatch";
     case HandshakeStatus::kMalformed: return "malformed handshake";
     case HandshakeStatus::kBadStream: return "stream index out of range";
+    case HandshakeStatus::kBadParams: return "group parameters differ";
   }
   return "unknown";
 }
+
+namespace {
+
+template <size_t N>
+std::array<uint8_t, N> to_array(const std::vector<uint8_t>& v) {
+  std::array<uint8_t, N> out{};
+  std::copy(v.begin(), v.end(), out.begin());
+  return out;
+}
+
+void write_reserved(Writer& w) {
+  for (size_t i = 0; i < kHandshakeReserved; ++i) w.u8(0);
+}
+
+}  // namespace
 
 std::array<uint8_t, kHelloSize> encode_hello(const Hello& h) {
   std::vector<uint8_t> v;
@@ -30,9 +46,11 @@ std::array<uint8_t, kHelloSize> encode_hello(const Hello& h) {
   w.u32(h.rank);
   w.u32(h.world_size);
   w.u64(h.session_id);
-  std::array<uint8_t, kHelloSize> out{};
-  std::copy(v.begin(), v.end(), out.begin());
-  return out;
+  w.u16(h.minor);
+  w.u32(h.flags);
+  w.u64(h.params_hash);
+  write_reserved(w);
+  return to_array<kHelloSize>(v);
 }
 
 std::array<uint8_t, kReplySize> encode_reply(const Reply& r) {
@@ -43,11 +61,13 @@ std::array<uint8_t, kReplySize> encode_reply(const Reply& r) {
   w.u8(static_cast<uint8_t>(r.status));
   w.u8(0);
   w.u32(r.rank);
-  std::array<uint8_t, kReplySize> out{};
-  std::copy(v.begin(), v.end(), out.begin());
-  return out;
+  w.u16(r.minor);
+  w.u32(r.flags);
+  write_reserved(w);
+  return to_array<kReplySize>(v);
 }
 
+// The reserved bytes are read past, not checked: a newer minor version may use them.
 HandshakeStatus decode_hello(std::span<const uint8_t, kHelloSize> in, Hello* out) {
   Reader r(in);
   uint64_t magic = 0;
@@ -58,8 +78,11 @@ HandshakeStatus decode_hello(std::span<const uint8_t, kHelloSize> in, Hello* out
   r.u32(&h.rank);
   r.u32(&h.world_size);
   r.u64(&h.session_id);
+  r.u16(&h.minor);
+  r.u32(&h.flags);
+  r.u64(&h.params_hash);
   if (magic != kHelloMagic) return HandshakeStatus::kBadMagic;
-  if (!r.ok()) return HandshakeStatus::kMalformed;
+  if (!r.ok() || r.remaining() != kHandshakeReserved) return HandshakeStatus::kMalformed;
   *out = h;
   return HandshakeStatus::kAccepted;
 }
@@ -74,8 +97,11 @@ HandshakeStatus decode_reply(std::span<const uint8_t, kReplySize> in, Reply* out
   r.u8(&status);
   r.u8(&reserved);
   r.u32(&rep.rank);
+  r.u16(&rep.minor);
+  r.u32(&rep.flags);
   if (magic != kReplyMagic) return HandshakeStatus::kBadMagic;
-  if (!r.ok() || reserved != 0 || status > static_cast<uint8_t>(HandshakeStatus::kBadStream))
+  if (!r.ok() || r.remaining() != kHandshakeReserved ||
+      status > static_cast<uint8_t>(HandshakeStatus::kBadParams))
     return HandshakeStatus::kMalformed;
   rep.status = static_cast<HandshakeStatus>(status);
   *out = rep;
@@ -83,13 +109,19 @@ HandshakeStatus decode_reply(std::span<const uint8_t, kReplySize> in, Reply* out
 }
 
 HandshakeStatus check_hello(const Hello& h, uint32_t my_world_size, uint64_t my_session_id,
-                            uint16_t num_streams) {
+                            uint16_t num_streams, uint64_t my_params_hash) {
   if (h.version != kProtocolVersion) return HandshakeStatus::kBadVersion;
   if (h.session_id != my_session_id) return HandshakeStatus::kBadSession;
   if (h.world_size != my_world_size) return HandshakeStatus::kBadWorldSize;
+  if (h.params_hash != my_params_hash) return HandshakeStatus::kBadParams;
   if (h.rank >= my_world_size) return HandshakeStatus::kBadRank;
   if (h.stream >= num_streams) return HandshakeStatus::kBadStream;
   return HandshakeStatus::kAccepted;
+}
+
+HandshakeStatus check_hello(const Hello& h, uint32_t my_world_size, uint64_t my_session_id,
+                            uint16_t num_streams) {
+  return check_hello(h, my_world_size, my_session_id, num_streams, h.params_hash);
 }
 
 }  // namespace geoccl::protocol

@@ -1,10 +1,39 @@
 // The connection handshake. The connecting rank sends a Hello; the accepting rank checks it and
-// answers with a Reply. A stranger (bad magic), another protocol version, another session or an
-// impossible rank is rejected with a reason, and the connection is closed.
+// answers with a Reply. A stranger (bad magic), another protocol version, another session, other
+// group parameters or an impossible rank is rejected with a reason, and the connection is closed.
 //
-// Hello (28 bytes): u64 magic "GEOCCLHS" | u16 version | u16 stream | u32 rank |
-//                   u32 world_size | u64 session_id
-// Reply (16 bytes): u64 magic "GEOCCLHR" | u16 version | u8 status | u8 reserved(0) | u32 rank
+// Hello (58 bytes):
+//   off size field
+//     0    8 magic        "GEOCCLHS"
+//     8    2 version      major protocol version (kProtocolVersion); must be equal
+//    10    2 stream       which of the pair's connections this is (0 = control)
+//    12    4 rank
+//    16    4 world_size
+//    20    8 session_id
+//    28    2 minor        minor version of the sender (any value is accepted)
+//    30    4 flags        capabilities of the sender; none are defined in 4.0
+//    34    8 params_hash  GroupParams::hash() of the sender's group parameters; must be equal
+//    42   16 reserved
+// Reply (38 bytes):
+//     0    8 magic        "GEOCCLHR"
+//     8    2 version      major version of the acceptor
+//    10    1 status       HandshakeStatus
+//    11    1 reserved
+//    12    4 rank         the acceptor's rank
+//    16    2 minor        minor version of the acceptor
+//    18    4 flags        capabilities of the acceptor; none are defined in 4.0
+//    22   16 reserved
+//
+// Rules for what comes next:
+//   - The first bytes keep the layout of version 3 (a Hello's first 28 bytes, a Reply's first
+//     16), and magic and major version stay at offsets 0 and 8 in every version, so any version
+//     can tell another one apart and answer kBadVersion.
+//   - Another major version is rejected. A minor version adds only what an older minor of the
+//     same major may ignore: flag bits and fields in the reserved bytes. A feature is used on a
+//     connection only when both sides' minor (or flags) announce it.
+//   - Encoders of this version write zero in the reserved bytes. Decoders of this version
+//     ignore the reserved bytes (they are not kept in Hello/Reply) and flag bits they do not know
+//     (kept in `flags`, acted on by nobody).
 #pragma once
 
 #include <array>
@@ -17,9 +46,13 @@ inline constexpr uint64_t kHelloMagic = 0x5348'4C43'434F'4547ull;  // "GEOCCLHS"
 inline constexpr uint64_t kReplyMagic = 0x5248'4C43'434F'4547ull;  // "GEOCCLHR"
 // 2: frame header bytes 40..47 carry the per-pair frame number (striping).
 // 3: ack frames; a Hello for a data stream that exists replaces it (stream re-established).
-inline constexpr uint16_t kProtocolVersion = 3;
-inline constexpr size_t kHelloSize = 28;
-inline constexpr size_t kReplySize = 16;
+// 4: 64-byte frame header (flags, channel, epoch); group parameter hash, minor version, flags
+//    and reserved bytes in the handshake.
+inline constexpr uint16_t kProtocolVersion = 4;
+inline constexpr uint16_t kProtocolMinor = 0;
+inline constexpr size_t kHelloSize = 58;
+inline constexpr size_t kReplySize = 38;
+inline constexpr size_t kHandshakeReserved = 16;
 
 struct Hello {
   uint16_t version = kProtocolVersion;
@@ -27,6 +60,11 @@ struct Hello {
   uint32_t rank = 0;
   uint32_t world_size = 0;
   uint64_t session_id = 0;
+  uint16_t minor = kProtocolMinor;
+  uint32_t flags = 0;
+  uint64_t params_hash = 0;  // membership::GroupParams::hash()
+
+  bool operator==(const Hello&) const = default;
 };
 
 enum class HandshakeStatus : uint8_t {
@@ -38,6 +76,7 @@ enum class HandshakeStatus : uint8_t {
   kBadWorldSize = 5,
   kMalformed = 6,
   kBadStream = 7,
+  kBadParams = 8,
 };
 const char* handshake_status_name(HandshakeStatus s);
 
@@ -45,16 +84,26 @@ struct Reply {
   uint16_t version = kProtocolVersion;
   HandshakeStatus status = HandshakeStatus::kAccepted;
   uint32_t rank = 0;
+  uint16_t minor = kProtocolMinor;
+  uint32_t flags = 0;
+
+  bool operator==(const Reply&) const = default;
 };
 
 std::array<uint8_t, kHelloSize> encode_hello(const Hello& h);
 std::array<uint8_t, kReplySize> encode_reply(const Reply& r);
 
-// Decodes the bytes only (magic, reserved fields); returns kAccepted, kBadMagic or kMalformed.
+// Decodes the bytes only; returns kAccepted, kBadMagic or kMalformed (a Reply status this
+// version does not know).
 HandshakeStatus decode_hello(std::span<const uint8_t, kHelloSize> in, Hello* out);
 HandshakeStatus decode_reply(std::span<const uint8_t, kReplySize> in, Reply* out);
 
-// The accepting side's verdict on a decoded Hello.
+// The accepting side's verdict on a decoded Hello: kBadVersion, kBadSession, kBadWorldSize,
+// kBadParams (`my_params_hash` differs), kBadRank, kBadStream, in that order, or kAccepted.
+HandshakeStatus check_hello(const Hello& h, uint32_t my_world_size, uint64_t my_session_id,
+                            uint16_t num_streams, uint64_t my_params_hash);
+// Transitional, for the transports until they pass the parameter hash: as above without the
+// kBadParams check. Remove once no caller is left.
 HandshakeStatus check_hello(const Hello& h, uint32_t my_world_size, uint64_t my_session_id,
                             uint16_t num_streams);
 

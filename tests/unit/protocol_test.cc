@@ -17,10 +17,18 @@ TEST(Frame, RoundTrip) {
   h.op_bytes = 1ull << 40;
   h.offset = 99;
   h.frame = 0x1112131415161718ull;
+  h.channel = 3;
+  h.epoch = 0x21222324u;
   const auto b = encode_frame_header(h);
-  EXPECT_EQ(b[0], 'G');  // magic is little-endian "GCF1"
+  static_assert(kFrameHeaderSize == 64);
+  EXPECT_EQ(b[0], 'G');  // magic is little-endian "GCF2"
+  EXPECT_EQ(b[3], '2');
   EXPECT_EQ(b[16], 0x08);  // seq low byte first
   EXPECT_EQ(b[40], 0x18);  // frame number at offset 40, low byte first
+  EXPECT_EQ(b[48], 0);     // flags
+  EXPECT_EQ(b[49], 3);     // channel
+  EXPECT_EQ(b[52], 0x24);  // epoch, low byte first
+  for (size_t i : {50, 51, 56, 57, 58, 59, 60, 61, 62, 63}) EXPECT_EQ(b[i], 0) << i;
   FrameHeader d;
   ASSERT_EQ(decode_frame_header(b, &d), DecodeStatus::kOk);
   EXPECT_EQ(d, h);
@@ -63,6 +71,51 @@ TEST(Frame, RejectsBadInput) {
   EXPECT_EQ(decode_frame_header(b, &d), DecodeStatus::kBadType);
 }
 
+TEST(Frame, UnknownFlagsAndReservedBytesAreRejected) {
+  for (FrameType t : {FrameType::kData, FrameType::kAbort, FrameType::kGoodbye, FrameType::kAck}) {
+    FrameHeader h, d;
+    h.type = t;
+    for (size_t i : {48, 50, 51, 56, 63}) {
+      auto b = encode_frame_header(h);
+      b[i] = 1;
+      EXPECT_EQ(decode_frame_header(b, &d), DecodeStatus::kBadReserved) << int(t) << " byte " << i;
+    }
+  }
+}
+
+TEST(Frame, ControlFramesOfANewerMinorAreSkippable) {
+  FrameHeader h;
+  h.type = static_cast<FrameType>(kFirstUnknownControlType);
+  h.kind = static_cast<OpKind>(200);  // no other field is checked
+  h.flags = 0xff;
+  h.frame = 9;
+  h.payload_len = 100;
+  auto b = encode_frame_header(h);
+  b[50] = b[60] = 7;  // reserved bytes a newer minor may use
+  FrameHeader d;
+  ASSERT_EQ(decode_frame_header(b, &d), DecodeStatus::kUnknownControl);
+  EXPECT_EQ(static_cast<uint8_t>(d.type), kFirstUnknownControlType);
+  EXPECT_EQ(d.payload_len, 100u);  // what the connection reads past
+  EXPECT_EQ(d.frame, 9u);
+  b[4] = kLastUnknownControlType;
+  EXPECT_EQ(decode_frame_header(b, &d), DecodeStatus::kUnknownControl);
+  h.type = static_cast<FrameType>(kLastUnknownControlType);
+  h.payload_len = kMaxUnknownControlPayload + 1;  // the payload length is still bounded
+  EXPECT_EQ(decode_frame_header(encode_frame_header(h), &d), DecodeStatus::kBadLength);
+  h.payload_len = kMaxUnknownControlPayload;
+  EXPECT_EQ(decode_frame_header(encode_frame_header(h), &d), DecodeStatus::kUnknownControl);
+  // Outside the range: types a receiver must understand (5..15) and invalid ones (128..255).
+  h.payload_len = 0;
+  for (int t : {5, 15, 128, 255}) {
+    h.type = static_cast<FrameType>(t);
+    EXPECT_EQ(decode_frame_header(encode_frame_header(h), &d), DecodeStatus::kBadType) << t;
+  }
+  h.type = static_cast<FrameType>(kFirstUnknownControlType);
+  b = encode_frame_header(h);
+  b[0] ^= 1;  // the magic is checked first
+  EXPECT_EQ(decode_frame_header(b, &d), DecodeStatus::kBadMagic);
+}
+
 TEST(Frame, MismatchNamesTheField) {
   FrameHeader a, b;
   a.kind = b.kind = OpKind::kAllreduce;
@@ -78,6 +131,14 @@ TEST(Frame, MismatchNamesTheField) {
   b = a;
   b.kind = OpKind::kBroadcast;
   EXPECT_NE(describe_mismatch(a, b).find("broadcast"), std::string::npos);
+  b = a;
+  b.flags = 1;  // per-frame bits, not a disagreement
+  EXPECT_EQ(describe_mismatch(a, b), "");
+  b.channel = 2;
+  EXPECT_EQ(describe_mismatch(a, b), "channel: expected 0, peer sent 2");
+  b.epoch = 5;  // another membership epoch is named before anything else
+  b.kind = OpKind::kBroadcast;
+  EXPECT_EQ(describe_mismatch(a, b), "membership epoch: expected 0, peer is in 5");
 }
 
 TEST(Frame, AbortPayload) {
@@ -98,29 +159,73 @@ TEST(Handshake, HelloRoundTripAndChecks) {
   h.rank = 3;
   h.world_size = 4;
   h.session_id = 42;
+  h.minor = 7;
+  h.flags = 0x80000001u;
+  h.params_hash = 0x0102030405060708ull;
+  const auto b = encode_hello(h);
+  EXPECT_EQ(b[8], kProtocolVersion);  // major version at offset 8, as in every version
+  EXPECT_EQ(b[28], 7);                // minor after the fields of version 3
+  EXPECT_EQ(b[30], 0x01);             // flags, low byte first
+  EXPECT_EQ(b[34], 0x08);             // params hash, low byte first
+  for (size_t i = kHelloSize - kHandshakeReserved; i < kHelloSize; ++i) EXPECT_EQ(b[i], 0) << i;
   Hello d;
-  ASSERT_EQ(decode_hello(encode_hello(h), &d), HandshakeStatus::kAccepted);
-  EXPECT_EQ(d.rank, 3u);
-  EXPECT_EQ(d.stream, 1);
-  EXPECT_EQ(check_hello(d, 4, 42, 2), HandshakeStatus::kAccepted);
-  EXPECT_EQ(check_hello(d, 5, 42, 2), HandshakeStatus::kBadWorldSize);
-  EXPECT_EQ(check_hello(d, 4, 43, 2), HandshakeStatus::kBadSession);
-  EXPECT_EQ(check_hello(d, 4, 42, 1), HandshakeStatus::kBadStream);
+  ASSERT_EQ(decode_hello(b, &d), HandshakeStatus::kAccepted);
+  EXPECT_EQ(d, h);
+  const uint64_t ph = h.params_hash;
+  EXPECT_EQ(check_hello(d, 4, 42, 2, ph), HandshakeStatus::kAccepted);
+  EXPECT_EQ(check_hello(d, 5, 42, 2, ph), HandshakeStatus::kBadWorldSize);
+  EXPECT_EQ(check_hello(d, 4, 43, 2, ph), HandshakeStatus::kBadSession);
+  EXPECT_EQ(check_hello(d, 4, 42, 1, ph), HandshakeStatus::kBadStream);
+  EXPECT_EQ(check_hello(d, 4, 42, 2, ph + 1), HandshakeStatus::kBadParams);
+  EXPECT_STREQ(handshake_status_name(HandshakeStatus::kBadParams), "group parameters differ");
+  EXPECT_EQ(check_hello(d, 4, 42, 2), HandshakeStatus::kAccepted);  // transitional: no hash check
+  d.minor = 0xffff;  // another minor of the same major is accepted
+  EXPECT_EQ(check_hello(d, 4, 42, 2, ph), HandshakeStatus::kAccepted);
   d.version = kProtocolVersion + 1;
-  EXPECT_EQ(check_hello(d, 4, 42, 2), HandshakeStatus::kBadVersion);
+  EXPECT_EQ(check_hello(d, 4, 42, 2, ph), HandshakeStatus::kBadVersion);
   std::array<uint8_t, kHelloSize> garbage{};
   garbage.fill('x');
   EXPECT_EQ(decode_hello(garbage, &d), HandshakeStatus::kBadMagic);
 }
 
+TEST(Handshake, ReservedBytesAreIgnored) {
+  Hello h;
+  h.rank = 1;
+  auto b = encode_hello(h);
+  for (size_t i = kHelloSize - kHandshakeReserved; i < kHelloSize; ++i) b[i] = 0xa5;
+  Hello d;
+  ASSERT_EQ(decode_hello(b, &d), HandshakeStatus::kAccepted);
+  EXPECT_EQ(d, h);
+  Reply r;
+  auto rb = encode_reply(r);
+  rb[11] = 1;
+  for (size_t i = kReplySize - kHandshakeReserved; i < kReplySize; ++i) rb[i] = 0x5a;
+  Reply rd;
+  ASSERT_EQ(decode_reply(rb, &rd), HandshakeStatus::kAccepted);
+  EXPECT_EQ(rd, r);
+}
+
 TEST(Handshake, Reply) {
   Reply r;
-  r.status = HandshakeStatus::kBadSession;
+  r.status = HandshakeStatus::kBadParams;
   r.rank = 9;
+  r.minor = 3;
+  r.flags = 5;
+  const auto b = encode_reply(r);
+  EXPECT_EQ(b[8], kProtocolVersion);
+  EXPECT_EQ(b[10], static_cast<uint8_t>(HandshakeStatus::kBadParams));
+  EXPECT_EQ(b[12], 9);  // rank where version 3 had it
+  EXPECT_EQ(b[16], 3);
+  EXPECT_EQ(b[18], 5);
   Reply d;
-  ASSERT_EQ(decode_reply(encode_reply(r), &d), HandshakeStatus::kAccepted);
-  EXPECT_EQ(d.status, HandshakeStatus::kBadSession);
-  EXPECT_EQ(d.rank, 9u);
+  ASSERT_EQ(decode_reply(b, &d), HandshakeStatus::kAccepted);
+  EXPECT_EQ(d, r);
+  auto unknown = b;
+  unknown[10] = static_cast<uint8_t>(HandshakeStatus::kBadParams) + 1;
+  EXPECT_EQ(decode_reply(unknown, &d), HandshakeStatus::kMalformed);
+  unknown = b;
+  unknown[0] ^= 1;
+  EXPECT_EQ(decode_reply(unknown, &d), HandshakeStatus::kBadMagic);
 }
 
 TEST(StoreCodec, RoundTripAndLimits) {

@@ -1,0 +1,59 @@
+// The settings every rank of a group must share, taken from rank 0: rank 0 publishes its
+// GroupParams, every rank compares them with its own (describe_difference names what differs),
+// and every handshake carries hash() so that no two ranks with different settings connect.
+//
+// Canonical encoding (little-endian, src/protocol/wire.h), version kGroupParamsVersion:
+//   u16 version | u32 data_streams | u64 chunk_bytes | u64 small_msg_bytes |
+//   u64 wan_small_msg_bytes | str algo | str transport | str topology | str compression |
+//   str security                                      (str = u32 length + bytes, <= kMaxParamString)
+// A setting added later goes at the end and bumps the version: ranks of different versions then
+// disagree on the hash, and decode() of an unknown version says so.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "geoccl/config.h"
+
+namespace geoccl::membership {
+
+inline constexpr uint16_t kGroupParamsVersion = 1;
+inline constexpr size_t kMaxParamString = 1024;
+inline constexpr int kMaxDataStreams = 64;  // as GEOCCL_TCP_STREAMS allows
+
+struct GroupParams {
+  uint32_t data_streams = 1;                  // GEOCCL_TCP_STREAMS, resolved (auto -> 1 or 4)
+  uint64_t chunk_bytes = 1 << 20;             // GEOCCL_CHUNK_BYTES
+  uint64_t small_msg_bytes = 64 * 1024;       // GEOCCL_SMALL_MSG_BYTES
+  uint64_t wan_small_msg_bytes = 1 << 20;     // GEOCCL_WAN_SMALL_MSG_BYTES
+  std::string algo = "auto";                  // GEOCCL_ALGO (forced algorithm)
+  std::string transport = "auto";             // GEOCCL_TRANSPORT
+  std::string topology = "auto";              // GEOCCL_TOPOLOGY
+  std::string compression = "off";            // no setting yet
+  std::string security = "off";               // no setting yet
+
+  bool operator==(const GroupParams&) const = default;
+
+  // `resolved_streams`: the data streams per peer after "auto" was resolved (1..kMaxDataStreams).
+  // Throws Error(kInvalidArgument) when it is out of range or a string setting is longer than
+  // kMaxParamString.
+  static GroupParams from_config(const Config& cfg, int resolved_streams);
+
+  std::vector<uint8_t> encode() const;
+  // nullopt when the bytes are truncated, have trailing bytes, an over-long string, streams out
+  // of range or another version; *why (if given) then says which.
+  static std::optional<GroupParams> decode(std::span<const uint8_t> in, std::string* why = nullptr);
+
+  // FNV-1a 64 of encode(): equal settings give equal hashes on every host and build. Not a
+  // security measure.
+  uint64_t hash() const;
+};
+
+// Every setting where `mine` differs from `rank0`, with both values and its variable, joined by
+// "; " (e.g. "GEOCCL_CHUNK_BYTES: rank 0 has 1048576, this rank 262144"); "" when equal.
+std::string describe_difference(const GroupParams& rank0, const GroupParams& mine);
+
+}  // namespace geoccl::membership
