@@ -48,10 +48,6 @@ struct Config {
   // GEOCCL_TCP_RESUME_TIMEOUT_MS: how long a broken data stream may take to come back before
   // the group fails with peer-lost.
   std::chrono::milliseconds tcp_resume_timeout{std::chrono::seconds(30)};
-  // GEOCCL_TRANSPORT: which transport carries each peer's frames. "auto" = shared memory for
-  // peers on the same host, TCP otherwise; "tcp"; "shm"; or one per path class, e.g.
-  // "lan=shm,wan=tcp". Must be the same on every rank.
-  std::string transport = "auto";
 
   // Deadlines.
   std::chrono::milliseconds op_timeout{std::chrono::minutes(5)};       // GEOCCL_TIMEOUT_MS

@@ -98,7 +98,6 @@ void Config::apply_env() {
   apply({"GEOCCL_TCP_RESUME_TIMEOUT_MS"}, [&](auto n, auto v) {
     tcp_resume_timeout = std::chrono::milliseconds(parse_int<int64_t>(n, v));
   });
-  apply({"GEOCCL_TRANSPORT"}, [&](auto, auto v) { transport = v; });
   apply({"GEOCCL_TIMEOUT_MS"},
         [&](auto n, auto v) { op_timeout = std::chrono::milliseconds(parse_int<int64_t>(n, v)); });
   apply({"GEOCCL_CONNECT_TIMEOUT_MS"}, [&](auto n, auto v) {
@@ -134,8 +133,8 @@ void Config::validate() const {
     bad("GEOCCL_TCP_RESUME must be auto, on or off, got '" + tcp_resume + "'");
   if (tcp_resume_timeout.count() <= 0) bad("GEOCCL_TCP_RESUME_TIMEOUT_MS must be > 0");
   if (!valid_transport_choice(transport))
-    bad("GEOCCL_TRANSPORT must be a transport name (auto, tcp, shm) or a list of class=name "
-        "(lan=shm,wan=tcp), got '" + transport + "'");
+    bad("GEOCCL_TRANSPORT must be auto, tcp or a list of class=name "
+        "(host=shm,remote=tcp), got '" + transport + "'");
   if (chunk_bytes < 4096) bad("GEOCCL_CHUNK_BYTES must be >= 4096");
   if (algo != "auto" && algo != "ring" && algo != "rd" && algo != "tree" && algo != "hier" &&
       algo != "hier-ring" && algo != "hier-small" && algo != "flat")

@@ -119,9 +119,4 @@ HandshakeStatus check_hello(const Hello& h, uint32_t my_world_size, uint64_t my_
   return HandshakeStatus::kAccepted;
 }
 
-HandshakeStatus check_hello(const Hello& h, uint32_t my_world_size, uint64_t my_session_id,
-                            uint16_t num_streams) {
-  return check_hello(h, my_world_size, my_session_id, num_streams, h.params_hash);
-}
-
 }  // namespace geoccl::protocol

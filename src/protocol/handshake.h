@@ -102,9 +102,5 @@ HandshakeStatus decode_reply(std::span<const uint8_t, kReplySize> in, Reply* out
 // kBadParams (`my_params_hash` differs), kBadRank, kBadStream, in that order, or kAccepted.
 HandshakeStatus check_hello(const Hello& h, uint32_t my_world_size, uint64_t my_session_id,
                             uint16_t num_streams, uint64_t my_params_hash);
-// Transitional, for the transports until they pass the parameter hash: as above without the
-// kBadParams check. Remove once no caller is left.
-HandshakeStatus check_hello(const Hello& h, uint32_t my_world_size, uint64_t my_session_id,
-                            uint16_t num_streams);
 
 }  // namespace geoccl::protocol

@@ -17,7 +17,7 @@ GroupParams sample() {
   c.small_msg_bytes = 32 << 10;
   c.wan_small_msg_bytes = 4 << 20;
   c.algo = "ring";
-  c.transport = "lan=shm,wan=tcp";
+  c.transport = "host=shm,remote=tcp";
   c.topology = "probe";
   return GroupParams::from_config(c, 4);
 }
@@ -31,7 +31,7 @@ TEST(GroupParams, FromConfigTakesTheSharedSettings) {
   EXPECT_EQ(p.small_msg_bytes, 32u << 10);
   EXPECT_EQ(p.wan_small_msg_bytes, 4u << 20);
   EXPECT_EQ(p.algo, "ring");
-  EXPECT_EQ(p.transport, "lan=shm,wan=tcp");
+  EXPECT_EQ(p.transport, "host=shm,remote=tcp");
   EXPECT_EQ(p.topology, "probe");
   EXPECT_EQ(p.compression, "off");
   EXPECT_EQ(p.security, "off");
@@ -136,7 +136,7 @@ TEST(GroupParams, DescribeDifferenceNamesEverySetting) {
   mine.compression = "fp16";
   mine.security = "tls";
   const std::string d = describe_difference(rank0, mine);
-  for (const char* name : {"GEOCCL_TRANSPORT: rank 0 has 'lan=shm,wan=tcp', this rank 'tcp'",
+  for (const char* name : {"GEOCCL_TRANSPORT: rank 0 has 'host=shm,remote=tcp', this rank 'tcp'",
                            "GEOCCL_TOPOLOGY", "GEOCCL_SMALL_MSG_BYTES: rank 0 has 32768, this rank 1",
                            "GEOCCL_WAN_SMALL_MSG_BYTES", "compression: rank 0 has 'off', this rank 'fp16'",
                            "security"})
@@ -146,10 +146,10 @@ TEST(GroupParams, DescribeDifferenceNamesEverySetting) {
 TEST(GroupParams, TransportSettingFromTheEnvironment) {
   Config c;
   EXPECT_EQ(c.transport, "auto");
-  setenv("GEOCCL_TRANSPORT", "lan=shm,wan=tcp", 1);
+  setenv("GEOCCL_TRANSPORT", "host=shm,remote=tcp", 1);
   c = Config::from_env();
   unsetenv("GEOCCL_TRANSPORT");
-  EXPECT_EQ(c.transport, "lan=shm,wan=tcp");
+  EXPECT_EQ(c.transport, "host=shm,remote=tcp");
   c.world_size = 1;
   c.rank = 0;
   c.validate();
@@ -157,7 +157,7 @@ TEST(GroupParams, TransportSettingFromTheEnvironment) {
     c.transport = ok;
     EXPECT_NO_THROW(c.validate()) << ok;
   }
-  for (const char* bad : {"", "TCP", "lan=", "=shm", "lan=shm,", "lan=shm,wan", "lan=shm=tcp", "a b"}) {
+  for (const char* bad : {"", "TCP", "host=", "=shm", "host=shm,", "host=shm,remote", "host=shm=tcp", "a b"}) {
     c.transport = bad;
     EXPECT_THROW(c.validate(), Error) << bad;
   }

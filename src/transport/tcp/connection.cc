@@ -338,6 +338,14 @@ void TcpConnection::on_closed(const std::string& why) {
 bool TcpConnection::handle_header() {
   protocol::FrameHeader h;
   const auto st = protocol::decode_frame_header(std::span<const uint8_t, kFrameHeaderSize>(hdr_buf_), &h);
+  if (st == protocol::DecodeStatus::kUnknownControl) {
+    // A control frame of a newer minor version: read past its payload and go on.
+    hdr_ = h;
+    have_hdr_ = true;
+    payload_got_ = 0;
+    discard_ = true;
+    return true;
+  }
   if (st != protocol::DecodeStatus::kOk) {
     owner_.group().fail(ErrorCode::kProtocol,
                 "undecodable frame from rank " + std::to_string(peer_.rank) + ": " +

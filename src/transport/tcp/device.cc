@@ -195,7 +195,7 @@ void TcpDevice::on_pending_readable(int fd) {
   auto st = protocol::decode_hello(p->buf, &hello);
   if (st == protocol::HandshakeStatus::kAccepted)
     st = protocol::check_hello(hello, static_cast<uint32_t>(group_.size()), group_.session_id(),
-                               static_cast<uint16_t>(streams_));
+                               static_cast<uint16_t>(streams_), group_.params_hash());
   // Only higher ranks connect to us, once per stream; a data stream may be connected again when
   // we resume streams (the peer found it broken), and only while the group stands.
   const int from = static_cast<int>(hello.rank);
@@ -211,7 +211,7 @@ void TcpDevice::on_pending_readable(int fd) {
   reply.status = st;
   reply.rank = static_cast<uint32_t>(group_.rank());
   const auto bytes = protocol::encode_reply(reply);
-  // The reply is 16 bytes on a fresh socket: it fits in the send buffer.
+  // The reply is a few dozen bytes on a fresh socket: it fits in the send buffer.
   [[maybe_unused]] ssize_t w = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   drop_pending(fd);
   if (st != protocol::HandshakeStatus::kAccepted) {
@@ -302,6 +302,7 @@ int TcpDevice::dial(const TcpPeer& p, int stream, Clock::time_point deadline, st
   hello.rank = static_cast<uint32_t>(group_.rank());
   hello.world_size = static_cast<uint32_t>(group_.size());
   hello.session_id = group_.session_id();
+  hello.params_hash = group_.params_hash();
   const auto hb = protocol::encode_hello(hello);
   std::array<uint8_t, protocol::kReplySize> rb{};
   if (!write_all(fd, hb, deadline) || !read_all(fd, rb, deadline)) {
