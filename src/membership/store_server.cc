@@ -30,14 +30,24 @@ class StoreServerImpl {
   StoreServerImpl(const std::string& bind_addr, uint16_t port) {
     listen_fd_ = transport::tcp::listen_on(bind_addr, port);
     port_ = transport::tcp::local_port(listen_fd_);
-    loop_.run_sync([this] { loop_.add_fd(listen_fd_, EPOLLIN, [this](uint32_t) { on_accept(); }); });
+    try {
+      loop_.run_sync([this] { loop_.add_fd(listen_fd_, EPOLLIN, [this](uint32_t) { on_accept(); }); });
+    } catch (...) {
+      ::close(listen_fd_);
+      throw;
+    }
   }
   ~StoreServerImpl() {
-    loop_.run_sync([this] {
+    auto close_all = [this] {
       while (!clients_.empty()) drop(*clients_.begin()->second);
       loop_.remove_fd(listen_fd_);
       ::close(listen_fd_);
-    });
+    };
+    try {
+      loop_.run_sync(close_all);
+    } catch (const Error&) {
+      close_all();  // the loop is dead: nothing runs on its thread any more
+    }
   }
   uint16_t port() const { return port_; }
 
@@ -68,8 +78,13 @@ class StoreServerImpl {
       const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) return;
       auto c = std::make_shared<Client>(fd);
-      transport::tcp::set_nodelay(fd);
-      loop_.add_fd(fd, EPOLLIN, [this, c](uint32_t ev) { on_client(c, ev); });
+      try {
+        transport::tcp::set_nodelay(fd);
+        loop_.add_fd(fd, EPOLLIN, [this, c](uint32_t ev) { on_client(c, ev); });
+      } catch (const Error& e) {
+        GEOCCL_LOG(kWarn, "store: refusing a client: " << e.what());
+        continue;  // `c` closes the fd
+      }
       clients_[fd] = std::move(c);
     }
   }
