@@ -21,6 +21,13 @@ struct RendezvousInfo {
 
 // Connects to (or, on rank 0, starts) the store at master_addr:master_port and agrees on a
 // session id and key prefix. Throws Error(kTimeout / kIo).
+//
+// The store rank 0 hosts is owned by its job (session name, world size, a random job token):
+// - a rank 0 that finds the port taken by an owned store throws Error(kProtocol), naming the
+//   address and the other job; it joins an unowned (standalone, `geoccl store`) store;
+// - any other rank throws Error(kInvalidArgument), naming the mismatch, when the owner's or rank
+//   0's group parameters (world size, session) differ from its own.
+// Groups that share one store on purpose use a standalone one.
 RendezvousInfo join_store(const Config& cfg);
 
 // The address this rank's transport should listen on: cfg.bind_addr, else the local address

@@ -27,7 +27,9 @@ using protocol::StoreStatus;
 
 class StoreServerImpl {
  public:
-  StoreServerImpl(const std::string& bind_addr, uint16_t port) {
+  StoreServerImpl(const std::string& bind_addr, uint16_t port, const std::vector<uint8_t>& owner) {
+    // Before the first client can connect: nobody sees an owned store without its owner.
+    if (!owner.empty()) data_[std::string(protocol::kOwnerKey)] = owner;
     listen_fd_ = transport::tcp::listen_on(bind_addr, port);
     port_ = transport::tcp::local_port(listen_fd_);
     try {
@@ -140,6 +142,8 @@ class StoreServerImpl {
 
   void handle(const ClientPtr& cp, StoreRequest req) {
     Client& c = *cp;
+    const bool reads = req.command == StoreCommand::kGet || req.command == StoreCommand::kCheck;
+    if (!reads && req.key == protocol::kOwnerKey) return respond(c, {StoreStatus::kBadRequest, {}, 0});
     switch (req.command) {
       case StoreCommand::kSet:
         data_[req.key] = std::move(req.value);
@@ -231,7 +235,9 @@ class StoreServerImpl {
 };
 
 StoreServer::StoreServer(const std::string& bind_addr, uint16_t port)
-    : impl_(std::make_unique<StoreServerImpl>(bind_addr, port)) {}
+    : impl_(std::make_unique<StoreServerImpl>(bind_addr, port, std::vector<uint8_t>{})) {}
+StoreServer::StoreServer(const std::string& bind_addr, uint16_t port, const std::vector<uint8_t>& owner)
+    : impl_(std::make_unique<StoreServerImpl>(bind_addr, port, owner)) {}
 StoreServer::~StoreServer() = default;
 uint16_t StoreServer::port() const { return impl_->port(); }
 

@@ -185,3 +185,29 @@ TEST(Store, ClientResetWithQueuedOutputIsClosedOnce) {
   EXPECT_EQ(c.add("ctr", 1), 1);
   std::cerr << "rounds in which the test took the freed fd number: " << in_window << "\n";
 }
+
+TEST(Store, OwnerRecordIsReadableAndCannotBeChanged) {
+  const protocol::StoreOwner me{"job-a", 4, 0x1234567890abcdefull};
+  StoreServer owned("127.0.0.1", 0, protocol::encode_store_owner(me));
+  StoreClient c("127.0.0.1", owned.port(), 5s);
+  const std::string key(protocol::kOwnerKey);
+  ASSERT_TRUE(c.check(key));
+  const auto got = protocol::decode_store_owner(c.get(key, 1s));
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->session, "job-a");
+  EXPECT_EQ(got->world_size, 4u);
+  EXPECT_EQ(got->token, me.token);
+  EXPECT_THROW(c.set(key, {}), Error);
+  EXPECT_THROW(c.add(key, 1), Error);
+  EXPECT_THROW(c.remove(key), Error);
+  EXPECT_EQ(protocol::decode_store_owner(c.get(key, 1s))->token, me.token);
+  // A standalone store has no owner.
+  StoreServer standalone("127.0.0.1", 0);
+  StoreClient s("127.0.0.1", standalone.port(), 5s);
+  EXPECT_FALSE(s.check(key));
+  // Malformed records do not decode.
+  auto bytes = protocol::encode_store_owner(me);
+  EXPECT_FALSE(protocol::decode_store_owner(std::span<const uint8_t>(bytes).first(bytes.size() - 1)));
+  bytes.push_back(0);
+  EXPECT_FALSE(protocol::decode_store_owner(bytes));
+}
