@@ -1,5 +1,5 @@
-// Store message decoders: never crash, never allocate past the limits; decoded messages
-// re-encode to the same bytes.
+// Store message and owner record decoders: never crash, never allocate past the limits; decoded
+// messages re-encode to the same bytes.
 #include <cstdlib>
 #include <cstring>
 
@@ -16,6 +16,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (auto r = decode_store_response(body)) {
     const auto again = encode_store_response(*r);
     if (again.size() != size + 4 || std::memcmp(again.data() + 4, data, size) != 0) std::abort();
+  }
+  if (auto o = decode_store_owner(body)) {  // the owner record a store's rank 0 leaves
+    const auto again = encode_store_owner(*o);
+    if (again.size() != size || std::memcmp(again.data(), data, size) != 0) std::abort();
   }
   return 0;
 }

@@ -15,7 +15,11 @@ class StoreServerImpl;
 class StoreServer {
  public:
   // Listens on bind_addr:port (port 0 = any; see port()). Throws Error(kIo) on failure.
+  // A standalone store: several groups (sessions) may share it on purpose.
   StoreServer(const std::string& bind_addr, uint16_t port);
+  // A store owned by one job: a job's rank 0 hosts it with its owner record (see
+  // membership/rendezvous.h), which another job's rank 0 reads and refuses.
+  StoreServer(const std::string& bind_addr, uint16_t port, const std::vector<uint8_t>& owner);
   ~StoreServer();
   uint16_t port() const;
 

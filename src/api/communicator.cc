@@ -103,8 +103,17 @@ CommunicatorImpl::CommunicatorImpl(Config cfg) : cfg_(std::move(cfg)) {
   // have a peer model to ask (they return before any I/O).
   if (cfg_.world_size > 1) rdv_ = membership::join_store(cfg_);
   group_ = std::make_unique<transport::Group>(loop_, cfg_.rank, cfg_.world_size, rdv_.session_id,
-                                              /*params_hash=*/0, [this] { progress_.notify(); });
+                                              rdv_.params.hash(), [this] { progress_.notify(); });
   const auto deadline = Clock::now() + cfg_.connect_timeout;
+  // A rank that could not join (other group parameters) left its reason in the store: every
+  // rank still setting up fails with it instead of waiting for that rank.
+  auto poll = [&] {
+    if (auto why = membership::setup_error(rdv_)) {
+      rdv_.store->add(rdv_.prefix + membership::kSetupErrorSeenKey, 1);
+      throw Error(ErrorCode::kInvalidArgument, *why);
+    }
+  };
+  try {
   router_ = std::make_unique<transport::Router>(
       *group_, cfg_, rdv_.data_streams,
       cfg_.world_size > 1 ? membership::choose_bind_address(cfg_) : "",
@@ -112,10 +121,25 @@ CommunicatorImpl::CommunicatorImpl(Config cfg) : cfg_(std::move(cfg)) {
         rdv_.store->set(rdv_.prefix + "addr/" + key, value);
       },
       [&](const std::string& key) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-        return rdv_.store->get(rdv_.prefix + "addr/" + key, std::max(left, std::chrono::milliseconds(1)));
+        for (;;) {
+          const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+          try {
+            return rdv_.store->get(rdv_.prefix + "addr/" + key,
+                                   std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(200)));
+          } catch (const Error& e) {
+            if (e.code() != ErrorCode::kTimeout || left.count() <= 200) throw;
+          }
+          poll();
+        }
       },
-      deadline);
+      poll, deadline);
+  } catch (const Error& e) {
+    // The store lives in this process: keep it up until the other ranks have read why the
+    // setup failed (bounded), so that they fail with that reason rather than a lost store.
+    if (rdv_.server && e.code() == ErrorCode::kInvalidArgument)
+      membership::await_setup_error_seen(rdv_, cfg_.world_size - 1, std::chrono::seconds(5));
+    throw;
+  }
   if (cfg_.world_size > 1) GEOCCL_LOG(kInfo, "connected to all peers");
   worker_ = std::thread([this] { worker_main(); });
   topo_ = topology::single_domain(cfg_.world_size);

@@ -3,11 +3,14 @@
 // peers it connects to); never O(n^2) from one rank.
 #pragma once
 
+#include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "geoccl/config.h"
 #include "geoccl/store.h"
+#include "membership/group_params.h"
 
 namespace geoccl::membership {
 
@@ -16,12 +19,35 @@ struct RendezvousInfo {
   std::unique_ptr<StoreClient> store;
   std::string prefix;                   // key prefix unique to this communicator
   uint64_t session_id = 0;              // random, chosen by rank 0, checked in every handshake
-  int data_streams = 1;                 // rank 0's choice, so that every rank agrees
+  GroupParams params;                   // rank 0's; params.hash() is checked in every handshake
+  int data_streams = 1;                 // params.data_streams
 };
+
+// Where a rank that cannot join (its group parameters differ from rank 0's) leaves the reason,
+// relative to the group's prefix, so that every rank fails with it.
+inline constexpr const char* kSetupErrorKey = "setup-error";
+// Counts the ranks that failed with that reason (each adds 1).
+inline constexpr const char* kSetupErrorSeenKey = "setup-error-seen";
 
 // Connects to (or, on rank 0, starts) the store at master_addr:master_port and agrees on a
 // session id and key prefix. Throws Error(kTimeout / kIo).
+//
+// The store rank 0 hosts is owned by its job (session name, world size, a random job token):
+// - a rank 0 that finds the port taken by an owned store throws Error(kProtocol), naming the
+//   address and the other job; it joins an unowned (standalone, `geoccl store`) store;
+// - any other rank throws Error(kInvalidArgument), naming the mismatch, when the owner's or rank
+//   0's group parameters (world size, session) differ from its own.
+// Groups that share one store on purpose use a standalone one.
+// A rank whose group parameters (GroupParams: streams, chunk size, thresholds, algorithm,
+// transport, topology, ...) differ from rank 0's throws Error(kInvalidArgument) naming each
+// setting with both values, and leaves that message where setup_error() finds it.
 RendezvousInfo join_store(const Config& cfg);
+
+// The message a rank left when it could not join this group, if any (one store round trip).
+std::optional<std::string> setup_error(const RendezvousInfo& info);
+// The store's host waits (at most `limit`) until `ranks` ranks have counted themselves in
+// kSetupErrorSeenKey, before it takes the store down with it.
+void await_setup_error_seen(const RendezvousInfo& info, int ranks, std::chrono::milliseconds limit);
 
 // The address this rank's transport should listen on: cfg.bind_addr, else the local address
 // that routes to the master, else 127.0.0.1.

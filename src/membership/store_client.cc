@@ -35,7 +35,12 @@ StoreClient::StoreClient(const std::string& host, uint16_t port, std::chrono::mi
     fd_ = transport::tcp::connect_with_timeout(host, port, std::min(left, std::chrono::milliseconds(1000)));
     if (fd_ < 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  transport::tcp::set_nodelay(fd_);
+  try {
+    transport::tcp::set_nodelay(fd_);
+  } catch (...) {
+    ::close(fd_);
+    throw;
+  }
 }
 
 StoreClient::~StoreClient() {

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <list>
 #include <map>
+#include <memory>
 #include <unordered_map>
 
 #include "core/logging.h"
@@ -26,32 +27,50 @@ using protocol::StoreStatus;
 
 class StoreServerImpl {
  public:
-  StoreServerImpl(const std::string& bind_addr, uint16_t port) {
+  StoreServerImpl(const std::string& bind_addr, uint16_t port, const std::vector<uint8_t>& owner) {
+    // Before the first client can connect: nobody sees an owned store without its owner.
+    if (!owner.empty()) data_[std::string(protocol::kOwnerKey)] = owner;
     listen_fd_ = transport::tcp::listen_on(bind_addr, port);
     port_ = transport::tcp::local_port(listen_fd_);
-    loop_.run_sync([this] { loop_.add_fd(listen_fd_, EPOLLIN, [this](uint32_t) { on_accept(); }); });
+    try {
+      loop_.run_sync([this] { loop_.add_fd(listen_fd_, EPOLLIN, [this](uint32_t) { on_accept(); }); });
+    } catch (...) {
+      ::close(listen_fd_);
+      throw;
+    }
   }
   ~StoreServerImpl() {
-    loop_.run_sync([this] {
-      for (auto& [fd, c] : clients_) {
-        loop_.remove_fd(fd);
-        ::close(fd);
-      }
-      clients_.clear();
+    auto close_all = [this] {
+      while (!clients_.empty()) drop(*clients_.begin()->second);
       loop_.remove_fd(listen_fd_);
       ::close(listen_fd_);
-    });
+    };
+    try {
+      loop_.run_sync(close_all);
+    } catch (const Error&) {
+      close_all();  // the loop is dead: nothing runs on its thread any more
+    }
   }
   uint16_t port() const { return port_; }
 
  private:
+  // One connection. It owns its fd and closes it once, when the last reference goes: the map
+  // below, the loop's handler for the fd, or a handler that is running. drop() takes it out of
+  // both and marks it dead; code that may have dropped it checks `dead` before touching it again.
   struct Client {
+    explicit Client(int f) : fd(f) {}
+    ~Client() { ::close(fd); }
+    Client(const Client&) = delete;
+    Client& operator=(const Client&) = delete;
+    const int fd;
+    bool dead = false;
     std::vector<uint8_t> in;
     std::vector<uint8_t> out;
     size_t out_off = 0;
   };
+  using ClientPtr = std::shared_ptr<Client>;
   struct Waiter {
-    int fd;
+    ClientPtr client;
     std::string key;
     runtime::EventLoop::TimerId timer;
   };
@@ -60,36 +79,45 @@ class StoreServerImpl {
     for (;;) {
       const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) return;
-      transport::tcp::set_nodelay(fd);
-      clients_[fd] = Client{};
-      loop_.add_fd(fd, EPOLLIN, [this, fd](uint32_t ev) { on_client(fd, ev); });
+      auto c = std::make_shared<Client>(fd);
+      try {
+        transport::tcp::set_nodelay(fd);
+        loop_.add_fd(fd, EPOLLIN, [this, c](uint32_t ev) { on_client(c, ev); });
+      } catch (const Error& e) {
+        GEOCCL_LOG(kWarn, "store: refusing a client: " << e.what());
+        continue;  // `c` closes the fd
+      }
+      clients_[fd] = std::move(c);
     }
   }
 
-  void drop(int fd) {
+  // Idempotent. The fd closes when the last reference to the client goes (after the running
+  // handler returns, if it is the client's own).
+  void drop(Client& c) {
+    if (c.dead) return;
+    c.dead = true;
     for (auto it = waiters_.begin(); it != waiters_.end();) {
-      if (it->fd == fd) {
+      if (it->client.get() == &c) {
         loop_.cancel_timer(it->timer);
         it = waiters_.erase(it);
       } else {
         ++it;
       }
     }
+    const int fd = c.fd;  // `c` may be gone after the erase
     loop_.remove_fd(fd);
-    ::close(fd);
     clients_.erase(fd);
   }
 
-  void on_client(int fd, uint32_t ev) {
-    auto it = clients_.find(fd);
-    if (it == clients_.end()) return;
-    if (ev & EPOLLOUT) flush(fd);
-    if (!(ev & (EPOLLIN | EPOLLHUP | EPOLLERR))) return;
+  void on_client(const ClientPtr& cp, uint32_t ev) {
+    Client& c = *cp;
+    if (c.dead) return;
+    if (ev & EPOLLOUT) flush(c);
+    if (c.dead || !(ev & (EPOLLIN | EPOLLHUP | EPOLLERR))) return;
     uint8_t buf[64 * 1024];
-    const ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    const ssize_t n = ::recv(c.fd, buf, sizeof buf, MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
-    if (n <= 0) return drop(fd);
-    Client& c = it->second;
+    if (n <= 0) return drop(c);
     c.in.insert(c.in.end(), buf, buf + n);
     // Handle every complete message in the buffer.
     for (;;) {
@@ -98,37 +126,40 @@ class StoreServerImpl {
       if (!r.u32(&len)) return;
       if (len > protocol::kMaxStoreMessage) {
         GEOCCL_LOG(kWarn, "store: dropping client with oversized message (" << len << " bytes)");
-        return drop(fd);
+        return drop(c);
       }
       if (c.in.size() < 4 + size_t{len}) return;
       auto req = protocol::decode_store_request(std::span<const uint8_t>(c.in).subspan(4, len));
       c.in.erase(c.in.begin(), c.in.begin() + 4 + len);
       if (!req) {
-        respond(fd, {StoreStatus::kBadRequest, {}, 0});
-        continue;
+        respond(c, {StoreStatus::kBadRequest, {}, 0});
+      } else {
+        handle(cp, std::move(*req));
       }
-      handle(fd, std::move(*req));
-      if (!clients_.count(fd)) return;
+      if (c.dead) return;
     }
   }
 
-  void handle(int fd, StoreRequest req) {
+  void handle(const ClientPtr& cp, StoreRequest req) {
+    Client& c = *cp;
+    const bool reads = req.command == StoreCommand::kGet || req.command == StoreCommand::kCheck;
+    if (!reads && req.key == protocol::kOwnerKey) return respond(c, {StoreStatus::kBadRequest, {}, 0});
     switch (req.command) {
       case StoreCommand::kSet:
         data_[req.key] = std::move(req.value);
-        respond(fd, {StoreStatus::kOk, {}, 0});
+        respond(c, {StoreStatus::kOk, {}, 0});
         wake(req.key);
         return;
       case StoreCommand::kGet: {
         auto it = data_.find(req.key);
-        if (it != data_.end()) return respond(fd, {StoreStatus::kOk, it->second, 0});
-        if (req.timeout_ms == 0) return respond(fd, {StoreStatus::kNotFound, {}, 0});
+        if (it != data_.end()) return respond(c, {StoreStatus::kOk, it->second, 0});
+        if (req.timeout_ms == 0) return respond(c, {StoreStatus::kNotFound, {}, 0});
         const auto when = runtime::EventLoop::Clock::now() + std::chrono::milliseconds(req.timeout_ms);
-        auto w = waiters_.insert(waiters_.end(), Waiter{fd, req.key, 0});
+        auto w = waiters_.insert(waiters_.end(), Waiter{cp, req.key, 0});
         w->timer = loop_.add_timer(when, [this, w] {
-          const int wfd = w->fd;
+          const ClientPtr waiting = std::move(w->client);
           waiters_.erase(w);
-          respond(wfd, {StoreStatus::kTimeout, {}, 0});
+          respond(*waiting, {StoreStatus::kTimeout, {}, 0});
         });
         return;
       }
@@ -142,16 +173,16 @@ class StoreServerImpl {
         cur += req.delta;
         v.clear();
         protocol::Writer(&v).i64(cur);
-        respond(fd, {StoreStatus::kOk, {}, cur});
+        respond(c, {StoreStatus::kOk, {}, cur});
         wake(req.key);
         return;
       }
       case StoreCommand::kDelete: {
         const bool existed = data_.erase(req.key) > 0;
-        return respond(fd, {existed ? StoreStatus::kOk : StoreStatus::kNotFound, {}, 0});
+        return respond(c, {existed ? StoreStatus::kOk : StoreStatus::kNotFound, {}, 0});
       }
       case StoreCommand::kCheck:
-        return respond(fd, {data_.count(req.key) ? StoreStatus::kOk : StoreStatus::kNotFound, {}, 0});
+        return respond(c, {data_.count(req.key) ? StoreStatus::kOk : StoreStatus::kNotFound, {}, 0});
     }
   }
 
@@ -162,52 +193,51 @@ class StoreServerImpl {
         continue;
       }
       loop_.cancel_timer(it->timer);
-      const int fd = it->fd;
+      const ClientPtr waiting = std::move(it->client);
       it = waiters_.erase(it);
-      respond(fd, {StoreStatus::kOk, data_[key], 0});
+      respond(*waiting, {StoreStatus::kOk, data_[key], 0});
     }
   }
 
-  void respond(int fd, const StoreResponse& resp) {
-    auto it = clients_.find(fd);
-    if (it == clients_.end()) return;
+  void respond(Client& c, const StoreResponse& resp) {
+    if (c.dead) return;
     auto bytes = protocol::encode_store_response(resp);
-    it->second.out.insert(it->second.out.end(), bytes.begin(), bytes.end());
-    flush(fd);
+    c.out.insert(c.out.end(), bytes.begin(), bytes.end());
+    flush(c);
   }
 
-  void flush(int fd) {
-    auto it = clients_.find(fd);
-    if (it == clients_.end()) return;
-    Client& c = it->second;
+  // May drop the client (check c.dead afterwards).
+  void flush(Client& c) {
     while (c.out_off < c.out.size()) {
-      const ssize_t n = ::send(fd, c.out.data() + c.out_off, c.out.size() - c.out_off,
+      const ssize_t n = ::send(c.fd, c.out.data() + c.out_off, c.out.size() - c.out_off,
                                MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n < 0) {
         if (errno == EAGAIN || errno == EINTR) break;
-        return drop(fd);
+        return drop(c);
       }
       c.out_off += static_cast<size_t>(n);
     }
     if (c.out_off == c.out.size()) {
       c.out.clear();
       c.out_off = 0;
-      loop_.modify_fd(fd, EPOLLIN);
+      loop_.modify_fd(c.fd, EPOLLIN);
     } else {
-      loop_.modify_fd(fd, EPOLLIN | EPOLLOUT);
+      loop_.modify_fd(c.fd, EPOLLIN | EPOLLOUT);
     }
   }
 
   runtime::EventLoop loop_{"geoccl-store"};
   int listen_fd_ = -1;
   uint16_t port_ = 0;
-  std::unordered_map<int, Client> clients_;
+  std::unordered_map<int, ClientPtr> clients_;
   std::map<std::string, std::vector<uint8_t>> data_;
   std::list<Waiter> waiters_;
 };
 
 StoreServer::StoreServer(const std::string& bind_addr, uint16_t port)
-    : impl_(std::make_unique<StoreServerImpl>(bind_addr, port)) {}
+    : impl_(std::make_unique<StoreServerImpl>(bind_addr, port, std::vector<uint8_t>{})) {}
+StoreServer::StoreServer(const std::string& bind_addr, uint16_t port, const std::vector<uint8_t>& owner)
+    : impl_(std::make_unique<StoreServerImpl>(bind_addr, port, owner)) {}
 StoreServer::~StoreServer() = default;
 uint16_t StoreServer::port() const { return impl_->port(); }
 

@@ -58,4 +58,21 @@ std::optional<StoreResponse> decode_store_response(std::span<const uint8_t> body
   return s;
 }
 
+std::vector<uint8_t> encode_store_owner(const StoreOwner& o) {
+  std::vector<uint8_t> out;
+  Writer w(&out);
+  w.u32(o.world_size);
+  w.u64(o.token);
+  w.str(o.session);
+  return out;
+}
+
+std::optional<StoreOwner> decode_store_owner(std::span<const uint8_t> value) {
+  Reader r(value);
+  StoreOwner o;
+  if (!r.u32(&o.world_size) || !r.u64(&o.token) || !r.str(&o.session, kMaxKey) || r.remaining() != 0)
+    return {};
+  return o;
+}
+
 }  // namespace geoccl::protocol

@@ -5,12 +5,17 @@
 //
 // Keys are at most kMaxKey bytes and values kMaxValue bytes; anything longer is rejected before
 // allocation.
+//
+// A store that a job's rank 0 hosts holds its owner record under kOwnerKey from the moment it
+// listens, and refuses requests that would change that key. A standalone store has none.
+// Owner record: u32 world size | u64 job token | str session
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace geoccl::protocol {
@@ -36,6 +41,15 @@ struct StoreResponse {
   int64_t number = 0;
 };
 
+inline constexpr std::string_view kOwnerKey = "geoccl/.owner";
+
+// The job whose rank 0 hosts a store.
+struct StoreOwner {
+  std::string session;
+  uint32_t world_size = 0;
+  uint64_t token = 0;  // random per job: tells two jobs of the same session and size apart
+};
+
 // Both return the framed message (length prefix included).
 std::vector<uint8_t> encode_store_request(const StoreRequest& r);
 std::vector<uint8_t> encode_store_response(const StoreResponse& r);
@@ -43,5 +57,9 @@ std::vector<uint8_t> encode_store_response(const StoreResponse& r);
 // Decode a body (without the length prefix). nullopt when malformed or trailing bytes remain.
 std::optional<StoreRequest> decode_store_request(std::span<const uint8_t> body);
 std::optional<StoreResponse> decode_store_response(std::span<const uint8_t> body);
+
+// The owner record, unframed (it is a value). nullopt when malformed or trailing bytes remain.
+std::vector<uint8_t> encode_store_owner(const StoreOwner& o);
+std::optional<StoreOwner> decode_store_owner(std::span<const uint8_t> value);
 
 }  // namespace geoccl::protocol

@@ -8,23 +8,23 @@
 #include <cstring>
 #include <future>
 
+#include "core/logging.h"
 #include "geoccl/error.h"
 
 namespace geoccl::runtime {
 
-EventLoop::EventLoop(const char* name) {
+EventLoop::EventLoop(const char* name) : name_(name) {
   epfd_ = epoll_create1(EPOLL_CLOEXEC);
   wakefd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (epfd_ < 0 || wakefd_ < 0) {
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = wakefd_;
+  if (epfd_ < 0 || wakefd_ < 0 || epoll_ctl(epfd_, EPOLL_CTL_ADD, wakefd_, &ev) != 0) {
     const int e = errno;
     if (epfd_ >= 0) close(epfd_);
     if (wakefd_ >= 0) close(wakefd_);
     throw Error(ErrorCode::kIo, std::string("event loop: ") + std::strerror(e));
   }
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.fd = wakefd_;
-  epoll_ctl(epfd_, EPOLL_CTL_ADD, wakefd_, &ev);
   std::promise<void> started;
   thread_ = std::thread([this, &started, name] {
     thread_id_ = std::this_thread::get_id();
@@ -56,11 +56,13 @@ void EventLoop::modify_fd(int fd, uint32_t events) {
   epoll_event ev{};
   ev.events = events;
   ev.data.fd = fd;
-  epoll_ctl(epfd_, EPOLL_CTL_MOD, fd, &ev);
+  if (epoll_ctl(epfd_, EPOLL_CTL_MOD, fd, &ev) != 0)
+    report("epoll modify of fd " + std::to_string(fd) + ": " + std::strerror(errno));
 }
 
 void EventLoop::remove_fd(int fd) {
-  epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
+  if (epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr) != 0 && errno != ENOENT && errno != EBADF)
+    report("epoll remove of fd " + std::to_string(fd) + ": " + std::strerror(errno));
   handlers_.erase(fd);
 }
 
@@ -83,21 +85,107 @@ void EventLoop::cancel_timer(TimerId id) {
   timers_.erase(it);
 }
 
-void EventLoop::post(std::function<void()> f) {
+void EventLoop::set_error_handler(ErrorHandler h) {
+  std::unique_lock lk(error_mu_);
+  on_error_ = std::move(h);
+  if (death_.empty() || !on_error_) return;
+  const ErrorHandler call = on_error_;
+  const std::string why = death_;
+  lk.unlock();
+  tell(call, why);
+}
+
+std::string EventLoop::death() const {
+  std::lock_guard lk(error_mu_);
+  return death_.empty() ? "stopped" : death_;
+}
+
+void EventLoop::tell(const ErrorHandler& call, const std::string& what) {
+  if (!call) {
+    GEOCCL_LOG(kError, "event loop " << name_ << ": " << what);
+    return;
+  }
+  try {
+    call(what);
+  } catch (const std::exception& e) {
+    GEOCCL_LOG(kError, "event loop " << name_ << ": the error handler threw (" << e.what() << ") on: " << what);
+  } catch (...) {
+    GEOCCL_LOG(kError, "event loop " << name_ << ": the error handler threw on: " << what);
+  }
+}
+
+void EventLoop::report(const std::string& what) {
+  ErrorHandler call;
+  {
+    std::lock_guard lk(error_mu_);
+    call = on_error_;
+  }
+  tell(call, what);
+}
+
+template <class F>
+void EventLoop::guarded(const char* what, F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    report(std::string(what) + " threw: " + e.what());
+  } catch (...) {
+    report(std::string(what) + " threw a non-standard exception");
+  }
+}
+
+void EventLoop::die(const std::string& why) {
+  ErrorHandler call;
+  {
+    std::lock_guard lk(error_mu_);
+    death_ = why;
+    call = on_error_;
+  }
+  tell(call, why);
+  close_queue();
+}
+
+void EventLoop::close_queue() {
+  // After this, a run_sync caller wakes up and may clean up behind the loop.
+  std::vector<std::function<void()>> dropped;  // destroyed outside the lock
+  std::lock_guard lk(post_mu_);
+  dead_.store(true);
+  dropped.swap(posted_);
+}
+
+bool EventLoop::post(std::function<void()> f) {
+  std::function<void()> dropped;  // destroyed outside the lock
+  bool queued = false;
   {
     std::lock_guard lk(post_mu_);
-    posted_.push_back(std::move(f));
+    queued = !dead_.load();
+    if (queued)
+      posted_.push_back(std::move(f));
+    else
+      dropped = std::move(f);
   }
-  wake();
+  if (queued) wake();
+  return queued;
 }
 
 void EventLoop::run_sync(std::function<void()> f) {
-  std::promise<void> done;
-  post([&] {
-    f();
-    done.set_value();
+  // The task owns the promise: a dead loop that drops the task breaks it, which wakes us.
+  auto done = std::make_shared<std::promise<void>>();
+  auto result = done->get_future();
+  post([&f, done] {
+    try {
+      f();
+      done->set_value();
+    } catch (...) {
+      done->set_exception(std::current_exception());
+    }
   });
-  done.get_future().wait();
+  done.reset();
+  try {
+    result.get();
+  } catch (const std::future_error&) {
+    throw Error(ErrorCode::kIo, "event loop " + name_ + " is dead: " + death());
+  }
 }
 
 void EventLoop::wake() {
@@ -112,7 +200,7 @@ void EventLoop::drain_posted() {
     std::lock_guard lk(post_mu_);
     batch.swap(posted_);
   }
-  for (auto& f : batch) f();
+  for (auto& f : batch) guarded("a posted task", f);
 }
 
 int EventLoop::next_timeout_ms() {
@@ -131,7 +219,7 @@ void EventLoop::fire_timers() {
     if (it == timers_.end()) continue;
     auto f = std::move(it->second.second);
     timers_.erase(it);
-    f();
+    guarded("a timer", f);
   }
 }
 
@@ -140,7 +228,7 @@ void EventLoop::run() {
   epoll_event events[kMaxEvents];
   while (!stop_.load()) {
     const int n = epoll_wait(epfd_, events, kMaxEvents, next_timeout_ms());
-    if (n < 0 && errno != EINTR) break;
+    if (n < 0 && errno != EINTR) return die(std::string("epoll_wait: ") + std::strerror(errno));
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;
       if (fd == wakefd_) {
@@ -151,11 +239,12 @@ void EventLoop::run() {
       auto it = handlers_.find(fd);
       if (it == handlers_.end()) continue;
       auto h = it->second;  // keep alive even if the handler removes itself
-      (*h)(events[i].events);
+      guarded("an fd handler", [&] { (*h)(events[i].events); });
     }
     drain_posted();
     fire_timers();
   }
+  close_queue();
 }
 
 }  // namespace geoccl::runtime

@@ -35,6 +35,9 @@ class Device {
   using Clock = std::chrono::steady_clock;
   // The address `peer` published for this device (blocks on the store until it is there).
   using AddressOf = std::function<std::vector<uint8_t>(int peer)>;
+  // Runs now and then (about every 100 ms) while connect() waits for peers; throws to abandon
+  // the setup (another rank could not join the group, and said why).
+  using Poll = std::function<void()>;
 
   virtual ~Device() = default;
   // "tcp", "shm": the device's name in GEOCCL_TRANSPORT, store keys, logs and PeerStats.
@@ -48,7 +51,7 @@ class Device {
   // lower ranks, waits for the higher ones, each with the authenticated handshake. Throws
   // Error(kTimeout) naming the missing ranks, Error(kProtocol) when a peer rejects us (with its
   // reason), Error(kIo).
-  virtual void connect(const std::vector<int>& peers, const AddressOf& address_of,
+  virtual void connect(const std::vector<int>& peers, const AddressOf& address_of, const Poll& poll,
                        Clock::time_point deadline) = 0;
 
   // Transport::send / recv for a peer this device serves.

@@ -42,7 +42,7 @@ PathChoice PathChoice::parse(const std::string& s) {
 }
 
 Router::Router(Group& group, const Config& cfg, int data_streams, const std::string& bind_addr,
-               const Publish& publish, const Lookup& lookup, Clock::time_point deadline)
+               const Publish& publish, const Lookup& lookup, const Poll& poll, Clock::time_point deadline)
     : group_(group), by_peer_(static_cast<size_t>(group.size()), nullptr) {
   const PathChoice choice = PathChoice::parse(cfg.transport);
   if (group_.size() == 1) return;  // a group of one needs no network
@@ -73,7 +73,7 @@ Router::Router(Group& group, const Config& cfg, int data_streams, const std::str
     Device& d = *devices_[i];
     if (peers_of[i].empty()) continue;
     GEOCCL_LOG(kInfo, d.name() << ": connecting to " << peers_of[i].size() << " peer(s)");
-    d.connect(peers_of[i], [&](int p) { return lookup(key(d, p)); }, deadline);
+    d.connect(peers_of[i], [&](int p) { return lookup(key(d, p)); }, poll, deadline);
   }
 }
 

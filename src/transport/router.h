@@ -39,12 +39,14 @@ class Router final : public Transport {
   // the connect deadline passes, then throws Error(kTimeout)). Keys are relative to the group.
   using Publish = std::function<void(const std::string& key, const std::vector<uint8_t>& value)>;
   using Lookup = std::function<std::vector<uint8_t>(const std::string& key)>;
+  // Throws when the setup must stop (Device::Poll).
+  using Poll = Device::Poll;
 
   // Builds the devices (tcp listening on `bind_addr`; `data_streams` per TCP peer: rank 0's
   // choice), publishes their addresses, chooses a device per peer and connects every device to
   // its peers by `deadline`. Throws Error(kInvalidArgument / kTimeout / kProtocol / kIo).
   Router(Group& group, const Config& cfg, int data_streams, const std::string& bind_addr,
-         const Publish& publish, const Lookup& lookup, Clock::time_point deadline);
+         const Publish& publish, const Lookup& lookup, const Poll& poll, Clock::time_point deadline);
   // Shuts every device down (goodbyes, bounded wait), then closes.
   ~Router() override;
 

@@ -383,6 +383,25 @@ int failure_mode(const std::string& mode, Config cfg) {
     }
     return rc;
   }
+  if (mode == "params") {
+    // The last rank runs with another chunk size: every rank must fail while connecting, with
+    // an error that names the setting, well before the connect timeout.
+    if (me == n - 1) cfg.chunk_bytes = 256 << 10;
+    cfg.connect_timeout = std::chrono::seconds(30);
+    try {
+      Communicator c(cfg);
+      std::fprintf(stderr, "rank %d: joined a group whose ranks disagree\n", me);
+      return 1;
+    } catch (const Error& e) {
+      std::printf("rank %d: %s\n", me, e.what());
+      const bool named = std::string(e.what()).find("GEOCCL_CHUNK_BYTES") != std::string::npos;
+      if (e.code() != ErrorCode::kInvalidArgument || !named) {
+        std::fprintf(stderr, "rank %d: wanted kInvalidArgument naming GEOCCL_CHUNK_BYTES\n", me);
+        return 1;
+      }
+      return 0;
+    }
+  }
   if (mode == "stall") {
     // The last rank enters a large allreduce long after the others (past their deadline): they
     // must all fail with kTimeout at their deadline, and so must the late rank, told by them.
@@ -433,7 +452,7 @@ int main(int argc, char** argv) {
       setenv("GEOCCL_DOMAIN", list.at(static_cast<size_t>(r)).c_str(), 1);
     }
     Config cfg = Config::from_env();
-    if (mode == "kill" || mode == "stall" || mode == "mismatch-size" || mode == "mismatch-dtype" ||
+    if (mode == "kill" || mode == "stall" || mode == "params" || mode == "mismatch-size" || mode == "mismatch-dtype" ||
         mode == "mismatch-op")
       return failure_mode(mode, cfg);
     Communicator c(cfg);

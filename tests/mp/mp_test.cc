@@ -263,6 +263,17 @@ TEST(Errors, MismatchedCallsFailCleanlyOnAllRanks) {
     }
 }
 
+// A rank started with another group parameter (here GEOCCL_CHUNK_BYTES) makes every rank fail
+// at connect with an error naming the setting, on shared memory and on TCP.
+TEST(Errors, DifferentGroupParametersFailEveryRankByName) {
+  for (const char* transport : {"auto", "tcp"}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto codes = run_ranks(4, "params", 60, {{"GEOCCL_TRANSPORT", transport}});
+    for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << transport << " rank " << r;
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20)) << transport;
+  }
+}
+
 TEST(Errors, GarbageClientIsRejectedAndGroupKeepsWorking) {
   const auto codes = run_ranks(3, "garbage", 60);
   for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;

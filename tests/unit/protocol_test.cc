@@ -178,7 +178,6 @@ TEST(Handshake, HelloRoundTripAndChecks) {
   EXPECT_EQ(check_hello(d, 4, 42, 1, ph), HandshakeStatus::kBadStream);
   EXPECT_EQ(check_hello(d, 4, 42, 2, ph + 1), HandshakeStatus::kBadParams);
   EXPECT_STREQ(handshake_status_name(HandshakeStatus::kBadParams), "group parameters differ");
-  EXPECT_EQ(check_hello(d, 4, 42, 2), HandshakeStatus::kAccepted);  // transitional: no hash check
   d.minor = 0xffff;  // another minor of the same major is accepted
   EXPECT_EQ(check_hello(d, 4, 42, 2, ph), HandshakeStatus::kAccepted);
   d.version = kProtocolVersion + 1;

@@ -77,8 +77,8 @@ struct Pair {
     t1 = std::make_unique<Side>("t1", 1, o);
     const auto a0 = t0->dev->address(), a1 = t1->dev->address();
     const auto deadline = std::chrono::steady_clock::now() + 10s;
-    std::thread c0([&] { t0->dev->connect({1}, [&](int) { return a1; }, deadline); });
-    t1->dev->connect({0}, [&](int) { return a0; }, deadline);
+    std::thread c0([&] { t0->dev->connect({1}, [&](int) { return a1; }, {}, deadline); });
+    t1->dev->connect({0}, [&](int) { return a0; }, {}, deadline);
     c0.join();
     t0->dev->set_wan_peer(1, wan);
     t1->dev->set_wan_peer(0, wan);

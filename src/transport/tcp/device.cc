@@ -234,8 +234,14 @@ void TcpDevice::adopt(int fd, int peer_rank, int stream) {
   group_.notify();
 }
 
-void TcpDevice::connect(const std::vector<int>& peers, const AddressOf& address_of,
+void TcpDevice::connect(const std::vector<int>& peers, const AddressOf& address_of, const Poll& poll,
                         Clock::time_point deadline) {
+  auto last_poll = Clock::now();
+  auto maybe_poll = [&] {
+    if (!poll || Clock::now() - last_poll < std::chrono::milliseconds(100)) return;
+    last_poll = Clock::now();
+    poll();
+  };
   for (int r : peers) {
     if (r >= group_.rank()) continue;
     TcpPeer& p = peer(r);
@@ -247,8 +253,12 @@ void TcpDevice::connect(const std::vector<int>& peers, const AddressOf& address_
       int fd = -1;
       // The peer is listening already (it published its address), but retry briefly on refusal.
       while ((fd = dial(p, stream, deadline, &why, &rejected)) < 0) {
-        if (rejected) throw Error(ErrorCode::kProtocol, why);
+        if (rejected) {
+          maybe_poll();  // a peer with other group parameters: its own reason says more
+          throw Error(ErrorCode::kProtocol, why);
+        }
         if (Clock::now() >= deadline) throw Error(ErrorCode::kTimeout, why);
+        maybe_poll();
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
       set_nonblocking(fd, true);
@@ -269,6 +279,7 @@ void TcpDevice::connect(const std::vector<int>& peers, const AddressOf& address_
     if (missing.empty()) return;
     if (Clock::now() > deadline)
       throw Error(ErrorCode::kTimeout, "rank(s) " + missing + " did not connect in time");
+    maybe_poll();
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
 }

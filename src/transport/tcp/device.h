@@ -92,7 +92,7 @@ class TcpDevice final : public Device {
   const char* name() const override { return "tcp"; }
   std::vector<uint8_t> address() const override;
   bool reaches(std::span<const uint8_t> peer_address) const override;
-  void connect(const std::vector<int>& peers, const AddressOf& address_of,
+  void connect(const std::vector<int>& peers, const AddressOf& address_of, const Poll& poll,
                Clock::time_point deadline) override;
   RequestPtr send(int peer, const protocol::FrameHeader& h, std::span<const uint8_t> payload) override;
   RequestPtr recv(int peer, const protocol::FrameHeader& expect, std::span<uint8_t> dst) override;

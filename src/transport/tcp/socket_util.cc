@@ -13,7 +13,10 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
+#include <mutex>
+#include <set>
 
+#include "core/logging.h"
 #include "geoccl/error.h"
 
 namespace geoccl::transport::tcp {
@@ -76,8 +79,7 @@ int listen_on(const std::string& addr, uint16_t port, int backlog) {
   for (addrinfo* a = res; a; a = a->ai_next) {
     fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
     if (fd < 0) continue;
-    const int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    tune_socket(fd, SOL_SOCKET, SO_REUSEADDR, 1, "SO_REUSEADDR");
     if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, backlog) == 0) break;
     err = errno;
     close(fd);
@@ -164,7 +166,16 @@ int connect_with_timeout(const std::string& host, uint16_t port, std::chrono::mi
     }
   }
   freeaddrinfo(res);
-  if (fd >= 0) set_nonblocking(fd, false);
+  if (fd >= 0) {
+    try {
+      set_nonblocking(fd, false);
+    } catch (const Error&) {
+      const int e = errno;
+      close(fd);
+      errno = e;
+      return -1;
+    }
+  }
   return fd;
 }
 
@@ -202,12 +213,32 @@ bool read_all(int fd, std::span<uint8_t> data, Clock::time_point deadline) {
 
 void set_nonblocking(int fd, bool on) {
   const int fl = fcntl(fd, F_GETFL);
-  fcntl(fd, F_SETFL, on ? (fl | O_NONBLOCK) : (fl & ~O_NONBLOCK));
+  if (fl < 0 || fcntl(fd, F_SETFL, on ? (fl | O_NONBLOCK) : (fl & ~O_NONBLOCK)) != 0)
+    throw Error(ErrorCode::kIo, std::string(on ? "O_NONBLOCK" : "blocking mode") + " on fd " +
+                                    std::to_string(fd) + ": " + std::strerror(errno));
 }
 
 void set_nodelay(int fd) {
   const int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0)
+    throw Error(ErrorCode::kIo, "TCP_NODELAY on fd " + std::to_string(fd) + ": " + std::strerror(errno));
+}
+
+bool tune_socket(int fd, int level, int option, int value, const char* name) {
+  if (setsockopt(fd, level, option, &value, sizeof value) == 0) return true;
+  const int e = errno;
+  static std::mutex mu;
+  static std::set<std::string> warned;
+  bool first;
+  {
+    std::lock_guard lk(mu);
+    first = warned.insert(name).second;
+  }
+  if (first)
+    GEOCCL_LOG(kWarn, "socket option " << name << "=" << value << " refused (" << std::strerror(e)
+                                       << "); going on without it (logged once)");
+  errno = e;
+  return false;
 }
 
 }  // namespace geoccl::transport::tcp
@@ -235,9 +266,9 @@ std::pair<uint64_t, uint64_t> set_buffer_sizes(int fd, uint64_t bytes) {
   // SO_*BUFFORCE ignores net.core.{w,r}mem_max; it needs CAP_NET_ADMIN (we run as root on the
   // test bed and in most training containers). Without it the plain option is capped.
   if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &v, sizeof v) != 0)
-    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof v);
+    tune_socket(fd, SOL_SOCKET, SO_SNDBUF, v, "SO_SNDBUF");
   if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &v, sizeof v) != 0)
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof v);
+    tune_socket(fd, SOL_SOCKET, SO_RCVBUF, v, "SO_RCVBUF");
   int snd = 0, rcv = 0;
   socklen_t len = sizeof snd;
   getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &snd, &len);

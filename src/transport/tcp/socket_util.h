@@ -30,7 +30,7 @@ int connect_with_timeout(const std::string& host, uint16_t port, std::chrono::mi
 
 // Sets SO_SNDBUF and SO_RCVBUF to `bytes`, with the FORCE variants (CAP_NET_ADMIN) when the
 // system maximum (net.core.wmem_max / rmem_max) is lower, and falls back to the plain options
-// (capped by the maximum) without the capability. This turns the kernel's autotuning off for the
+// (capped by the maximum, best effort: see tune_socket) without the capability. This turns the kernel's autotuning off for the
 // socket. Returns what the kernel holds afterwards (it doubles the request for bookkeeping).
 std::pair<uint64_t, uint64_t> set_buffer_sizes(int fd, uint64_t bytes);
 
@@ -38,11 +38,16 @@ std::pair<uint64_t, uint64_t> set_buffer_sizes(int fd, uint64_t bytes);
 bool write_all(int fd, std::span<const uint8_t> data, std::chrono::steady_clock::time_point deadline);
 bool read_all(int fd, std::span<uint8_t> data, std::chrono::steady_clock::time_point deadline);
 
+// Options the code relies on: both throw Error(kIo) when the kernel refuses them.
 void set_nonblocking(int fd, bool on);
+void set_nodelay(int fd);
+// Best-effort tuning (SO_REUSEADDR, buffer sizes, TCP_NOTSENT_LOWAT...): returns whether the
+// kernel took the option (errno set when not). The first refusal of each `name` is logged as a
+// warning, later ones are not.
+bool tune_socket(int fd, int level, int option, int value, const char* name);
 // Requests congestion control `name` (e.g. "bbr") on a socket. Returns the algorithm the kernel
 // reports afterwards ("" if it cannot be read), which differs from `name` when it was refused.
 std::string set_congestion_control(int fd, const std::string& name);
 std::string congestion_control(int fd);
-void set_nodelay(int fd);
 
 }  // namespace geoccl::transport::tcp
