@@ -30,14 +30,14 @@ uint8_t pattern(uint64_t record, uint64_t offset) { return static_cast<uint8_t>(
 
 }  // namespace
 
-TEST(ShmRing, CapacityIsAWholeNumberOfQuanta) {
+TEST(shm_ring, CapacityIsAWholeNumberOfQuanta) {
   EXPECT_EQ(ring_capacity(0), 64u);
   EXPECT_EQ(ring_capacity(64), 64u);
   EXPECT_EQ(ring_capacity(65), 128u);
   EXPECT_EQ(ring_capacity(4u << 20), 4u << 20);
 }
 
-TEST(ShmRing, WaitFlagsAskForOneWakeUp) {
+TEST(shm_ring, WaitFlagsAskForOneWakeUp) {
   Mem m(256);
   RingWriter w = m.writer();
   RingReader r = m.reader();
@@ -71,7 +71,7 @@ TEST(ShmRing, WaitFlagsAskForOneWakeUp) {
   EXPECT_FALSE(r.corrupt());
 }
 
-TEST(ShmRing, RecordsStartAlignedAndPadOnlyWhenRoom) {
+TEST(shm_ring, RecordsStartAlignedAndPadOnlyWhenRoom) {
   Mem m(64);
   RingWriter w = m.writer();
   RingReader r = m.reader();
@@ -93,7 +93,7 @@ TEST(ShmRing, RecordsStartAlignedAndPadOnlyWhenRoom) {
   EXPECT_EQ(r.pad(), 3u);
 }
 
-TEST(ShmRing, CorruptPositionsAreCaught) {
+TEST(shm_ring, CorruptPositionsAreCaught) {
   {
     Mem m(128);
     RingReader r = m.reader();
@@ -111,7 +111,7 @@ TEST(ShmRing, CorruptPositionsAreCaught) {
 }
 
 // Records: u64 length, then the payload; each starts aligned. Sizes up to 3x the ring.
-TEST(ShmRing, TwoThreadsStreamRandomRecordsThroughTheWrap) {
+TEST(shm_ring, TwoThreadsStreamRandomRecordsThroughTheWrap) {
   constexpr size_t kCap = 15 * 64;  // not a power of two
   constexpr int kRecords = 3000;
   Mem m(kCap);
