@@ -235,20 +235,29 @@ void Connection::progress() {
   }
 }
 
-bool Connection::arm_waits() {
-  bool again = false;
-  // The reader stopped at an early frame waits for a local receive, not for the peer.
-  const bool stalled = have_hdr_ && window_.lookup(hdr_.frame) == tcp::RecvWindow<RecvOp>::Lookup::kNotPosted;
-  if (!stalled && !peer_left_ && in_.arm_wait() >= need_) again = true;
-  if (!sendq_.empty() || !inflight_.empty()) {
-    // What the writer waits for, judged again from the reader's position seen after asking.
-    const uint64_t consumed = out_.arm_wait();
-    const size_t room = out_.capacity() - static_cast<size_t>(out_.position() - consumed);
-    const size_t want = !sendq_.empty() && !sendq_.front().aligned ? std::max<size_t>(out_.pad(), 1) : 1;
-    if (!sendq_.empty() && room >= want) again = true;
-    if (!inflight_.empty() && inflight_.front().end <= consumed) again = true;
+bool Connection::reader_waits_for_peer() const {
+  // A reader stopped at an early frame waits for a local receive, not for the peer.
+  return !peer_left_ &&
+         !(have_hdr_ && window_.lookup(hdr_.frame) == tcp::RecvWindow<RecvOp>::Lookup::kNotPosted);
+}
+
+bool Connection::peer_moved() {
+  if (reader_waits_for_peer() && in_.available(need_) >= need_) return true;
+  if (!sendq_.empty()) {
+    const size_t want = sendq_.front().aligned ? 1 : std::max<size_t>(out_.pad(), 1);
+    if (out_.room(want) >= want) return true;
   }
-  return again;
+  return !inflight_.empty() && out_.consumed() >= inflight_.front().end;
+}
+
+// No spinning before sleeping: measured with the 96 MiB benchmark on 2 cores, watching the
+// peer's positions for 20 us before arming cost 25% of the throughput, 100 us half of it (the
+// spinner takes the core the peer or the caller needs).
+bool Connection::arm_waits() {
+  if (reader_waits_for_peer()) in_.arm_wait();
+  if (!sendq_.empty() || !inflight_.empty()) out_.arm_wait();
+  // Judged again from the positions read after asking (seq_cst: see ring.h).
+  return peer_moved();
 }
 
 bool Connection::write_some(size_t* budget) {

@@ -133,8 +133,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool write_some(size_t* budget);
   bool read_some(size_t* budget);
   void settle_delivered();
-  // Sets the waiting flags this end needs; true when something changed meanwhile (no sleep).
+  // Sets the waiting flags this end needs; true when the peer moved meanwhile (no sleep).
   bool arm_waits();
+  // Whether the peer's positions (reloaded) let this end go on.
+  bool peer_moved();
+  bool reader_waits_for_peer() const;
   bool check_frame(const RecvOp& r);
   void read_control();
   void flush_control();

@@ -384,7 +384,17 @@ void ShmDevice::stats(PeerStats* ps) const {
 
 void ShmDevice::shutdown() {
   if (shut_.exchange(true)) return;
-  if (loop_.in_loop_thread()) return close_all();  // nothing can be waited for here
+  auto goodbye = [this] {
+    for (auto& c : conns_)
+      if (c) {
+        c->set_closing();
+        c->post_control(protocol::FrameType::kGoodbye);
+      }
+  };
+  if (loop_.in_loop_thread()) {  // nothing can be waited for here
+    goodbye();
+    return close_all();
+  }
   // Bounded wait: a dead or stuck peer must not hold us here.
   const auto deadline = Clock::now() + std::chrono::seconds(2);
   auto drain = [&] {
@@ -399,13 +409,7 @@ void ShmDevice::shutdown() {
     }
   };
   drain();  // frames into the rings first: the goodbye says that everything was written
-  loop_.run_sync([&] {
-    for (auto& c : conns_)
-      if (c) {
-        c->set_closing();
-        c->post_control(protocol::FrameType::kGoodbye);
-      }
-  });
+  loop_.run_sync(goodbye);
   drain();
   loop_.run_sync([&] { close_all(); });
 }
