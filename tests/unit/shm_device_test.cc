@@ -10,6 +10,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -412,4 +414,31 @@ TEST(shm_device, ShutdownCompletesPendingRequests) {
   ASSERT_TRUE(r->done.load());
   EXPECT_EQ(r->failure.code, ErrorCode::kAborted);
   EXPECT_FALSE(p.r0.group.failed());
+}
+
+namespace {
+long open_fds() {
+  const std::filesystem::directory_iterator fds("/proc/self/fd");
+  return std::distance(begin(fds), end(fds));
+}
+int shm_mappings() {
+  std::ifstream f("/proc/self/maps");
+  int n = 0;
+  for (std::string line; std::getline(f, line);) n += line.find("memfd:geoccl-shm") != std::string::npos;
+  return n;
+}
+}  // namespace
+
+TEST(shm_device, ShutdownReleasesEveryDescriptorAndMapping) {
+  const long fds = open_fds();
+  {
+    Pair p;
+    std::vector<uint8_t> src(100, 1), dst(100);
+    p.r0.dev->send(1, header(0, 0), src);
+    auto r = p.r1.dev->recv(0, header(0, 0), dst);
+    ASSERT_TRUE(p.r1.wait_done({r}));
+    EXPECT_EQ(shm_mappings(), 2);  // one segment, mapped by each end
+  }
+  EXPECT_EQ(shm_mappings(), 0);
+  EXPECT_EQ(open_fds(), fds);
 }
