@@ -1,0 +1,110 @@
+// ShmDevice: the shared-memory transport, for the peers of a rank that run on the same host
+// (address.h says what that means). Frames go through a pair of rings in memory both processes
+// map (connection.h); the receiver copies or reduces straight out of the shared memory.
+//
+// Setup: each rank listens on an abstract unix socket (SOCK_SEQPACKET, no file, gone with the
+// process or its network namespace). For each pair the higher rank dials the lower one: it
+// creates the pair's memfd segment and two eventfds, writes a random token into the segment and
+// sends a Hello (rank, world size, session, params hash, ring size, token) with the descriptors
+// (SCM_RIGHTS). The acceptor checks the Hello, maps the segment, and accepts only when it reads
+// the same token there; otherwise it answers with the reason and closes, and the group goes on.
+// The socket stays open as the pair's control channel: aborts, goodbye, and liveness (its end
+// without a goodbye fails the group with kPeerLost at once, even when the peer was SIGKILLed).
+//
+// Nothing is left behind on any exit path: the memfd has no name (its memory goes with the last
+// mapping), the abstract socket has no file, and shutdown() unmaps and closes everything.
+//
+// Threads: as device.h. Every fd and every ring access is on the group's loop thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "transport/device.h"
+#include "transport/shm/address.h"
+#include "transport/shm/connection.h"
+
+namespace geoccl::transport::shm {
+
+struct ShmOptions {
+  // Capacity of each direction's ring, rounded up to a multiple of 64 bytes. The dialler of a pair
+  // (the higher rank) creates the segment, so its setting holds for the pair.
+  size_t ring_bytes = 4u << 20;
+  // An inbound connection must send its Hello within this time or it is dropped.
+  std::chrono::milliseconds handshake_timeout{10000};
+};
+
+class ShmDevice final : public Device {
+ public:
+  // Listens on a fresh abstract socket and subscribes to the group's failure. Throws Error(kIo).
+  // The group (and its loop) must outlive the device.
+  explicit ShmDevice(Group& group, const ShmOptions& options = {});
+  // shutdown().
+  ~ShmDevice() override;
+
+  const char* name() const override { return "shm"; }
+  std::vector<uint8_t> address() const override { return encode_address(address_); }
+  // Same boot id and network namespace as this rank.
+  bool reaches(std::span<const uint8_t> peer_address) const override;
+  void connect(const std::vector<int>& peers, const AddressOf& address_of, const Poll& poll,
+               Clock::time_point deadline) override;
+
+  RequestPtr send(int peer, const protocol::FrameHeader& h,
+                  std::span<const uint8_t> payload) override;
+  RequestPtr recv(int peer, const protocol::FrameHeader& expect, std::span<uint8_t> dst) override;
+  RequestPtr recv_reduce(int peer, const protocol::FrameHeader& expect, std::span<uint8_t> dst,
+                         DataType dtype, ReduceOp op) override;
+  void recheck_early_frames() override;
+  // A peer on the same host is never a WAN peer: nothing to tune.
+  void set_wan_peer(int /*peer*/, bool /*wan*/) override {}
+  void stats(PeerStats* ps) const override;
+  // Bounded wait (2 s) for queued frames to be in the rings, goodbye to every peer, then closes
+  // everything; requests still pending complete with kAborted. Idempotent.
+  void shutdown() override;
+
+  // Inbound connections refused by the handshake (strangers, other sessions, bad tokens, ...).
+  uint64_t rejected_connections() const { return rejected_.load(); }
+
+ private:
+  struct Pending;
+  struct Dialled;
+
+  void on_loop(const std::function<void()>& f);
+  void on_accept();
+  void on_pending_readable(int fd);
+  // Loop thread: stops watching inbound socket `fd` (before its Hello) and hands it over.
+  UniqueFd take_pending(int fd);
+  // Loop thread: the verdict on a Hello with its descriptors ("" = accepted, *seg mapped).
+  std::string judge(const Hello& h, std::vector<UniqueFd>& fds, Segment* seg);
+  void adopt(int peer, bool dialler, UniqueFd sock, UniqueFd wake_self, UniqueFd wake_peer,
+             Segment seg, size_t capacity);
+  // Dials lower rank `peer`; an unset result with *why (and *rejected when the peer refused us).
+  std::unique_ptr<Dialled> dial(int peer, const Address& a, Clock::time_point deadline,
+                                std::string* why, bool* rejected);
+  void post_recv(int peer, Connection::RecvOp op);
+  void close_all();
+
+  Group& group_;
+  runtime::EventLoop& loop_;
+  const ShmOptions options_;
+  Address address_;
+  UniqueFd listen_fd_;
+  std::vector<std::shared_ptr<Connection>> conns_;   // per rank; loop thread
+  std::vector<std::unique_ptr<Counters>> counters_;  // per rank; any thread
+  std::vector<std::unique_ptr<Pending>> pending_;    // inbound, before their Hello; loop thread
+  std::shared_ptr<bool> alive_;                      // loop thread: read by the failure listener
+
+  mutable std::mutex mu_;  // guards linked_, expected_
+  std::condition_variable linked_cv_;
+  std::vector<char> linked_;    // per rank: a connection is up
+  std::vector<char> expected_;  // per rank: connect() serves it (all higher ranks until then)
+  std::atomic<bool> shut_{false};
+  std::atomic<uint64_t> rejected_{0};
+};
+
+}  // namespace geoccl::transport::shm
