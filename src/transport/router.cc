@@ -4,6 +4,7 @@
 
 #include "core/logging.h"
 #include "geoccl/error.h"
+#include "transport/shm/device.h"
 #include "transport/tcp/device.h"
 
 namespace geoccl::transport {
@@ -48,6 +49,7 @@ Router::Router(Group& group, const Config& cfg, int data_streams, const std::str
   if (group_.size() == 1) return;  // a group of one needs no network
   devices_.push_back(
       std::make_unique<tcp::TcpDevice>(group_, bind_addr, tcp::TcpOptions::from_config(cfg, data_streams)));
+  if (choice.host == "shm" || choice.remote == "shm") devices_.push_back(std::make_unique<shm::ShmDevice>(group_));
   auto find = [&](const std::string& name) -> Device* {
     for (auto& d : devices_)
       if (name == d->name()) return d.get();
