@@ -24,6 +24,8 @@ struct Config {
   // namespace), TCP otherwise; "tcp" = TCP everywhere; or a list "host=shm|tcp,remote=tcp".
   // Every rank must use the same value (a group parameter, checked when ranks connect).
   std::string transport = "auto";
+  // GEOCCL_SHM_RING_BYTES: bytes of each direction's ring between two ranks on one host.
+  size_t shm_ring_bytes = 4 << 20;
   // GEOCCL_TCP_CC: congestion control of peer sockets. "auto" = bbr when this rank belongs to a
   // labelled domain (a multi-region job) and the kernel offers it, else the system default;
   // "system" = leave it; any other name (bbr, cubic, reno) is requested for every peer socket.

@@ -84,6 +84,7 @@ void Config::apply_env() {
   apply({"GEOCCL_SESSION"}, [&](auto, auto v) { session = v; });
   apply({"GEOCCL_BIND_ADDR"}, [&](auto, auto v) { bind_addr = v; });
   apply({"GEOCCL_TRANSPORT"}, [&](auto, auto v) { transport = v; });
+  apply({"GEOCCL_SHM_RING_BYTES"}, [&](auto n, auto v) { shm_ring_bytes = parse_size(n, v); });
   apply({"GEOCCL_TCP_CC"}, [&](auto, auto v) { tcp_cc = v; });
   apply({"GEOCCL_TCP_STREAMS"}, [&](auto n, auto v) { tcp_streams = parse_int<int>(n, v); });
   auto size_or_auto = [](const char* n, const char* v) {
@@ -136,6 +137,8 @@ void Config::validate() const {
     bad("GEOCCL_TRANSPORT must be auto, tcp or a list of class=name "
         "(host=shm,remote=tcp), got '" + transport + "'");
   if (chunk_bytes < 4096) bad("GEOCCL_CHUNK_BYTES must be >= 4096");
+  if (shm_ring_bytes < (64 << 10) || shm_ring_bytes > (size_t{1} << 30))
+    bad("GEOCCL_SHM_RING_BYTES must be between 64K and 1G");
   if (algo != "auto" && algo != "ring" && algo != "rd" && algo != "tree" && algo != "hier" &&
       algo != "hier-ring" && algo != "hier-small" && algo != "flat")
     bad("GEOCCL_ALGO must be auto, ring, rd, tree, hier or flat, got '" + algo + "'");

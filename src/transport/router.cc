@@ -49,7 +49,11 @@ Router::Router(Group& group, const Config& cfg, int data_streams, const std::str
   if (group_.size() == 1) return;  // a group of one needs no network
   devices_.push_back(
       std::make_unique<tcp::TcpDevice>(group_, bind_addr, tcp::TcpOptions::from_config(cfg, data_streams)));
-  if (choice.host == "shm" || choice.remote == "shm") devices_.push_back(std::make_unique<shm::ShmDevice>(group_));
+  if (choice.host == "shm" || choice.remote == "shm") {
+    shm::ShmOptions o;
+    o.ring_bytes = cfg.shm_ring_bytes;
+    devices_.push_back(std::make_unique<shm::ShmDevice>(group_, o));
+  }
   auto find = [&](const std::string& name) -> Device* {
     for (auto& d : devices_)
       if (name == d->name()) return d.get();
