@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Configures and builds geoccl. Usage: scripts/build.sh [BUILD_DIR] [extra cmake args...]
+# Configures and builds geoccl, warnings as errors (GEOCCL_WERROR=ON), as CI and developers do.
+# Usage: scripts/build.sh [BUILD_DIR] [extra cmake args...]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir=${1:-$root/build}
 shift || true
-cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGEOCCL_WERROR=ON "$@" >/dev/null
 ninja -C "$dir"

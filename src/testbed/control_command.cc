@@ -24,7 +24,7 @@ std::vector<std::string> split_words(std::string_view line) {
 LinkSelector parse_link(const std::string& text) {
   LinkSelector sel;
   if (text == "*") {
-    sel.from = sel.to = "*";
+    sel.from = sel.to = std::string(1, '*');  // not = "*": a false -Wrestrict of g++ 12 at -O3
     sel.both_directions = true;
     return sel;
   }

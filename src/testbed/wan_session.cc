@@ -63,7 +63,8 @@ std::string cpu_mask(const std::vector<int>& cpus) {
   for (std::size_t i = groups.size(); i-- > 0;) {
     char buf[16];
     std::snprintf(buf, sizeof buf, i + 1 == groups.size() ? "%x" : "%08x", groups[i]);
-    out += (out.empty() ? "" : ",") + std::string(buf);
+    if (!out.empty()) out += ',';
+    out += buf;
   }
   return out;
 }

@@ -118,7 +118,10 @@ int run(int argc, char** argv) {
 int ctl(int argc, char** argv) {
   if (argc < 4) return usage_error("ctl needs a socket path and a command");
   std::string command;
-  for (int i = 3; i < argc; ++i) command += (i > 3 ? " " : "") + std::string(argv[i]);
+  for (int i = 3; i < argc; ++i) {
+    if (i > 3) command += ' ';
+    command += argv[i];
+  }
   std::printf("%s", control_request(argv[2], command).c_str());
   return 0;
 }

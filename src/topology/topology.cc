@@ -40,12 +40,26 @@ int Topology::local_index(int rank) const {
 }
 
 std::string Topology::describe() const {
-  std::string s = std::to_string(domains()) + (domains() == 1 ? " domain (" : " domains (") + source + "):";
+  // Appends only: g++ 12 at -O3 flags `"literal" + std::string` with a false -Wrestrict.
+  std::string s = std::to_string(domains());
+  s += domains() == 1 ? " domain (" : " domains (";
+  s += source;
+  s += "):";
   for (int d = 0; d < domains(); ++d) {
-    s += " " + (names[static_cast<size_t>(d)].empty() ? "d" + std::to_string(d) : names[static_cast<size_t>(d)]) + "=[";
-    for (size_t i = 0; i < members[static_cast<size_t>(d)].size(); ++i)
-      s += (i ? "," : "") + std::to_string(members[static_cast<size_t>(d)][i]);
-    s += "]";
+    const auto& name = names[static_cast<size_t>(d)];
+    s += ' ';
+    if (name.empty()) {
+      s += 'd';
+      s += std::to_string(d);
+    } else {
+      s += name;
+    }
+    s += "=[";
+    for (size_t i = 0; i < members[static_cast<size_t>(d)].size(); ++i) {
+      if (i) s += ',';
+      s += std::to_string(members[static_cast<size_t>(d)][i]);
+    }
+    s += ']';
   }
   return s;
 }

@@ -1,0 +1,27 @@
+// Published transport addresses (tcp/address.h, shm/address.h): never crash; what decodes
+// re-encodes to the same bytes.
+#include <cstdlib>
+#include <span>
+
+#include "transport/shm/address.h"
+#include "transport/tcp/address.h"
+
+using namespace geoccl::transport;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::span<const uint8_t> in(data, size);
+  std::string endpoint;
+  if (tcp::decode_address(in, &endpoint)) {
+    const auto again = tcp::encode_address(endpoint);
+    if (!std::equal(again.begin(), again.end(), in.begin(), in.end())) std::abort();
+  }
+  shm::Address a;
+  if (shm::decode_address(in, &a)) {
+    shm::Address b;
+    if (!shm::decode_address(shm::encode_address(a), &b) || b.socket_name != a.socket_name ||
+        b.host.boot_id != a.host.boot_id || b.host.netns_ino != a.host.netns_ino ||
+        b.host.netns_dev != a.host.netns_dev)
+      std::abort();
+  }
+  return 0;
+}
