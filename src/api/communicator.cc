@@ -104,6 +104,14 @@ CommunicatorImpl::CommunicatorImpl(Config cfg) : cfg_(std::move(cfg)) {
   if (cfg_.world_size > 1) rdv_ = membership::join_store(cfg_);
   group_ = std::make_unique<transport::Group>(loop_, cfg_.rank, cfg_.world_size, rdv_.session_id,
                                               rdv_.params.hash(), [this] { progress_.notify(); });
+  // A handler that threw, or a loop that died: the group fails with the reason on every rank
+  // (from the loop thread while it runs; a dead loop fails it directly).
+  loop_.set_error_handler([this](const std::string& why) {
+    if (loop_.in_loop_thread() && loop_.alive())
+      group_->fail(ErrorCode::kInternal, "I/O thread: " + why, true);
+    else
+      group_->fail(ErrorCode::kIo, "I/O thread stopped: " + why, false);
+  });
   const auto deadline = Clock::now() + cfg_.connect_timeout;
   // A rank that could not join (other group parameters) left its reason in the store: every
   // rank still setting up fails with it instead of waiting for that rank.

@@ -188,6 +188,16 @@ void EventLoop::run_sync(std::function<void()> f) {
   }
 }
 
+void EventLoop::run_owned(const std::function<void()>& f) {
+  if (in_loop_thread() || !alive()) return f();
+  try {
+    run_sync(f);
+  } catch (const Error& e) {
+    if (alive()) throw;  // f itself threw
+    f();                 // the loop died before running it: its thread has stopped
+  }
+}
+
 void EventLoop::wake() {
   const uint64_t one = 1;
   // A full eventfd counter still wakes the loop; the result does not matter.

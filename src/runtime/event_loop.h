@@ -66,6 +66,10 @@ class EventLoop {
   // thrown that, the loop thread touches nothing again: the owner may clean up (remove_fd,
   // close) on its own thread.
   void run_sync(std::function<void()> f);
+  // Runs `f` where the loop's state may be touched and returns when it has run: inline on the
+  // loop thread, through run_sync from another thread, inline once the loop is dead (its thread
+  // touches nothing any more). For owners' setup and teardown, which must not throw.
+  void run_owned(const std::function<void()>& f);
   bool in_loop_thread() const { return std::this_thread::get_id() == thread_id_; }
 
  private:

@@ -109,11 +109,7 @@ void Router::begin_operation(const protocol::FrameHeader& h) {
 }
 
 void Router::abort(ErrorCode code, const std::string& message) {
-  if (group_.loop().in_loop_thread()) {
-    group_.fail(code, message, true);
-    return;
-  }
-  group_.loop().run_sync([&] { group_.fail(code, message, true); });
+  group_.loop().run_owned([&] { group_.fail(code, message, true); });
 }
 
 std::optional<Failure> Router::failure() const { return group_.failure(); }

@@ -295,10 +295,11 @@ TEST(TcpTransport, ResetStreamsWithZeroCopySendsAreRecovered) { reset_while_tran
 TEST(TcpTransport, ResetWithoutResumeFailsBothRanks) {
   Pair p(2, TcpOptions{});
   std::vector<uint8_t> big(64 << 20, 7), dst(big.size());
+  // The receive is posted after the resets, so the transfer cannot finish before them.
   auto s = p.t0->send(1, header(0, big.size()), big);
-  auto r = p.t1->recv(0, header(0, dst.size()), dst);
   p.t1->reset_stream_for_test(0, 1);
   p.t1->reset_stream_for_test(0, 2);
+  auto r = p.t1->recv(0, header(0, dst.size()), dst);
   ASSERT_TRUE(wait_all({s, r}, 10s));
   EXPECT_EQ(r->failure.code, ErrorCode::kPeerLost);
   EXPECT_EQ(s->failure.code, ErrorCode::kPeerLost);

@@ -94,12 +94,7 @@ ShmDevice::ShmDevice(Group& group, const ShmOptions& options)
 
 ShmDevice::~ShmDevice() { shutdown(); }
 
-void ShmDevice::on_loop(const std::function<void()>& f) {
-  if (loop_.in_loop_thread())
-    f();
-  else
-    loop_.run_sync(f);
-}
+void ShmDevice::on_loop(const std::function<void()>& f) { loop_.run_owned(f); }
 
 bool ShmDevice::reaches(std::span<const uint8_t> peer_address) const {
   Address a;

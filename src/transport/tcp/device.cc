@@ -88,7 +88,7 @@ TcpDevice::TcpDevice(Group& group, const std::string& bind_addr, const TcpOption
   }
   endpoint_ = join_host_port(bind_addr, local_port(listen_fd_));
   group_.on_failure([this](const Failure& f, bool tell) { on_group_failure(f, tell); });
-  group_.loop().run_sync(
+  group_.loop().run_owned(
       [this] { group_.loop().add_fd(listen_fd_, EPOLLIN, [this](uint32_t) { on_accept(); }); });
 }
 
@@ -98,7 +98,7 @@ TcpDevice::~TcpDevice() {
   for (auto& p : peers_)
     for (auto& t : p->dialers)
       if (t.joinable()) t.join();
-  group_.loop().run_sync([this] {
+  group_.loop().run_owned([this] {
     for (auto& p : pending_) {
       group_.loop().cancel_timer(p->timer);
       group_.loop().remove_fd(p->fd);
@@ -116,7 +116,7 @@ void TcpDevice::shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
   closing_.store(true);
-  group_.loop().run_sync([this] {
+  group_.loop().run_owned([this] {
     for (auto& p : peers_)
       for (auto& c : p->streams)
         if (c && c->open()) c->post_control(protocol::FrameType::kGoodbye, {});
@@ -125,7 +125,7 @@ void TcpDevice::shutdown() {
   const auto deadline = Clock::now() + std::chrono::seconds(2);
   for (;;) {
     bool empty = true;
-    group_.loop().run_sync([&] {
+    group_.loop().run_owned([&] {
       for (auto& p : peers_)
         for (auto& c : p->streams)
           if (c && c->open() && !c->send_queue_empty()) empty = false;
@@ -262,13 +262,13 @@ void TcpDevice::connect(const std::vector<int>& peers, const AddressOf& address_
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
       set_nonblocking(fd, true);
-      group_.loop().run_sync([&] { adopt(fd, r, stream); });
+      group_.loop().run_owned([&] { adopt(fd, r, stream); });
     }
   }
   // Wait for every higher peer's connections.
   for (;;) {
     std::string missing;
-    group_.loop().run_sync([&] {
+    group_.loop().run_owned([&] {
       for (int r : peers) {
         if (r < group_.rank()) continue;
         const auto& s = peer(r).streams;
@@ -406,7 +406,7 @@ void TcpDevice::acked(TcpPeer& p, uint64_t upto) {
 }
 
 void TcpDevice::reset_stream_for_test(int peer_rank, int stream, bool silent) {
-  group_.loop().run_sync([&] {
+  group_.loop().run_owned([&] {
     if (TcpConnection* c = conn(peer_rank, stream)) {
       const int kept = c->reset_for_test(silent);
       if (kept >= 0) forgotten_fds_.push_back(kept);
@@ -431,7 +431,7 @@ void TcpDevice::tune_wan_socket(int fd) const {
 }
 
 void TcpDevice::set_wan_peer(int peer_rank, bool wan) {
-  group_.loop().run_sync([this, peer_rank, wan] {
+  group_.loop().run_owned([this, peer_rank, wan] {
     TcpPeer& p = peer(peer_rank);
     p.wan = wan;
     // Striping and stream recovery are for the WAN: a LAN peer gets one warm data stream and no
@@ -549,10 +549,7 @@ void TcpDevice::stats(PeerStats* ps) const {
       t.pacing_rate_bps += st.pacing_rate_bps;
     }
   };
-  if (group_.loop().in_loop_thread())
-    read_info();
-  else
-    group_.loop().run_sync(read_info);
+  group_.loop().run_owned(read_info);
 }
 
 }  // namespace geoccl::transport::tcp
