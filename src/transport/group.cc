@@ -17,6 +17,17 @@ void Group::fail(ErrorCode code, const std::string& message, bool tell_peers) {
   notify();
 }
 
+void Group::peer_aborted(int peer, std::span<const uint8_t> payload) {
+  uint8_t code = 0;
+  std::string msg;
+  if (!protocol::decode_abort(payload, &code, &msg) || code == 0 ||
+      code > static_cast<uint8_t>(ErrorCode::kInternal)) {
+    code = static_cast<uint8_t>(ErrorCode::kAborted);
+    msg = "malformed abort frame";
+  }
+  fail(static_cast<ErrorCode>(code), "rank " + std::to_string(peer) + " reports: " + msg, false);
+}
+
 std::optional<Failure> Group::failure() const {
   if (!failed()) return std::nullopt;
   std::lock_guard lk(mu_);
@@ -37,10 +48,27 @@ void Group::early_frame(int peer, const protocol::FrameHeader& h) {
   if (h.kind == protocol::OpKind::kSendRecv || h.seq > cur.seq) return;
   const std::string why = h.seq < cur.seq ? "a frame of an earlier operation arrived late"
                                           : protocol::describe_mismatch(cur, h);
-  if (why.empty()) return;
+  if (!why.empty()) mismatch(peer, cur, why);
+}
+
+bool Group::check_frame(int peer, const protocol::FrameHeader& expect, const protocol::FrameHeader& got,
+                        size_t max_bytes, bool exact) {
+  std::string why = protocol::describe_mismatch(expect, got);
+  if (why.empty() && exact && got.payload_len != max_bytes)
+    why = "message length: expected " + std::to_string(max_bytes) + " bytes to reduce, peer sent " +
+          std::to_string(got.payload_len);
+  if (why.empty() && got.payload_len > max_bytes)
+    why = "message length: the receive holds at most " + std::to_string(max_bytes) +
+          " bytes, peer sent " + std::to_string(got.payload_len);
+  if (why.empty()) return true;
+  mismatch(peer, expect, why);
+  return false;
+}
+
+void Group::mismatch(int peer, const protocol::FrameHeader& op, const std::string& why) {
   fail(ErrorCode::kMismatch,
-       std::string("ranks disagree on ") + protocol::op_kind_name(cur.kind) + " #" +
-           std::to_string(cur.seq) + " with rank " + std::to_string(peer) + ": " + why,
+       std::string("ranks disagree on ") + protocol::op_kind_name(op.kind) + " #" +
+           std::to_string(op.seq) + " with rank " + std::to_string(peer) + ": " + why,
        true);
 }
 

@@ -13,6 +13,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,9 @@ class Group {
   // Loop thread: records the first failure and hands it to every listener; later calls do
   // nothing.
   void fail(ErrorCode code, const std::string& message, bool tell_peers);
+  // Loop thread: `peer` sent an abort frame with `payload` (protocol::encode_abort): the group
+  // fails with its code and message (a malformed one with kAborted); peers are not told again.
+  void peer_aborted(int peer, std::span<const uint8_t> payload);
   std::optional<Failure> failure() const;
   bool failed() const { return failed_.load(std::memory_order_acquire); }
   // Loop thread: completes `req` with the group's failure if the group has failed.
@@ -59,10 +63,19 @@ class Group {
   // and again (recheck_early_frames) when a new operation begins.
   void early_frame(int peer, const protocol::FrameHeader& h);
 
+  // Loop thread: a data frame `got` arrived for the posted receive `expect` that holds
+  // `max_bytes` (`exact`: a reduce, which needs exactly that many). False, with the group failed
+  // with kMismatch on every rank, when they disagree (protocol::describe_mismatch, or the size).
+  bool check_frame(int peer, const protocol::FrameHeader& expect, const protocol::FrameHeader& got,
+                   size_t max_bytes, bool exact = false);
+
   // Any thread: wakes whoever waits for requests.
   void notify() const { on_progress_(); }
 
  private:
+  // Fails the group with kMismatch: "ranks disagree on <op> #<seq> with rank <peer>: <why>".
+  void mismatch(int peer, const protocol::FrameHeader& op, const std::string& why);
+
   runtime::EventLoop& loop_;
   const int rank_, size_;
   const uint64_t session_id_, params_hash_;

@@ -310,19 +310,7 @@ void Connection::settle_delivered() {
 }
 
 bool Connection::check_frame(const RecvOp& r) {
-  std::string why = protocol::describe_mismatch(r.expect, hdr_);
-  if (why.empty() && r.reduce && hdr_.payload_len != r.dst.size())
-    why = "message length: expected " + std::to_string(r.dst.size()) + " bytes to reduce, peer sent " +
-          std::to_string(hdr_.payload_len);
-  if (why.empty() && hdr_.payload_len > r.dst.size())
-    why = "message length: the receive holds at most " + std::to_string(r.dst.size()) +
-          " bytes, peer sent " + std::to_string(hdr_.payload_len);
-  if (why.empty()) return true;
-  group_.fail(ErrorCode::kMismatch,
-              std::string("ranks disagree on ") + protocol::op_kind_name(r.expect.kind) + " #" +
-                  std::to_string(r.expect.seq) + " with rank " + std::to_string(peer_) + ": " + why,
-              true);
-  return false;
+  return group_.check_frame(peer_, r.expect, hdr_, r.dst.size(), r.reduce);
 }
 
 bool Connection::read_some(size_t* budget) {
@@ -453,27 +441,20 @@ void Connection::read_control() {
     const auto st = len >= kFrameHeaderSize
                         ? protocol::decode_frame_header(std::span<const uint8_t, kFrameHeaderSize>(buf.data(), kFrameHeaderSize), &h)
                         : protocol::DecodeStatus::kBadLength;
-    if (st != protocol::DecodeStatus::kOk || (flags & MSG_TRUNC) ||
-        len != kFrameHeaderSize + h.payload_len) {
+    if ((st != protocol::DecodeStatus::kOk && st != protocol::DecodeStatus::kUnknownControl) ||
+        (flags & MSG_TRUNC) || len != kFrameHeaderSize + h.payload_len) {
       fail_protocol("undecodable control frame");
       return close_socket();
     }
+    if (st == protocol::DecodeStatus::kUnknownControl) continue;  // of a newer minor version
     const std::span<const uint8_t> payload(buf.data() + kFrameHeaderSize, h.payload_len);
     switch (h.type) {
       case FrameType::kGoodbye:
         goodbye_ = true;
         break;
-      case FrameType::kAbort: {
-        uint8_t code = 0;
-        std::string text;
-        if (!protocol::decode_abort(payload, &code, &text) || code == 0 ||
-            code > static_cast<uint8_t>(ErrorCode::kInternal)) {
-          code = static_cast<uint8_t>(ErrorCode::kAborted);
-          text = "malformed abort frame";
-        }
-        group_.fail(static_cast<ErrorCode>(code), "rank " + std::to_string(peer_) + " reports: " + text, false);
+      case FrameType::kAbort:
+        group_.peer_aborted(peer_, payload);
         break;
-      }
       default:
         fail_protocol(std::string("unexpected frame type ") + std::to_string(static_cast<int>(h.type)) +
                       " on the control socket");

@@ -410,18 +410,7 @@ void TcpConnection::read_some() {
     } else if (hdr_.type == FrameType::kData) {
       RecvOp& r = window.at(hdr_.frame);
       if (!payload_checked_) {
-        std::string why = protocol::describe_mismatch(r.expect, hdr_);
-        if (why.empty() && hdr_.payload_len > r.dst.size())
-          why = "message length: expected at most " + std::to_string(r.dst.size()) +
-                " bytes, peer sent " + std::to_string(hdr_.payload_len);
-        if (!why.empty()) {
-          owner_.group().fail(ErrorCode::kMismatch,
-                      std::string("ranks disagree on ") + protocol::op_kind_name(r.expect.kind) +
-                          " #" + std::to_string(r.expect.seq) + " with rank " +
-                          std::to_string(peer_.rank) + ": " + why,
-                      true);
-          return;
-        }
+        if (!owner_.group().check_frame(peer_.rank, r.expect, hdr_, r.dst.size())) return;
         payload_checked_ = true;
       }
       dst = r.dst.first(hdr_.payload_len);
@@ -466,18 +455,9 @@ void TcpConnection::read_some() {
       case FrameType::kGoodbye:
         goodbye_ = true;
         break;
-      case FrameType::kAbort: {
-        uint8_t code = 0;
-        std::string msg;
-        if (!protocol::decode_abort(control_payload_, &code, &msg) || code == 0 ||
-            code > static_cast<uint8_t>(ErrorCode::kInternal)) {
-          code = static_cast<uint8_t>(ErrorCode::kAborted);
-          msg = "malformed abort frame";
-        }
-        owner_.group().fail(static_cast<ErrorCode>(code), "rank " + std::to_string(peer_.rank) + " reports: " + msg,
-                    /*tell_peers=*/false);
+      case FrameType::kAbort:
+        owner_.group().peer_aborted(peer_.rank, control_payload_);
         break;
-      }
     }
   }
 }
