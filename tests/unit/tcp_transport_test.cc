@@ -5,7 +5,9 @@
 
 #include "geoccl/config.h"
 
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -18,7 +20,9 @@
 #include "geoccl/error.h"
 #include "runtime/event_loop.h"
 #include "transport/group.h"
+#include "protocol/handshake.h"
 #include "transport/tcp/device.h"
+#include "transport/tcp/socket_util.h"
 
 using namespace geoccl;
 using namespace std::chrono_literals;
@@ -438,4 +442,70 @@ TEST(TcpTransport, FailedGroupDoesNotSpinOnAStreamInTheMiddleOfAFrame) {
   const auto used = loop_cpu() - before;
   EXPECT_LT(used, 50ms) << "the I/O thread spins after the group failed";
   p.t0->loop.run_sync([&] { p.t0->group.fail(ErrorCode::kAborted, "end of test", false); });
+}
+
+// A peer of a newer minor version sends a control frame this version does not know (type 16..127):
+// it is read past and ignored, and the frames after it still arrive. The peer here is a raw socket
+// that speaks the handshake itself.
+TEST(TcpTransport, UnknownControlFramesOfANewerMinorVersionAreSkipped) {
+  TcpOptions o;
+  o.data_streams = 1;
+  Side t0("t0", 0, o);
+  std::string host;
+  uint16_t port = 0;
+  transport::tcp::split_host_port(t0.dev->endpoint(), &host, &port);
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  std::thread accept([&] { t0.dev->connect({1}, [](int) { return std::vector<uint8_t>{}; }, {}, deadline); });
+  int fds[2];
+  for (int stream = 0; stream < 2; ++stream) {
+    fds[stream] = transport::tcp::connect_with_timeout(host, port, 5s);
+    ASSERT_GE(fds[stream], 0);
+    protocol::Hello h;
+    h.stream = static_cast<uint16_t>(stream);
+    h.rank = 1;
+    h.world_size = 2;
+    h.session_id = 42;
+    h.minor = protocol::kProtocolMinor + 1;
+    const auto hb = protocol::encode_hello(h);
+    std::array<uint8_t, protocol::kReplySize> rb{};
+    ASSERT_TRUE(transport::tcp::write_all(fds[stream], hb, deadline));
+    ASSERT_TRUE(transport::tcp::read_all(fds[stream], rb, deadline));
+    protocol::Reply reply;
+    ASSERT_EQ(protocol::decode_reply(rb, &reply), protocol::HandshakeStatus::kAccepted);
+    ASSERT_EQ(reply.status, protocol::HandshakeStatus::kAccepted);
+  }
+  accept.join();
+  auto frame = [](protocol::FrameHeader h, std::span<const uint8_t> payload) {
+    h.payload_len = static_cast<uint32_t>(payload.size());
+    const auto hb = protocol::encode_frame_header(h);
+    std::vector<uint8_t> out(hb.begin(), hb.end());
+    out.insert(out.end(), payload.begin(), payload.end());
+    return out;
+  };
+  const std::vector<uint8_t> junk(100, 0xab), data(1000, 7);
+  protocol::FrameHeader unknown;
+  unknown.type = static_cast<protocol::FrameType>(protocol::kFirstUnknownControlType + 3);
+  // On the control stream and on the data stream, then a data frame behind it.
+  ASSERT_TRUE(transport::tcp::write_all(fds[0], frame(unknown, junk), deadline));
+  ASSERT_TRUE(transport::tcp::write_all(fds[1], frame(unknown, junk), deadline));
+  protocol::FrameHeader d = header(0, data.size());
+  d.type = protocol::FrameType::kData;
+  d.frame = 0;
+  ASSERT_TRUE(transport::tcp::write_all(fds[1], frame(d, data), deadline));
+  std::vector<uint8_t> dst(data.size());
+  auto r = t0.recv(1, header(0, dst.size()), dst);
+  ASSERT_TRUE(wait_all({r}, 10s));
+  EXPECT_TRUE(r->ok()) << r->failure.message;
+  EXPECT_EQ(dst, data);
+  EXPECT_FALSE(t0.failure().has_value());
+  // Say goodbye like a peer would, so that closing is not a failure.
+  protocol::FrameHeader bye;
+  bye.type = protocol::FrameType::kGoodbye;
+  for (int fd : fds) {
+    ASSERT_TRUE(transport::tcp::write_all(fd, frame(bye, {}), deadline));
+    ::shutdown(fd, SHUT_WR);
+  }
+  std::this_thread::sleep_for(50ms);
+  EXPECT_FALSE(t0.failure().has_value());
+  for (int fd : fds) ::close(fd);
 }
