@@ -1,11 +1,11 @@
-// The shared-memory handshake (shm/hello.h): never crash; what decodes re-decodes alike after
+// The shared-memory handshake (protocol/shm_hello.h): never crash; what decodes re-decodes alike after
 // encoding, and the acceptor's check never throws.
 #include <cstdlib>
 #include <span>
 
-#include "transport/shm/hello.h"
+#include "protocol/shm_hello.h"
 
-using namespace geoccl::transport::shm;
+using namespace geoccl::protocol::shm;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::span<const uint8_t> in(data, size);

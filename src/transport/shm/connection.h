@@ -29,13 +29,26 @@
 #include "geoccl/types.h"
 #include "protocol/frame.h"
 #include "transport/group.h"
-#include "transport/shm/hello.h"
+#include "protocol/shm_hello.h"
 #include "transport/shm/ring.h"
 #include "transport/shm/segment.h"
 #include "protocol/peer_session.h"
 #include "transport/transport.h"
 
 namespace geoccl::transport::shm {
+
+// The pair's handshake is I/O free and lives with the other wire formats (protocol/shm_hello.h).
+using protocol::shm::check_hello;
+using protocol::shm::decode_hello;
+using protocol::shm::decode_reply;
+using protocol::shm::encode_hello;
+using protocol::shm::encode_reply;
+using protocol::shm::Hello;
+using protocol::shm::kHelloSize;
+using protocol::shm::kMaxReason;
+using protocol::shm::kShmVersion;
+using protocol::shm::Reply;
+using protocol::shm::Token;
 
 // A file descriptor closed when it goes out of scope.
 class UniqueFd {

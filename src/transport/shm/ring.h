@@ -22,10 +22,13 @@
 #include <cstdint>
 #include <span>
 
+#include "protocol/shm_hello.h"
+
 namespace geoccl::transport::shm {
 
 inline constexpr size_t kRecordAlign = 8;
 inline constexpr size_t kCapacityQuantum = 64;
+static_assert(kCapacityQuantum == protocol::shm::kRingQuantum, "the handshake checks ring sizes");
 
 // The shared control block of one ring, zero-initialised by the segment's creator. Each side
 // writes its own cache line in the common case.

@@ -9,17 +9,21 @@
 // Reply: u64 magic "GEOSHMRP" | u16 version | u8 accepted | u8 reserved(0) | u32 rank |
 //        str reason (empty when accepted; at most kMaxReason bytes)
 //
-// The params hash belongs in protocol::Hello once that carries it (TCP checks it there); the shm
-// Hello has its own magic so that neither transport's listener mistakes the other's peers.
+// The shm Hello has its own magic so that neither transport's listener mistakes the other's
+// peers; it carries the same group-parameter hash as protocol::Hello (handshake.h).
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
 
-namespace geoccl::transport::shm {
+namespace geoccl::protocol::shm {
+
+// Ring capacities are multiples of this (transport/shm/ring.h checks that it agrees).
+inline constexpr size_t kRingQuantum = 64;
 
 inline constexpr uint64_t kHelloMagic = 0x4C48'4D48'5345'4F47ull;  // "GEOSHMHL"
 inline constexpr uint64_t kReplyMagic = 0x5052'4D48'5345'4F47ull;  // "GEOSHMRP"
@@ -58,4 +62,4 @@ bool decode_reply(std::span<const uint8_t> in, Reply* out);
 std::string check_hello(const Hello& h, int my_rank, int world_size, uint64_t session_id,
                         uint64_t params_hash);
 
-}  // namespace geoccl::transport::shm
+}  // namespace geoccl::protocol::shm

@@ -1,17 +1,16 @@
-#include "transport/shm/hello.h"
+#include "protocol/shm_hello.h"
 
 #include "protocol/handshake.h"
 #include "protocol/wire.h"
-#include "transport/shm/ring.h"
 
-namespace geoccl::transport::shm {
+namespace geoccl::protocol::shm {
 
-using protocol::HandshakeStatus;
-using protocol::handshake_status_name;
+using geoccl::protocol::HandshakeStatus;
+using geoccl::protocol::handshake_status_name;
 
 std::vector<uint8_t> encode_hello(const Hello& h) {
   std::vector<uint8_t> out;
-  protocol::Writer w(&out);
+  geoccl::protocol::Writer w(&out);
   w.u64(kHelloMagic);
   w.u16(h.version);
   w.u16(0);
@@ -27,7 +26,7 @@ std::vector<uint8_t> encode_hello(const Hello& h) {
 
 bool decode_hello(std::span<const uint8_t> in, Hello* out) {
   if (in.size() != kHelloSize) return false;
-  protocol::Reader r(in);
+  geoccl::protocol::Reader r(in);
   uint64_t magic = 0;
   uint16_t reserved16 = 1;
   uint32_t reserved32 = 1;
@@ -49,7 +48,7 @@ bool decode_hello(std::span<const uint8_t> in, Hello* out) {
 
 std::vector<uint8_t> encode_reply(const Reply& rep) {
   std::vector<uint8_t> out;
-  protocol::Writer w(&out);
+  geoccl::protocol::Writer w(&out);
   w.u64(kReplyMagic);
   w.u16(rep.version);
   w.u8(rep.accepted ? 1 : 0);
@@ -60,7 +59,7 @@ std::vector<uint8_t> encode_reply(const Reply& rep) {
 }
 
 bool decode_reply(std::span<const uint8_t> in, Reply* out) {
-  protocol::Reader r(in);
+  geoccl::protocol::Reader r(in);
   uint64_t magic = 0;
   uint8_t accepted = 2, reserved = 1;
   Reply rep;
@@ -92,10 +91,10 @@ std::string check_hello(const Hello& h, int my_rank, int world_size, uint64_t se
            ": the higher rank of a pair dials)";
   if (h.params_hash != params_hash)
     return "group parameters differ from this rank's (params hash mismatch)";
-  if (h.ring_bytes < kCapacityQuantum || h.ring_bytes > (1ull << 30) ||
-      h.ring_bytes % kCapacityQuantum != 0)
+  if (h.ring_bytes < kRingQuantum || h.ring_bytes > (1ull << 30) ||
+      h.ring_bytes % kRingQuantum != 0)
     return "ring size " + std::to_string(h.ring_bytes) + " is not a multiple of 64 in [64 B, 1 GiB]";
   return "";
 }
 
-}  // namespace geoccl::transport::shm
+}  // namespace geoccl::protocol::shm
