@@ -13,8 +13,24 @@ void Group::fail(ErrorCode code, const std::string& message, bool tell_peers) {
   failed_.store(true, std::memory_order_release);
   GEOCCL_LOG(kError, "group failed: " << error_code_name(code) << ": " << message);
   const Failure f{code, message};
-  for (auto& l : listeners_) l(f, tell_peers);
+  std::vector<FailureListener> ls;
+  {
+    std::lock_guard lk(listeners_mu_);
+    for (auto& [id, l] : listeners_) ls.push_back(l);
+  }
+  for (auto& l : ls) l(f, tell_peers);
   notify();
+}
+
+Group::ListenerId Group::on_failure(FailureListener l) {
+  std::lock_guard lk(listeners_mu_);
+  listeners_.emplace_back(next_listener_, std::move(l));
+  return next_listener_++;
+}
+
+void Group::remove_failure_listener(ListenerId id) {
+  std::lock_guard lk(listeners_mu_);
+  std::erase_if(listeners_, [id](const auto& e) { return e.first == id; });
 }
 
 void Group::peer_aborted(int peer, std::span<const uint8_t> payload) {

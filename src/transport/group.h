@@ -39,10 +39,13 @@ class Group {
   uint64_t session_id() const { return session_id_; }
   uint64_t params_hash() const { return params_hash_; }
 
-  // Loop thread. Called with the group's first failure, once, by fail(). `tell_peers`: the
-  // failure was found on this rank (not reported by a peer): tell every peer.
+  // Called on the loop thread with the group's first failure, once, by fail(). `tell_peers`: the
+  // failure was found on this rank (not reported by a peer): tell every peer. A device subscribes
+  // when it is built and unsubscribes (with the id) before it goes away. Any thread.
   using FailureListener = std::function<void(const Failure&, bool tell_peers)>;
-  void on_failure(FailureListener l) { listeners_.push_back(std::move(l)); }
+  using ListenerId = uint64_t;
+  ListenerId on_failure(FailureListener l);
+  void remove_failure_listener(ListenerId id);
 
   // Loop thread: records the first failure and hands it to every listener; later calls do
   // nothing.
@@ -80,7 +83,9 @@ class Group {
   const int rank_, size_;
   const uint64_t session_id_, params_hash_;
   std::function<void()> on_progress_;
-  std::vector<FailureListener> listeners_;
+  std::mutex listeners_mu_;
+  std::vector<std::pair<ListenerId, FailureListener>> listeners_;
+  ListenerId next_listener_ = 1;
   mutable std::mutex mu_;
   std::optional<Failure> failure_;
   std::atomic<bool> failed_{false};

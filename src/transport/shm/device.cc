@@ -80,7 +80,7 @@ ShmDevice::ShmDevice(Group& group, const ShmOptions& options)
     throw Error(ErrorCode::kIo, std::string("shared-memory listener: ") + std::strerror(errno));
   on_loop([this] {
     loop_.add_fd(listen_fd_.get(), EPOLLIN, [this](uint32_t) { on_accept(); });
-    group_.on_failure([this, alive = alive_](const Failure& f, bool tell_peers) {
+    failure_listener_ = group_.on_failure([this, alive = alive_](const Failure& f, bool tell_peers) {
       if (!*alive) return;
       const auto abort = protocol::encode_abort(static_cast<uint8_t>(f.code), f.message);
       for (auto& c : conns_) {
@@ -92,7 +92,10 @@ ShmDevice::ShmDevice(Group& group, const ShmOptions& options)
   });
 }
 
-ShmDevice::~ShmDevice() { shutdown(); }
+ShmDevice::~ShmDevice() {
+  shutdown();
+  group_.remove_failure_listener(failure_listener_);
+}
 
 void ShmDevice::on_loop(const std::function<void()>& f) { loop_.run_owned(f); }
 
@@ -402,7 +405,7 @@ void ShmDevice::shutdown() {
   auto drain = [&] {
     for (;;) {
       bool queued = false;
-      loop_.run_sync([&] {
+      on_loop([&] {
         for (auto& c : conns_)
           if (c && c->sends_queued()) queued = true;
       });
@@ -411,9 +414,9 @@ void ShmDevice::shutdown() {
     }
   };
   drain();  // frames into the rings first: the goodbye says that everything was written
-  loop_.run_sync(goodbye);
+  on_loop(goodbye);
   drain();
-  loop_.run_sync([&] { close_all(); });
+  on_loop([&] { close_all(); });
 }
 
 void ShmDevice::close_all() {

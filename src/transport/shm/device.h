@@ -97,6 +97,7 @@ class ShmDevice final : public Device {
   std::vector<std::shared_ptr<Connection>> conns_;   // per rank; loop thread
   std::vector<std::unique_ptr<Counters>> counters_;  // per rank; any thread
   std::vector<std::unique_ptr<Pending>> pending_;    // inbound, before their Hello; loop thread
+  Group::ListenerId failure_listener_ = 0;
   std::shared_ptr<bool> alive_;                      // loop thread: read by the failure listener
 
   mutable std::mutex mu_;  // guards linked_, expected_

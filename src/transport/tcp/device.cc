@@ -87,13 +87,14 @@ TcpDevice::TcpDevice(Group& group, const std::string& bind_addr, const TcpOption
     if (got != cc) GEOCCL_LOG(kWarn, "congestion control " << cc << " refused; using " << got);
   }
   endpoint_ = join_host_port(bind_addr, local_port(listen_fd_));
-  group_.on_failure([this](const Failure& f, bool tell) { on_group_failure(f, tell); });
+  failure_listener_ = group_.on_failure([this](const Failure& f, bool tell) { on_group_failure(f, tell); });
   group_.loop().run_owned(
       [this] { group_.loop().add_fd(listen_fd_, EPOLLIN, [this](uint32_t) { on_accept(); }); });
 }
 
 TcpDevice::~TcpDevice() {
   shutdown();
+  group_.remove_failure_listener(failure_listener_);
   // Stream re-dialers stop at their next attempt (each is bounded by a few seconds).
   for (auto& p : peers_)
     for (auto& t : p->dialers)

@@ -150,6 +150,7 @@ class TcpDevice final : public Device {
   TcpConnection* conn(int peer, int stream) const;
 
   Group& group_;
+  Group::ListenerId failure_listener_ = 0;
   const TcpOptions options_;
   const int streams_;  // per peer: control + data streams
   int listen_fd_ = -1;
