@@ -167,11 +167,11 @@ CommunicatorImpl::CommunicatorImpl(Config cfg) : cfg_(std::move(cfg)) {
   }
   // The WAN treatment of a peer (striping, stream recovery, WAN socket options) follows the
   // domains, however they were found: labels or measured RTTs.
-  if (topo_.domains() > 1)
-    for (int r = 0; r < cfg_.world_size; ++r)
-      if (r != cfg_.rank)
-        router_->set_wan_peer(r, topo_.domain_of[static_cast<size_t>(r)] !=
-                                     topo_.domain_of[static_cast<size_t>(cfg_.rank)]);
+  // On one site every peer is a LAN peer (which also drops the copies kept until now).
+  for (int r = 0; r < cfg_.world_size; ++r)
+    if (r != cfg_.rank)
+      router_->set_wan_peer(r, topo_.domain_of[static_cast<size_t>(r)] !=
+                                   topo_.domain_of[static_cast<size_t>(cfg_.rank)]);
   topo_info_.domain_of = topo_.domain_of;
   topo_info_.names = topo_.names;
   topo_info_.source = topo_.source;

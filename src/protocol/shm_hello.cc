@@ -91,9 +91,8 @@ std::string check_hello(const Hello& h, int my_rank, int world_size, uint64_t se
            ": the higher rank of a pair dials)";
   if (h.params_hash != params_hash)
     return "group parameters differ from this rank's (params hash mismatch)";
-  if (h.ring_bytes < kRingQuantum || h.ring_bytes > (1ull << 30) ||
-      h.ring_bytes % kRingQuantum != 0)
-    return "ring size " + std::to_string(h.ring_bytes) + " is not a multiple of 64 in [64 B, 1 GiB]";
+  if (h.ring_bytes < kMinRingBytes || h.ring_bytes > (1ull << 30) || h.ring_bytes % kRingQuantum != 0)
+    return "ring size " + std::to_string(h.ring_bytes) + " is not a multiple of 64 in [4 KiB, 1 GiB]";
   return "";
 }
 

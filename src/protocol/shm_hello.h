@@ -24,6 +24,8 @@ namespace geoccl::protocol::shm {
 
 // Ring capacities are multiples of this (transport/shm/ring.h checks that it agrees).
 inline constexpr size_t kRingQuantum = 64;
+// The smallest ring accepted: a frame header, its padding and payload bytes besides must fit.
+inline constexpr size_t kMinRingBytes = 4096;
 
 inline constexpr uint64_t kHelloMagic = 0x4C48'4D48'5345'4F47ull;  // "GEOSHMHL"
 inline constexpr uint64_t kReplyMagic = 0x5052'4D48'5345'4F47ull;  // "GEOSHMRP"
@@ -58,7 +60,7 @@ bool decode_reply(std::span<const uint8_t> in, Reply* out);
 
 // The acceptor's verdict on a decoded Hello: "" to accept, else the reason for the dialler.
 // Checks version, session, world size, rank (a higher rank dials a lower one), group parameters
-// and the ring size (a multiple of 64 within [64 B, 1 GiB]).
+// and the ring size (a multiple of 64 within [4 KiB, 1 GiB]).
 std::string check_hello(const Hello& h, int my_rank, int world_size, uint64_t session_id,
                         uint64_t params_hash);
 

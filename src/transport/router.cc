@@ -49,7 +49,7 @@ Router::Router(Group& group, const Config& cfg, int data_streams, const std::str
   if (group_.size() == 1) return;  // a group of one needs no network
   devices_.push_back(
       std::make_unique<tcp::TcpDevice>(group_, bind_addr, tcp::TcpOptions::from_config(cfg, data_streams)));
-  if (choice.host == "shm" || choice.remote == "shm") {
+  if (choice.host == "shm") {
     shm::ShmOptions o;
     o.ring_bytes = cfg.shm_ring_bytes;
     devices_.push_back(std::make_unique<shm::ShmDevice>(group_, o));
@@ -75,17 +75,26 @@ Router::Router(Group& group, const Config& cfg, int data_streams, const std::str
       if (devices_[i].get() == d) peers_of[i].push_back(p);
   }
   // Every rank connects its devices in the same order; each accepts on the loop thread meanwhile.
-  for (size_t i = 0; i < devices_.size(); ++i) {
-    Device& d = *devices_[i];
-    if (peers_of[i].empty()) continue;
-    GEOCCL_LOG(kInfo, d.name() << ": connecting to " << peers_of[i].size() << " peer(s)");
-    d.connect(peers_of[i], [&](int p) { return lookup(key(d, p)); }, poll, deadline);
+  try {
+    for (size_t i = 0; i < devices_.size(); ++i) {
+      Device& d = *devices_[i];
+      if (peers_of[i].empty()) continue;
+      GEOCCL_LOG(kInfo, d.name() << ": connecting to " << peers_of[i].size() << " peer(s)");
+      d.connect(peers_of[i], [&](int p) { return lookup(key(d, p)); }, poll, deadline);
+    }
+  } catch (...) {
+    close_devices();
+    throw;
   }
 }
 
-Router::~Router() {
+Router::~Router() { close_devices(); }
+
+void Router::close_devices() {
+  // Every device stops talking first (goodbyes, no more failure handling of its own), then they
+  // go, the last built first.
   for (auto& d : devices_) d->shutdown();
-  devices_.clear();
+  while (!devices_.empty()) devices_.pop_back();
 }
 
 RequestPtr Router::send(int peer, const protocol::FrameHeader& h, std::span<const uint8_t> payload) {

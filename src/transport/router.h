@@ -68,6 +68,7 @@ class Router final : public Transport {
 
  private:
   Device& of(int peer) const { return *by_peer_[static_cast<size_t>(peer)]; }
+  void close_devices();
 
   Group& group_;
   std::vector<std::unique_ptr<Device>> devices_;

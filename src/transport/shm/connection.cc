@@ -30,7 +30,9 @@ constexpr size_t kDataOffset = 4096;
 constexpr size_t kPiece = 256 << 10;
 // Bytes moved per direction in one pass before the loop thread serves others.
 constexpr size_t kBudget = 8 << 20;
-constexpr size_t kMaxControl = kFrameHeaderSize + 8 + protocol::kMaxAbortMessage;
+// The largest control packet: an abort, or a control frame of a newer minor version to skip.
+constexpr size_t kMaxControl =
+    kFrameHeaderSize + std::max<size_t>(8 + protocol::kMaxAbortMessage, protocol::kMaxUnknownControlPayload);
 
 RingControl* control_block(const Segment& seg, int ring) {
   return reinterpret_cast<RingControl*>(seg.data() + kControlOffset +
@@ -428,7 +430,8 @@ void Connection::on_socket(uint32_t events) {
 }
 
 void Connection::read_control() {
-  std::array<uint8_t, kMaxControl> buf;
+  std::vector<uint8_t>& buf = control_buf_;
+  buf.resize(kMaxControl);
   while (sock_.get() >= 0) {
     std::vector<UniqueFd> stray;  // a peer has no descriptors to send here: closed
     int flags = 0;

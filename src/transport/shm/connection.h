@@ -182,6 +182,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::deque<SendOp> sendq_;
   std::deque<Inflight> inflight_;  // in the ring, not yet passed by the reader
   std::deque<std::vector<uint8_t>> ctlq_;
+  std::vector<uint8_t> control_buf_;  // one inbound control packet
 
   // Receiver.
   bool have_hdr_ = false;       // hdr_ is the frame at the reader's position

@@ -105,6 +105,13 @@ void TcpConnection::enter_reconnecting(const std::string& why) {
   // from its first byte. Control frames (goodbye) meant for the old socket are dropped.
   std::deque<SendOp> q;
   for (auto& k : peer_.session.take_kept(stream_)) {
+    if (!k.copy) {  // written before copies were kept (cannot happen when copies start on)
+      owner_.group().fail(ErrorCode::kPeerLost,
+                          "data stream " + std::to_string(stream_) + " to rank " + std::to_string(peer_.rank) +
+                              " broke with frames that were sent without a copy to re-send",
+                          true);
+      return;
+    }
     SendOp op;
     op.header = k.header;
     op.owned = std::move(k.copy);
@@ -245,7 +252,7 @@ PeerStats::TcpStream TcpConnection::info() const {
 }
 
 void TcpConnection::post_control(FrameType type, std::vector<uint8_t> payload) {
-  if (fd_ < 0) return;
+  if (fd_ < 0 || (stream_ != TcpDevice::kControlStream && owner_.group().failed())) return;
   FrameHeader h;
   h.type = type;
   h.payload_len = static_cast<uint32_t>(payload.size());
@@ -268,13 +275,15 @@ void TcpConnection::fail_requests(const Failure& f) {
     z.req = nullptr;
   }
   // Data frames are dropped even when partly written: their payload is user memory, which the
-  // caller may free as soon as the request completes. The stream is dead from here on; the
-  // peer learns why from the abort frame on the control stream.
+  // caller may free as soon as the request completes. A data stream is dead from here on: its
+  // whole queue goes (re-sent copies and acks too), it is neither read nor written again, and no
+  // goodbye follows on it (a goodbye after a cut frame would be read as that frame's bytes). The
+  // peer learns why from the abort frame on the control stream, which keeps its control frames.
   std::deque<SendOp> keep;
   for (auto& s : sendq_) {
     if (s.req)
       complete(s.req, f);
-    else if (s.sent == 0 || s.owned)
+    else if (stream_ == TcpDevice::kControlStream && (s.sent == 0 || s.owned))
       keep.push_back(std::move(s));
   }
   sendq_.swap(keep);

@@ -69,7 +69,9 @@ TcpDevice::TcpDevice(Group& group, const std::string& bind_addr, const TcpOption
     p->streams.resize(static_cast<size_t>(streams_));
     p->dialers.resize(static_cast<size_t>(streams_));
     p->resume = options_.resume;
-    p->session.set_keep_copies(p->resume);
+    // Until set_wan_peer says which peers are across a WAN, every frame is kept when resume may
+    // turn on for its peer: a stream that breaks later must be able to re-send it.
+    p->session.set_keep_copies(options_.resume || options_.wan_resume);
     peers_.push_back(std::move(p));
   }
   // Buffers are set on the listening socket so that accepted sockets inherit them before the
@@ -87,9 +89,9 @@ TcpDevice::TcpDevice(Group& group, const std::string& bind_addr, const TcpOption
     if (got != cc) GEOCCL_LOG(kWarn, "congestion control " << cc << " refused; using " << got);
   }
   endpoint_ = join_host_port(bind_addr, local_port(listen_fd_));
-  failure_listener_ = group_.on_failure([this](const Failure& f, bool tell) { on_group_failure(f, tell); });
   group_.loop().run_owned(
       [this] { group_.loop().add_fd(listen_fd_, EPOLLIN, [this](uint32_t) { on_accept(); }); });
+  failure_listener_ = group_.on_failure([this](const Failure& f, bool tell) { on_group_failure(f, tell); });
 }
 
 TcpDevice::~TcpDevice() {
@@ -253,7 +255,7 @@ void TcpDevice::connect(const std::vector<int>& peers, const AddressOf& address_
       bool rejected = false;
       int fd = -1;
       // The peer is listening already (it published its address), but retry briefly on refusal.
-      while ((fd = dial(p, stream, deadline, &why, &rejected)) < 0) {
+      while ((fd = dial(p, p.wan, stream, deadline, &why, &rejected)) < 0) {
         if (rejected) {
           maybe_poll();  // a peer with other group parameters: its own reason says more
           throw Error(ErrorCode::kProtocol, why);
@@ -262,8 +264,13 @@ void TcpDevice::connect(const std::vector<int>& peers, const AddressOf& address_
         maybe_poll();
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
-      set_nonblocking(fd, true);
-      group_.loop().run_owned([&] { adopt(fd, r, stream); });
+      try {
+        set_nonblocking(fd, true);
+        group_.loop().run_owned([&] { adopt(fd, r, stream); });
+      } catch (...) {
+        ::close(fd);
+        throw;
+      }
     }
   }
   // Wait for every higher peer's connections.
@@ -285,8 +292,8 @@ void TcpDevice::connect(const std::vector<int>& peers, const AddressOf& address_
   }
 }
 
-int TcpDevice::dial(const TcpPeer& p, int stream, Clock::time_point deadline, std::string* why,
-                    bool* rejected) {
+int TcpDevice::dial(const TcpPeer& p, bool wan, int stream, Clock::time_point deadline,
+                    std::string* why, bool* rejected) {
   *rejected = false;
   std::string host;
   uint16_t port = 0;
@@ -297,7 +304,6 @@ int TcpDevice::dial(const TcpPeer& p, int stream, Clock::time_point deadline, st
     *why = "cannot connect to " + where;
     return -1;
   }
-  const bool wan = p.wan;
   const int fd = connect_with_timeout(host, port, left, [this, wan](int s) {
     const uint64_t b = wan ? options_.wan_buffer_bytes : options_.buffer_bytes;
     if (b > 0) set_buffer_sizes(s, b);
@@ -346,24 +352,24 @@ void TcpDevice::stream_broken(TcpPeer& p, int stream) {
   if (group_.rank() > p.rank) {  // we connected it: connect it again
     std::thread& t = p.dialers[static_cast<size_t>(stream)];
     if (t.joinable()) t.join();
-    t = std::thread([this, &p, stream] { redial(p, stream); });
+    t = std::thread([this, &p, stream, wan = p.wan] { redial(p, wan, stream); });
     return;
   }
   p.streams[static_cast<size_t>(stream)]->await_resume(options_.resume_timeout);
 }
 
-void TcpDevice::redial(TcpPeer& p, int stream) {
+void TcpDevice::redial(TcpPeer& p, bool wan, int stream) {
   const auto deadline = Clock::now() + options_.resume_timeout;
   auto backoff = std::chrono::milliseconds(10);
   std::string why;
   while (!closing_.load() && !group_.failed()) {
     bool rejected = false;
     // Each attempt is bounded so that shutting down never waits long for this thread.
-    const int fd = dial(p, stream, std::min(deadline, Clock::now() + std::chrono::seconds(2)), &why,
+    const int fd = dial(p, wan, stream, std::min(deadline, Clock::now() + std::chrono::seconds(2)), &why,
                         &rejected);
     if (fd >= 0) {
       set_nonblocking(fd, true);
-      group_.loop().post([this, &p, stream, fd] {
+      const bool posted = group_.loop().post([this, &p, stream, fd] {
         TcpConnection* c = p.streams[static_cast<size_t>(stream)].get();
         if (closing_.load() || group_.failed() || !c || !c->usable()) {
           ::close(fd);
@@ -371,6 +377,7 @@ void TcpDevice::redial(TcpPeer& p, int stream) {
         }
         c->resume(fd);
       });
+      if (!posted) ::close(fd);  // the loop is dead: nobody takes it
       return;
     }
     if (rejected || Clock::now() + backoff >= deadline) break;
@@ -467,6 +474,11 @@ TcpConnection& TcpDevice::next_send_conn(TcpPeer& p, size_t bytes) {
 
 RequestPtr TcpDevice::send(int peer_rank, const FrameHeader& h, std::span<const uint8_t> payload) {
   auto req = std::make_shared<Request>();
+  if (payload.size() > protocol::kMaxPayload) {
+    complete(req, {ErrorCode::kInvalidArgument,
+                   "frame payload over " + std::to_string(protocol::kMaxPayload) + " bytes"});
+    return req;
+  }
   FrameHeader hh = h;
   hh.type = protocol::FrameType::kData;
   hh.payload_len = static_cast<uint32_t>(payload.size());

@@ -139,8 +139,10 @@ class TcpDevice final : public Device {
   void adopt(int fd, int peer, int stream);
   // Opens stream `stream` to lower rank `peer` and introduces us (Hello/Reply). Returns the
   // connected blocking socket, or -1 with *why set (*rejected when the peer refused us).
-  int dial(const TcpPeer& p, int stream, Clock::time_point deadline, std::string* why, bool* rejected);
-  void redial(TcpPeer& p, int stream);
+  // `wan`: the WAN socket options from the start (read on the loop thread by the caller).
+  int dial(const TcpPeer& p, bool wan, int stream, Clock::time_point deadline, std::string* why,
+           bool* rejected);
+  void redial(TcpPeer& p, bool wan, int stream);
   // The group failed: every pending request completes with `f`; peers are told if asked.
   void on_group_failure(const Failure& f, bool tell_peers);
   // The data stream with the least backlog to the peer. Frames below kSmallFrame go on the
