@@ -95,6 +95,8 @@ void Router::close_devices() {
   // go, the last built first.
   for (auto& d : devices_) d->shutdown();
   while (!devices_.empty()) devices_.pop_back();
+  // Tasks this router posted (begin_operation) run before it goes: the loop runs them in order.
+  group_.loop().run_owned([] {});
 }
 
 RequestPtr Router::send(int peer, const protocol::FrameHeader& h, std::span<const uint8_t> payload) {
