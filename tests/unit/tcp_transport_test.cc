@@ -478,8 +478,9 @@ TEST(TcpTransport, UnknownControlFramesOfANewerMinorVersionAreSkipped) {
   auto frame = [](protocol::FrameHeader h, std::span<const uint8_t> payload) {
     h.payload_len = static_cast<uint32_t>(payload.size());
     const auto hb = protocol::encode_frame_header(h);
-    std::vector<uint8_t> out(hb.begin(), hb.end());
-    out.insert(out.end(), payload.begin(), payload.end());
+    std::vector<uint8_t> out(hb.size() + payload.size());
+    std::copy(hb.begin(), hb.end(), out.begin());
+    std::copy(payload.begin(), payload.end(), out.begin() + static_cast<std::ptrdiff_t>(hb.size()));
     return out;
   };
   const std::vector<uint8_t> junk(100, 0xab), data(1000, 7);
