@@ -57,7 +57,6 @@ class PeerSession {
     if (!on)
       for (auto& [f, k] : unacked_) k.copy.reset();
   }
-  bool keeps_copies() const { return keep_copies_; }
 
   // Data frame `frame` has been written in full on `stream`. Keeps `token` until the peer
   // acknowledges it and, with copies on, a copy of `payload` (`copy`: the frame is a re-sent

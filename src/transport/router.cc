@@ -140,9 +140,4 @@ std::vector<PeerStats> Router::stats() const {
 
 void Router::set_wan_peer(int peer, bool wan) { of(peer).set_wan_peer(peer, wan); }
 
-const char* Router::device_name(int peer) const {
-  const Device* d = by_peer_[static_cast<size_t>(peer)];
-  return d ? d->name() : "";
-}
-
 }  // namespace geoccl::transport

@@ -63,8 +63,6 @@ class Router final : public Transport {
 
   // After topology discovery: `peer` is across a WAN (another domain) or not.
   void set_wan_peer(int peer, bool wan);
-  // The device carrying `peer`'s frames ("tcp", "shm"; "" for this rank).
-  const char* device_name(int peer) const;
 
  private:
   Device& of(int peer) const { return *by_peer_[static_cast<size_t>(peer)]; }

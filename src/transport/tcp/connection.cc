@@ -380,16 +380,24 @@ void TcpConnection::check_early_frame() {
   if (waiting_for_recv()) owner_.group().early_frame(peer_.rank, hdr_);
 }
 
+ssize_t TcpConnection::receive(uint8_t* dst, size_t n) {
+  const ssize_t got = ::recv(fd_, dst, n, MSG_DONTWAIT);
+  if (got > 0) {
+    peer_.bytes_received.fetch_add(static_cast<uint64_t>(got), std::memory_order_relaxed);
+    return got;
+  }
+  if (got == 0)
+    on_closed("end of stream");
+  else if (errno != EAGAIN && errno != EINTR)
+    on_closed(std::strerror(errno));
+  return 0;
+}
+
 void TcpConnection::read_some() {
   for (int frames = 0; fd_ >= 0 && frames < kFramesPerEvent;) {
     if (!have_hdr_) {
-      const ssize_t n = ::recv(fd_, hdr_buf_.data() + hdr_got_, kFrameHeaderSize - hdr_got_, MSG_DONTWAIT);
-      if (n == 0) return on_closed("end of stream");
-      if (n < 0) {
-        if (errno == EAGAIN || errno == EINTR) return;
-        return on_closed(std::strerror(errno));
-      }
-      peer_.bytes_received.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
+      const ssize_t n = receive(hdr_buf_.data() + hdr_got_, kFrameHeaderSize - hdr_got_);
+      if (n <= 0) return;
       hdr_got_ += static_cast<size_t>(n);
       if (hdr_got_ < kFrameHeaderSize) continue;
       hdr_got_ = 0;
@@ -430,13 +438,8 @@ void TcpConnection::read_some() {
     // Where the next bytes go: a discarded frame reuses its small buffer from the start.
     const size_t at = discard_ ? 0 : payload_got_;
     if (payload_got_ < hdr_.payload_len) {
-      const ssize_t n = ::recv(fd_, dst.data() + at, dst.size() - at, MSG_DONTWAIT);
-      if (n == 0) return on_closed("end of stream");
-      if (n < 0) {
-        if (errno == EAGAIN || errno == EINTR) return;
-        return on_closed(std::strerror(errno));
-      }
-      peer_.bytes_received.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
+      const ssize_t n = receive(dst.data() + at, dst.size() - at);
+      if (n <= 0) return;
       payload_got_ += static_cast<size_t>(n);
       if (payload_got_ < hdr_.payload_len) continue;
     }

@@ -89,6 +89,9 @@ class TcpConnection {
  private:
   void on_events(uint32_t events);
   void read_some();
+  // One recv() into dst: the bytes read (counted), or 0 when nothing came (EAGAIN) or the
+  // stream ended (on_closed has run; the caller returns).
+  ssize_t receive(uint8_t* dst, size_t n);
   void write_some();
   void update_interest();
   // The connection ended: a data stream of a live peer is re-established (resume); otherwise a
