@@ -8,6 +8,7 @@ PKGS=(
   libgloo-dev python3-torch python3-numpy python3-pytest
   iproute2 iptables iperf3 iputils-ping procps gnuplot-nox
   pybind11-dev libtorch-dev python3-sklearn
+  liblz4-dev libzstd-dev libxxhash-dev python3-torchvision
 )
 missing=()
 for p in "${PKGS[@]}"; do
