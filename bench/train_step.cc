@@ -42,6 +42,7 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <chrono>
 #include <cinttypes>
@@ -76,6 +77,8 @@ constexpr std::string_view kUsage =
     "usage: train_step --backend geoccl|gloo [--model resnet50] [--steps 5] [--warmup 1]\n"
     "                  [--compute-ms 200] [--bucket-mb 25] [--first-bucket-mb 1]\n"
     "                  [--algo auto|ring|rd] [--json FILE] [--timeout-s 600]\n"
+    "                  [--background-mb 1024 --background-class bulk|gradient\n"
+    "                   --background-root 0 --uplink-gbps 1 [--background-alone]]  (geoccl only)\n"
     "       train_step --print-layers\n"
     "  env: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (GEOCCL_RUN_ID, GEOCCL_BIND_ADDR)\n";
 
@@ -277,6 +280,15 @@ struct Options {
   std::string json_path;
   int timeout_s = 600;
   bool print_layers = false;
+  // A checkpoint broadcast in the background (geoccl only): after the --steps steps alone, the
+  // same steps again while `background_mb` MiB are broadcast from `background_root` on
+  // `background_class`, until both are done. `uplink_gbps`: each domain's uplink rate, for the
+  // time the bandwidth left over by training allows.
+  double background_mb = 0;
+  std::string background_class = "bulk";
+  int background_root = 0;
+  double uplink_gbps = 1;
+  bool background_alone = false;  // phase B runs no steps: the broadcast alone, for reference
 };
 
 double ParseDouble(std::string_view name, std::string_view text, double min_value) {
@@ -305,12 +317,20 @@ Options ParseArgs(int argc, char** argv) {
     else if (name == "--json") o.json_path = args.Value();
     else if (name == "--timeout-s") o.timeout_s = args.IntValue(1);
     else if (name == "--print-layers") o.print_layers = true;
+    else if (name == "--background-mb") o.background_mb = ParseDouble(name, args.Value(), 0);
+    else if (name == "--background-class") o.background_class = args.Value();
+    else if (name == "--background-root") o.background_root = args.IntValue(0);
+    else if (name == "--background-alone") o.background_alone = true;
+    else if (name == "--uplink-gbps") o.uplink_gbps = ParseDouble(name, args.Value(), 0.001);
     else throw args.Unknown();
   }
   if (o.model != "resnet50") throw UsageError("--model " + o.model + ": only resnet50");
   if (!o.print_layers && o.backend != "geoccl" && o.backend != "gloo") {
     throw UsageError("--backend must be geoccl or gloo");
   }
+  if (o.background_mb > 0 && o.backend != "geoccl") throw UsageError("--background-mb: geoccl only");
+  if (o.background_class != "bulk" && o.background_class != "gradient")
+    throw UsageError("--background-class must be bulk or gradient");
 #ifndef GEOCCL_HAVE_GLOO
   if (o.backend == "gloo") throw UsageError("built without Gloo (apt-get install libgloo-dev)");
 #endif
@@ -423,6 +443,7 @@ class GeocclBackend final : public Backend {
     comm_->allreduce(v.data(), v.size(), geoccl::DataType::kFloat64, geoccl::ReduceOp::kMax)
         .wait();
   }
+  geoccl::Communicator& comm() { return *comm_; }
 
  private:
   std::unique_ptr<geoccl::Communicator> comm_;
@@ -536,6 +557,147 @@ std::string JsonList(const std::vector<double>& v) {
   return s + "]";
 }
 
+// Bytes each domain's ranks sent to ranks of other domains (its uplink), both classes: index d.
+std::vector<double> UplinkBytes(geoccl::Communicator& c) {
+  const auto& dom = c.topology().domain_of;
+  const int domains = dom.empty() ? 1 : *std::max_element(dom.begin(), dom.end()) + 1;
+  std::vector<double> v(static_cast<std::size_t>(domains), 0.0);
+  const int mine = dom.empty() ? 0 : dom[static_cast<std::size_t>(c.rank())];
+  for (const auto& ps : c.peer_stats())
+    if (dom.empty() || dom[static_cast<std::size_t>(ps.peer)] != mine)
+      v[static_cast<std::size_t>(mine)] += static_cast<double>(ps.bytes_sent + ps.bulk_bytes_sent);
+  c.allreduce(v.data(), v.size(), geoccl::DataType::kFloat64, geoccl::ReduceOp::kSum).wait();
+  return v;
+}
+
+// Phase A (the steps alone) has run; step_us holds its steps. Phase B: the same steps while a
+// checkpoint of opt.background_mb MiB is broadcast from opt.background_root in 64 MiB
+// operations on opt.background_class, issued at once before the first step of the phase (as a
+// checkpoint save would be). Reports the slowdown of the step and the background's time
+// against the time the uplink bandwidth left over by training allows.
+template <class RunStep>
+int RunWithBackground(const Options& opt, GeocclBackend& be, RunStep& run_step,
+                      std::vector<double>& step_us, std::size_t& mismatches) {
+  auto& c = be.comm();
+  const int rank = c.rank(), n = c.size();
+  // Phase A's traffic, measured over the same number of steps again (the first pass above
+  // included the warm-up).
+  const std::vector<double> before_a = UplinkBytes(c);
+  const auto ta0 = Clock::now();
+  const std::size_t a_first = step_us.size();
+  for (int s = 0; s < opt.steps; ++s) run_step(true);
+  const double ta = std::chrono::duration<double>(Clock::now() - ta0).count();
+  const std::vector<double> after_a = UplinkBytes(c);
+  std::vector<double> phase_a(step_us.begin(), step_us.end());
+
+  const std::size_t chunk = std::size_t{64} << 20;
+  const auto total = static_cast<std::size_t>(opt.background_mb * (1 << 20));
+  std::vector<std::vector<std::uint8_t>> parts;
+  for (std::size_t off = 0; off < total; off += chunk) {
+    parts.emplace_back(std::min(chunk, total - off));
+    auto& p = parts.back();
+    if (rank == opt.background_root)
+      for (std::size_t i = 0; i < p.size(); i += 4096) p[i] = static_cast<std::uint8_t>((off + i) / 4096 * 7);
+  }
+  geoccl::OpOptions bo;
+  bo.priority = opt.background_class == "bulk" ? geoccl::Priority::kBulk : geoccl::Priority::kGradient;
+  bo.timeout = std::chrono::seconds(opt.timeout_s);
+  std::atomic<int> left{static_cast<int>(parts.size())};
+  std::atomic<std::int64_t> done_ns{0};
+  const auto tb0 = Clock::now();
+  std::vector<geoccl::Work> works;
+  for (auto& p : parts) {
+    works.push_back(c.broadcast(p.data(), p.size(), geoccl::DataType::kUInt8, opt.background_root, bo));
+    works.back().on_complete([&, tb0](std::exception_ptr) {
+      if (--left == 0)
+        done_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - tb0).count();
+    });
+  }
+  step_us.clear();
+  int steps_b = 0;
+  std::vector<double> overlapped;  // 1: the background was still running on this rank at the step's start
+  while (!opt.background_alone) {
+    overlapped.push_back(left.load() > 0 ? 1.0 : 0.0);
+    run_step(true);
+    ++steps_b;
+    // Every rank must agree on whether to run another step (the barrier in each step).
+    std::vector<double> flag{left.load() > 0 || steps_b < opt.steps ? 1.0 : 0.0};
+    be.max(flag);
+    if (flag[0] == 0) break;
+  }
+  for (auto& w : works) w.wait();
+  const double tb = std::chrono::duration<double>(Clock::now() - tb0).count();
+  const std::vector<double> after_b = UplinkBytes(c);
+  std::size_t bad = 0;
+  for (std::size_t k = 0, off = 0; k < parts.size(); off += parts[k].size(), ++k)
+    for (std::size_t i = 0; i < parts[k].size(); i += 4096)
+      bad += parts[k][i] != static_cast<std::uint8_t>((off + i) / 4096 * 7);
+  mismatches += bad;
+
+  // Max over ranks of every figure.
+  std::vector<double> g = phase_a;
+  g.insert(g.end(), step_us.begin(), step_us.end());
+  g.insert(g.end(), overlapped.begin(), overlapped.end());
+  g.push_back(static_cast<double>(done_ns.load()) / 1e9);
+  g.push_back(mismatches ? 1.0 : 0.0);
+  be.max(g);
+  const bool correct = g.back() == 0.0;
+  const double t_bg = g[g.size() - 2];
+  std::vector<double> sa(g.begin(), g.begin() + static_cast<std::ptrdiff_t>(phase_a.size()));
+  std::vector<double> sb(g.begin() + static_cast<std::ptrdiff_t>(phase_a.size()),
+                         g.begin() + static_cast<std::ptrdiff_t>(phase_a.size() + step_us.size()));
+  // The steps that ran while the background did (on any rank): their mean against phase A's.
+  std::vector<double> during;
+  for (std::size_t i = 0; i < sb.size(); ++i)
+    if (g[phase_a.size() + sb.size() + i] > 0) during.push_back(sb[i]);
+  auto mean = [](const std::vector<double>& v) {
+    return v.empty() ? 0.0 : std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+  };
+  (void)a_first;
+  // Leftover bandwidth: training used grad_rate_d of uplink d over phase A's wall time; the
+  // background put bg_d bytes on it (phase B's bytes less the training's per-step bytes).
+  const double link = opt.uplink_gbps * 1e9;
+  double allowed = 0, bottleneck_bg = 0, bottleneck_used = 0;
+  for (std::size_t d = 0; d < after_b.size(); ++d) {
+    const double grad_step = (after_a[d] - before_a[d]) / opt.steps;
+    const double grad_rate = opt.background_alone ? 0 : (after_a[d] - before_a[d]) * 8 / ta;
+    const double bg = (after_b[d] - after_a[d]) - grad_step * steps_b;
+    const double t = bg * 8 / std::max(link - grad_rate, link * 0.01);
+    if (t > allowed) {
+      allowed = t;
+      bottleneck_bg = bg;
+      bottleneck_used = grad_rate;
+    }
+  }
+  if (rank == 0) {
+    const double ma = mean(sa) / 1000, mb = mean(during) / 1000;
+    std::printf("# background: %.0f MiB broadcast from rank %d on class %s, %zu operations\n",
+                opt.background_mb, opt.background_root, opt.background_class.c_str(), parts.size());
+    std::printf("  step alone      mean %8.1f ms (%d steps)\n", ma, opt.steps);
+    std::printf("  step with bg    mean %8.1f ms (%zu of %d steps ran during the background)   slowdown %+.1f%%\n",
+                mb, during.size(), steps_b, ma > 0 && mb > 0 ? (mb / ma - 1) * 100 : 0.0);
+    std::printf("  background      %8.2f s; leftover-bandwidth time %.2f s (bottleneck uplink: %.0f MiB "
+                "of background, training uses %.0f Mbit/s of %.0f)   ratio %.2f\n",
+                t_bg, allowed, bottleneck_bg / (1 << 20), bottleneck_used / 1e6, link / 1e6,
+                allowed > 0 ? t_bg / allowed : 0.0);
+    std::printf("  correct %s   (phase B wall %.1f s)\n", correct ? "yes" : "NO", tb);
+    std::fflush(stdout);
+    if (!opt.json_path.empty()) {
+      std::ostringstream os;
+      os << "[{\"backend\": \"geoccl\", \"op\": \"train_step_background\", \"world_size\": " << n
+         << ", \"background_mb\": " << JsonNumber(opt.background_mb) << ", \"background_class\": \""
+         << opt.background_class << "\", \"step_ms_alone\": " << JsonNumber(ma)
+         << ", \"step_ms_with_background\": " << JsonNumber(mb) << ", \"slowdown\": " << JsonNumber(mb / ma - 1)
+         << ", \"steps_with_background\": " << steps_b << ", \"background_s\": " << JsonNumber(t_bg)
+         << ", \"leftover_bandwidth_s\": " << JsonNumber(allowed)
+         << ", \"ratio_to_leftover\": " << JsonNumber(allowed > 0 ? t_bg / allowed : 0.0)
+         << ", \"correct\": " << (correct ? "true" : "false") << "}]\n";
+      WriteFileAtomic(opt.json_path, os.str());
+    }
+  }
+  return CheckedExit(correct, "train_step", rank, "wrong results");
+}
+
 int Run(int argc, char** argv) {
   const Options opt = ParseArgs(argc, argv);
   if (opt.print_layers) {
@@ -565,7 +727,7 @@ int Run(int argc, char** argv) {
 
   std::vector<double> step_us, compute_us;  // this rank's, measured steps only
   std::size_t mismatches = 0;
-  for (int s = 0; s < opt.warmup + opt.steps; ++s) {
+  auto run_step = [&](bool measured) {
     for (auto& b : plan.buckets) FillPattern(b.data, rank);
     be->barrier();
     const auto t0 = Clock::now();
@@ -580,10 +742,14 @@ int Run(int argc, char** argv) {
     be->wait_all();
     const auto t_step = Clock::now();
     for (const auto& b : plan.buckets) mismatches += CountMismatches(b.data, n);
-    if (s >= opt.warmup) {
+    if (measured) {
       step_us.push_back(std::chrono::duration<double, std::micro>(t_step - t0).count());
       compute_us.push_back(std::chrono::duration<double, std::micro>(t_compute - t0).count());
     }
+  };
+  for (int s = 0; s < opt.warmup + opt.steps; ++s) run_step(s >= opt.warmup);
+  if (opt.background_mb > 0) {
+    return RunWithBackground(opt, static_cast<GeocclBackend&>(*be), run_step, step_us, mismatches);
   }
 
   std::vector<double> g = step_us;

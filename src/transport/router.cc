@@ -11,6 +11,8 @@ namespace geoccl::transport {
 
 namespace {
 
+constexpr uint64_t kBulkNotsentLowat = 128 << 10;
+
 bool known_device(const std::string& name, bool host_class) {
   return name == "tcp" || (host_class && name == "shm");
 }
@@ -53,6 +55,9 @@ Router::Router(Group& group, const Config& cfg, int data_streams, const std::str
     auto& devices = channels_[static_cast<size_t>(c)].devices;
     auto options = tcp::TcpOptions::from_config(cfg, data_streams);
     options.channel = static_cast<uint8_t>(c);
+    // What the bulk class's WAN sockets hold beyond the frames in flight is what a gradient
+    // frame may find in front of it when the bulk class yields: keep it small.
+    if (c > 0 && options.wan_notsent_lowat > kBulkNotsentLowat) options.wan_notsent_lowat = kBulkNotsentLowat;
     auto tcp = std::make_unique<tcp::TcpDevice>(group_, bind_addr, options);
     if (c == 0) gradient_tcp = tcp.get();
     else tcp->yield_to(*gradient_tcp, ScavengerOptions::from_config(cfg));

@@ -51,7 +51,7 @@ TEST(Scavenger, GrowsTowardsAFreeLinkAndHoldsTheQueueNearTheTarget) {
   EXPECT_EQ(s.base_rtt(), microseconds(40000));
 }
 
-TEST(Scavenger, BacksOffWhenTheQueueGrowsAndStaysAtTheFloorUnderPressure) {
+TEST(Scavenger, BacksOffWhenTheQueueGrowsAndStaysAtItsMinimumUnderPressure) {
   ScavengerRate s(options());
   auto now = Clock::now();
   s.on_rtt(now, microseconds(30000));
@@ -60,7 +60,7 @@ TEST(Scavenger, BacksOffWhenTheQueueGrowsAndStaysAtTheFloorUnderPressure) {
     now += milliseconds(100);
     s.on_rtt(now, microseconds(90000));
   }
-  EXPECT_EQ(s.rate_bps(), options().floor_bps);
+  EXPECT_EQ(s.rate_bps(), options().min_bps);
   EXPECT_EQ(s.queueing_delay(), microseconds(60000));
   // The queue drains: the rate comes back.
   for (int i = 0; i < 30; ++i) {
@@ -103,6 +103,40 @@ TEST(Scavenger, BaseRttFollowsARouteChangeWithinTwoWindows) {
   }
   EXPECT_EQ(s.base_rtt(), microseconds(80000));
   EXPECT_EQ(s.queueing_delay(), microseconds(0));
+}
+
+}  // namespace
+
+namespace {
+
+TEST(Scavenger, ThePathsOwnMinimumRttIsTheBase) {
+  // Every sample here carries a queue; the transport's own minimum (the kernel's min_rtt) says
+  // the path is 20 ms: 40 ms of queue, so the rate goes down, not up.
+  ScavengerRate s(options());
+  auto now = Clock::now();
+  for (int i = 0; i < 20; ++i) {
+    now += milliseconds(100);
+    s.on_rtt(now, microseconds(60000), microseconds(20000));
+  }
+  EXPECT_EQ(s.base_rtt(), microseconds(20000));
+  EXPECT_EQ(s.queueing_delay(), microseconds(40000));
+  EXPECT_EQ(s.rate_bps(), options().min_bps);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(Scavenger, NeverFarAboveWhatThePathDelivers) {
+  // An idle path (no queue) but the bulk class gets only 30 Mbit/s through: the rate stays
+  // within 1.5x of that instead of growing without bound.
+  ScavengerRate s(options());
+  auto now = Clock::now();
+  for (int i = 0; i < 100; ++i) {
+    now += milliseconds(50);
+    s.on_rtt(now, microseconds(20000), microseconds(20000), 60'000'000);
+  }
+  EXPECT_EQ(s.rate_bps(), 90'000'000u);
 }
 
 }  // namespace

@@ -203,6 +203,18 @@ void TcpConnection::tune_for_wan() {
   set_notsent_lowat(fd_, owner_.options().wan_notsent_lowat);
 }
 
+TcpConnection::PathSample TcpConnection::path_sample() const {
+  PathSample out;
+  tcp_info ti{};
+  socklen_t len = sizeof ti;
+  if (fd_ < 0 || getsockopt(fd_, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return out;
+  out.srtt = std::chrono::microseconds(ti.tcpi_rtt);
+  out.min_rtt = std::chrono::microseconds(ti.tcpi_min_rtt == ~0u ? 0 : ti.tcpi_min_rtt);
+  out.in_flight = ti.tcpi_unacked > 0;
+  if (!ti.tcpi_delivery_rate_app_limited) out.delivery_bps = ti.tcpi_delivery_rate * 8;
+  return out;
+}
+
 void TcpConnection::set_pacing_rate(uint64_t bytes_per_second) {
   pacing_rate_ = bytes_per_second;
   if (fd_ < 0) return;
@@ -311,7 +323,7 @@ void TcpConnection::update_interest() {
   const bool stalled = waiting_for_recv() ||
                        (stream_ != TcpDevice::kControlStream && owner_.group().failed());
   if (!stalled) want |= EPOLLIN;
-  if (!sendq_.empty()) want |= EPOLLOUT;
+  if (!sendq_.empty() && !(stream_ != TcpDevice::kControlStream && owner_.holding(peer_))) want |= EPOLLOUT;
   if (want != interest_) {
     interest_ = want;
     owner_.group().loop().modify_fd(fd_, want);
@@ -485,8 +497,14 @@ void TcpConnection::read_some() {
   }
 }
 
+void TcpConnection::resume_writing() {
+  write_some();
+  update_interest();
+}
+
 void TcpConnection::write_some() {
-  while (fd_ >= 0 && !sendq_.empty()) {
+  const bool hold = stream_ != TcpDevice::kControlStream && owner_.holding(peer_);
+  while (fd_ >= 0 && !sendq_.empty() && !hold) {
     iovec iov[kMaxIov];
     int n_iov = 0;
     size_t bytes = 0;

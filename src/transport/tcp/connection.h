@@ -49,6 +49,8 @@ class TcpConnection {
   TcpConnection& operator=(const TcpConnection&) = delete;
 
   void post_send(SendOp op);
+  // Writes what is queued: the device stopped holding this stream (TcpDevice::holding).
+  void resume_writing();
   // A receive for data frame `frame` of this peer was posted: resume reading if this stream
   // stalled on exactly that frame.
   void on_recv_posted(uint64_t frame);
@@ -83,6 +85,16 @@ class TcpConnection {
   uint64_t backlog() const;
   // TCP_INFO of the socket plus this stream's counters (loop thread).
   PeerStats::TcpStream info() const;
+  // The kernel's view of the path, for the bulk class's delay controller: smoothed and minimum
+  // RTT, and whether data is in flight (an RTT sample is fresh only then). Zero when closed.
+  struct PathSample {
+    std::chrono::microseconds srtt{0}, min_rtt{0};
+    bool in_flight = false;
+    // The kernel's latest delivery-rate sample (bit/s), when the flow was not limited by what
+    // the application gave it (else 0).
+    uint64_t delivery_bps = 0;
+  };
+  PathSample path_sample() const;
   // The peer turned out to be in another domain: WAN socket options (TcpDevice::tune_wan_socket).
   void tune_for_wan();
   // The most bytes/s the kernel may send on this socket (SO_MAX_PACING_RATE; the bulk class's

@@ -482,6 +482,8 @@ bool TcpDevice::wan_backlogged() const {
   return false;
 }
 
+bool TcpDevice::holding(const TcpPeer& p) const { return scavenge_ && p.wan && scavenge_->higher_busy; }
+
 void TcpDevice::data_queue_changed(const TcpPeer& p) {
   if (!on_wan_busy_ || !p.wan) return;
   const bool busy = wan_backlogged();
@@ -504,22 +506,30 @@ void TcpDevice::higher_class_busy(bool busy) {
   group_.loop().cancel_timer(sc.release);
   sc.release = 0;
   if (busy) {
-    if (sc.higher_busy) return;
-    sc.higher_busy = true;
-    apply_bulk_rates();
+    sc.higher_busy = true;  // write_some() holds the WAN data streams from here on
     return;
   }
   sc.release = group_.loop().add_timer(Clock::now() + kYieldHold, [this] {
-    scavenge_->release = 0;
-    scavenge_->higher_busy = false;
-    apply_bulk_rates();
+    auto& s = *scavenge_;
+    s.release = 0;
+    s.higher_busy = false;
+    // The smoothed RTT needs about a round trip of samples at the restored rate to forget the
+    // yield: the longest base RTT of the WAN paths, twice.
+    ScavengerRate::Micros rtt{0};
+    for (auto& p : peers_)
+      if (p->bulk_rate) rtt = std::max(rtt, p->bulk_rate->base_rtt());
+    s.resume_sampling = Clock::now() + 2 * rtt;
+    for (auto& p : peers_)
+      if (p->wan)
+        for (int st = 1; st < streams_; ++st)
+          if (TcpConnection* c = p->streams[static_cast<size_t>(st)].get()) c->resume_writing();
   });
 }
 
 void TcpDevice::apply_bulk_rates() {
   for (auto& p : peers_) {
     if (!p->bulk_rate) continue;
-    const uint64_t bps = scavenge_->higher_busy ? scavenge_->options.floor_bps : p->bulk_rate->rate_bps();
+    const uint64_t bps = p->bulk_rate->rate_bps();
     const uint64_t per_stream = std::max<uint64_t>(1, bps / 8 / static_cast<uint64_t>(std::max(1, p->width)));
     for (int s = 1; s < streams_; ++s)
       if (TcpConnection* c = p->streams[static_cast<size_t>(s)].get(); c && c->pacing_rate() != per_stream)
@@ -529,29 +539,36 @@ void TcpDevice::apply_bulk_rates() {
 
 void TcpDevice::scavenge_tick() {
   const auto now = Clock::now();
+  auto& sc = *scavenge_;
+  sc.busy_ticks += sc.higher_busy;
+  ++sc.ticks;
   for (auto& p : peers_) {
     if (!p->bulk_rate) continue;
-    const uint64_t sent = p->bytes_sent.load(std::memory_order_relaxed);
-    // A sample needs bulk bytes in flight, and means nothing while this rank's gradients take
-    // the path (the controller would learn their queue, not its own).
-    if (sent != p->sampled_bytes && !scavenge_->higher_busy) {
-      // The streams that carried bytes since the last sample (an idle one's RTT is stale).
-      double rtt_ms = 0;
-      p->stream_sampled.resize(static_cast<size_t>(streams_), 0);
-      for (int s = 1; s < streams_; ++s) {
-        const TcpConnection* c = p->streams[static_cast<size_t>(s)].get();
-        if (!c || !c->open()) continue;
-        const auto info = c->info();
-        if (info.bytes_sent != p->stream_sampled[static_cast<size_t>(s)]) rtt_ms = std::max(rtt_ms, info.rtt_ms);
-        p->stream_sampled[static_cast<size_t>(s)] = info.bytes_sent;
-      }
-      if (rtt_ms > 0)
-        p->bulk_rate->on_rtt(now, std::chrono::microseconds(static_cast<int64_t>(rtt_ms * 1000)));
+    if (sc.ticks % 50 == 0)
+      GEOCCL_LOG(kDebug, "bulk to rank " << p->rank << ": " << p->bulk_rate->rate_bps() / 1e6
+                                          << " Mbit/s, queueing " << p->bulk_rate->queueing_delay().count() / 1000.0
+                                          << " ms over " << p->bulk_rate->base_rtt().count() / 1000.0 << " ms, "
+                                          << p->bytes_sent.load() / 1e6 << " MB sent, gradients busy "
+                                          << sc.busy_ticks * 2 << "% of the last second");
+    // A sample means nothing while this rank's gradients take the path (the controller would
+    // learn their queue, not its own), nor just after: the kernel's smoothed RTT still holds
+    // the samples of the yield, taken at the floor rate.
+    if (sc.higher_busy || now < sc.resume_sampling) continue;
+    ScavengerRate::Micros srtt{0}, path_min{0};
+    uint64_t delivered = 0;
+    for (int s = 1; s < streams_; ++s) {
+      const TcpConnection* c = p->streams[static_cast<size_t>(s)].get();
+      if (!c) continue;
+      const auto ps = c->path_sample();
+      if (ps.min_rtt.count() > 0 && (path_min.count() == 0 || ps.min_rtt < path_min)) path_min = ps.min_rtt;
+      if (ps.in_flight) srtt = std::max(srtt, ps.srtt);
+      delivered += ps.delivery_bps;
     }
-    p->sampled_bytes = sent;
+    if (srtt.count() > 0) p->bulk_rate->on_rtt(now, srtt, path_min, delivered);
   }
+  if (sc.ticks % 50 == 0) sc.busy_ticks = 0;
   apply_bulk_rates();
-  scavenge_->tick = group_.loop().add_timer(now + kScavengeInterval, [this] { scavenge_tick(); });
+  sc.tick = group_.loop().add_timer(now + kScavengeInterval, [this] { scavenge_tick(); });
 }
 
 uint64_t TcpDevice::bulk_rate_bps(int peer_rank) const {

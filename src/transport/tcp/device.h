@@ -82,11 +82,8 @@ struct TcpPeer {
   size_t rotate = 0;    // tie-break for the stream choice
   std::atomic<uint64_t> bytes_sent{0}, bytes_received{0};
   std::vector<std::thread> dialers;  // re-dialler of each stream (at most one at a time)
-  // Bulk class (TcpDevice::yield_to), WAN peers: the scavenger's rate on the path to this peer,
-  // and bytes_sent when the last RTT sample was taken (a sample needs traffic in flight).
+  // Bulk class (TcpDevice::yield_to), WAN peers: the scavenger's rate on the path to this peer.
   std::unique_ptr<ScavengerRate> bulk_rate;
-  uint64_t sampled_bytes = 0;
-  std::vector<uint64_t> stream_sampled;  // each data stream's bytes_sent at that sample
 };
 
 class TcpDevice final : public Device {
@@ -139,12 +136,19 @@ class TcpDevice final : public Device {
   void tune_wan_socket(int fd) const;
   // A data stream's send queue became empty or non-empty.
   void data_queue_changed(const TcpPeer& p);
+  // Whether the data streams to `p` hold their frames now (this device yields to a higher
+  // class that has frames queued for a WAN peer).
+  bool holding(const TcpPeer& p) const;
 
   // Priority between classes (the Router sets it up on the bulk class's device): this device
-  // yields to `higher`. While `higher` has data frames queued for a WAN peer, this device's WAN
-  // sockets send at the scavenger's floor rate; otherwise at the rate its delay controller
-  // (ScavengerRate, one per WAN path) allows. Call before connect(); `higher` must outlive
-  // this device.
+  // yields to `higher`. While `higher` has data frames queued for a WAN peer (and kYieldHold
+  // after), nothing more is written to this device's WAN data sockets; otherwise they send at
+  // the rate their delay controller (ScavengerRate, one per WAN path) allows, as the kernel's
+  // pacing rate (SO_MAX_PACING_RATE). Yielding happens in user space, not by lowering the
+  // pacing rate: the kernel schedules each packet at the departure time the rate gave the one
+  // before it, so a rate dropped to a trickle delays the next packet long after it is raised
+  // again. What the kernel already holds is bounded by the bulk class's small
+  // TCP_NOTSENT_LOWAT. Call before connect(); `higher` must outlive this device.
   void yield_to(TcpDevice& higher, const ScavengerOptions& o);
   // Bulk class: the rate the controller gives the path to `peer` (0 before set_wan_peer), for
   // stats and tests.
@@ -196,12 +200,13 @@ class TcpDevice final : public Device {
     ScavengerOptions options;
     bool higher_busy = false;  // the higher class has WAN frames queued, or had them just now
     runtime::EventLoop::TimerId tick = 0, release = 0;
+    uint64_t ticks = 0, busy_ticks = 0;
+    Clock::time_point resume_sampling{};  // no RTT samples before (just after a yield)
   };
   std::unique_ptr<Scavenge> scavenge_;
   void scavenge_tick();
   void higher_class_busy(bool busy);
-  // Sets every WAN data socket's pacing rate: the floor while the higher class is busy, else
-  // the path's controller rate split over the streams.
+  // Sets every WAN data socket's pacing rate: the path's controller rate split over its streams.
   void apply_bulk_rates();
 };
 
