@@ -137,6 +137,13 @@ class Communicator {
   Work recv(void* buf, size_t count, DataType dtype, int peer, uint32_t tag = 0,
             const OpOptions& o = {});
 
+  // Receives the next message with `tag` from whichever peer's message is there first (torch's
+  // recvAnysource): among the peers whose next point-to-point message on this priority class
+  // has arrived with this tag, the lowest rank. Work::source() tells who sent it. The count
+  // must match the sender's (kMismatch otherwise). Later operations of the same class start
+  // once the source is known.
+  Work recv_any(void* buf, size_t count, DataType dtype, uint32_t tag = 0, const OpOptions& o = {});
+
   std::vector<PeerStats> peer_stats() const;
   const TopologyInfo& topology() const;
 

@@ -35,6 +35,9 @@ class Work {
   // the communicator's worker thread). `cb` receives nullptr on success.
   void on_complete(std::function<void(std::exception_ptr)> cb) const;
   bool valid() const { return state_ != nullptr; }
+  // Communicator::recv_any: the rank the message came from, once completed successfully; -1
+  // before, on failure, and for every other operation.
+  int source() const;
 
  private:
   std::shared_ptr<detail::WorkState> state_;

@@ -51,6 +51,7 @@ class CommunicatorImpl {
     std::chrono::milliseconds timeout;
     std::function<void(OpContext&)> run;  // collectives
     bool p2p = false, is_send = false;
+    bool any_source = false;  // recv_any: `peer` is found when the operation starts
     int peer = -1;
     std::span<uint8_t> data;
     std::shared_ptr<detail::WorkState> work;
@@ -63,6 +64,7 @@ class CommunicatorImpl {
     Clock::time_point deadline;
     std::exception_ptr error;
     std::string what;
+    int source = -1;  // recv_any
   };
   // One priority class: its queue, sequence numbers, worker and scratch memory.
   struct Channel {
@@ -82,6 +84,9 @@ class CommunicatorImpl {
   void discover_topology();
   void worker_main(Channel& ch);
   void start(Channel& ch, Op& op);
+  // recv_any: waits (bounded by `deadline`) until a peer's next message with the tag has
+  // arrived, and sets op.peer. False when the group failed or the deadline passed (aborted).
+  bool find_source(Channel& ch, Op& op, Clock::time_point deadline);
   // Completes finished in-flight operations in order; aborts the group on an expired one.
   void retire(Channel& ch);
   void stop_workers();
@@ -258,8 +263,9 @@ Work CommunicatorImpl::enqueue(Op op, Priority priority) {
     std::lock_guard lk(progress_.mutex());
     if (stop_) throw Error(ErrorCode::kAborted, "communicator is shutting down");
     if (op.p2p) {
-      auto& seq = op.is_send ? ch.send_seq : ch.recv_seq;
-      op.header.seq = ++seq[static_cast<size_t>(op.peer)];
+      // Receives are numbered when they start, on the worker: a receive from any peer learns its
+      // peer only then, and every later receive of the class comes after it.
+      if (op.is_send) op.header.seq = ++ch.send_seq[static_cast<size_t>(op.peer)];
     } else {
       op.header.seq = ch.next_seq++;
     }
@@ -281,6 +287,7 @@ Work CommunicatorImpl::submit(FrameHeader h, const OpOptions& o, std::function<v
 Work CommunicatorImpl::submit_p2p(bool is_send, int peer, FrameHeader h, const OpOptions& o,
                                   std::span<uint8_t> data) {
   Op op;
+  op.any_source = peer < 0;
   op.header = h;
   op.timeout = o.timeout.value_or(cfg_.op_timeout);
   op.p2p = true;
@@ -290,10 +297,45 @@ Work CommunicatorImpl::submit_p2p(bool is_send, int peer, FrameHeader h, const O
   return enqueue(std::move(op), o.priority);
 }
 
+bool CommunicatorImpl::find_source(Channel& ch, Op& op, Clock::time_point deadline) {
+  std::vector<uint64_t> next(ch.recv_seq.size());
+  for (size_t p = 0; p < next.size(); ++p)
+    next[p] = static_cast<int>(p) == cfg_.rank ? UINT64_MAX : ch.recv_seq[p] + 1;
+  for (;;) {
+    const int src = group_->early_message(ch.id, op.header.tag, next);
+    if (src >= 0) {
+      op.peer = src;
+      return true;
+    }
+    if (router_->failure()) return false;
+    if (Clock::now() >= deadline) {
+      router_->abort(ErrorCode::kTimeout, "recv from any source (tag " + std::to_string(op.header.tag) +
+                                              ") passed its deadline on rank " + std::to_string(cfg_.rank));
+      return false;
+    }
+    retire(ch);  // earlier operations still complete meanwhile
+    progress_.wait_until([&] { return router_->failure().has_value() ||
+                                      group_->early_message(ch.id, op.header.tag, next) >= 0; },
+                         std::min(deadline, Clock::now() + std::chrono::milliseconds(50)));
+  }
+}
+
 void CommunicatorImpl::start(Channel& ch, Op& op) {
   InFlight f;
   f.work = op.work;
   f.deadline = Clock::now() + op.timeout;
+  if (op.p2p && !op.is_send) {
+    if (op.any_source && !find_source(ch, op, f.deadline)) {
+      const auto failure = router_->failure();
+      f.error = std::make_exception_ptr(Error(failure ? failure->code : ErrorCode::kAborted,
+                                              failure ? failure->message : "recv from any source failed"));
+      f.what = "recv_any";
+      ch.inflight.push_back(std::move(f));
+      return;
+    }
+    op.header.seq = ++ch.recv_seq[static_cast<size_t>(op.peer)];
+    f.source = op.any_source ? op.peer : -1;
+  }
   f.what = std::string(protocol::op_kind_name(op.header.kind)) + " #" + std::to_string(op.header.seq);
   f.ctx = std::make_unique<OpContext>(*router_, progress_, ch.scratch, op.header, f.deadline,
                                       cfg_.chunk_bytes);
@@ -333,6 +375,7 @@ void CommunicatorImpl::retire(Channel& ch) {
         }
     auto work = std::move(f.work);
     auto error = f.error;
+    work->source = f.source;
     ch.inflight.pop_front();
     {
       std::lock_guard lk(progress_.mutex());
@@ -548,6 +591,15 @@ Work Communicator::send(const void* buf, size_t count, DataType t, int peer, uin
   const size_t bytes = checked_bytes(count, t);
   return impl_->submit_p2p(true, peer, header(OpKind::kSendRecv, t, bytes, 0, tag), o,
                            {static_cast<uint8_t*>(const_cast<void*>(buf)), bytes});
+}
+
+Work Communicator::recv_any(void* buf, size_t count, DataType t, uint32_t tag, const OpOptions& o) {
+  check_dtype(t);
+  check_buf(buf, count, "buffer");
+  if (size() < 2) invalid("recv_any in a group of one: there is no peer to receive from");
+  const size_t bytes = checked_bytes(count, t);
+  return impl_->submit_p2p(false, -1, header(OpKind::kSendRecv, t, bytes, 0, tag), o,
+                           {static_cast<uint8_t*>(buf), bytes});
 }
 
 Work Communicator::recv(void* buf, size_t count, DataType t, int peer, uint32_t tag, const OpOptions& o) {

@@ -48,6 +48,12 @@ bool Work::test() const {
   return state_->done;
 }
 
+int Work::source() const {
+  if (!state_) return -1;
+  std::lock_guard lk(state_->mu);
+  return state_->done && !state_->error ? state_->source : -1;
+}
+
 bool Work::ok() const {
   if (!state_) return false;
   std::lock_guard lk(state_->mu);

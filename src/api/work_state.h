@@ -15,6 +15,7 @@ struct WorkState {
   bool done = false;     // the operation finished (test() is true from here on)
   bool settled = false;  // ... and its callbacks have run: wait() returns from here on
   std::exception_ptr error;
+  int source = -1;  // recv_any: the sender (set before complete())
   std::vector<std::function<void(std::exception_ptr)>> callbacks;
 
   // Called once, by the worker thread; runs the callbacks on this thread, then releases wait().

@@ -71,13 +71,37 @@ void Group::early_frame(int peer, const protocol::FrameHeader& h) {
          true);
     return;
   }
+  if (h.kind == protocol::OpKind::kSendRecv) {
+    if (h.offset != 0) return;  // only a message's first frame says where it starts
+    {
+      std::lock_guard lk(early_mu_);
+      auto& by_peer = early_messages_[h.channel];
+      if (by_peer.empty()) by_peer.resize(static_cast<size_t>(size_));
+      by_peer[static_cast<size_t>(peer)][h.seq] = h.tag;
+    }
+    notify();
+    return;
+  }
   const auto& current = current_op_[h.channel];
   if (!current) return;
   const protocol::FrameHeader& cur = *current;
-  if (h.kind == protocol::OpKind::kSendRecv || h.seq > cur.seq) return;
+  if (h.seq > cur.seq) return;
   const std::string why = h.seq < cur.seq ? "a frame of an earlier operation arrived late"
                                           : protocol::describe_mismatch(cur, h);
   if (!why.empty()) mismatch(peer, cur, why);
+}
+
+int Group::early_message(uint8_t channel, uint32_t tag, const std::vector<uint64_t>& next_seq) {
+  if (channel >= kPriorityClasses) return -1;
+  std::lock_guard lk(early_mu_);
+  auto& by_peer = early_messages_[channel];
+  for (size_t p = 0; p < by_peer.size() && p < next_seq.size(); ++p) {
+    auto& m = by_peer[p];
+    m.erase(m.begin(), m.lower_bound(next_seq[p]));
+    const auto it = m.find(next_seq[p]);
+    if (it != m.end() && it->second == tag) return static_cast<int>(p);
+  }
+  return -1;
 }
 
 bool Group::check_frame(int peer, const protocol::FrameHeader& expect, const protocol::FrameHeader& got,

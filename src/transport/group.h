@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -67,6 +68,12 @@ class Group {
   // a frame arrives and again (recheck_early_frames) when a new operation begins.
   void early_frame(int peer, const protocol::FrameHeader& h);
 
+  // A point-to-point message whose first frame arrived before any receive was posted for it
+  // (early_frame records them): the source of a receive from any peer. Any thread. Returns the
+  // lowest-ranked peer whose next message on `channel` (sequence number next_seq[peer]) is
+  // there with `tag`, or -1. Records of messages below next_seq are dropped.
+  int early_message(uint8_t channel, uint32_t tag, const std::vector<uint64_t>& next_seq);
+
   // Loop thread: a data frame `got` arrived for the posted receive `expect` that holds
   // `max_bytes` (`exact`: a reduce, which needs exactly that many). False, with the group failed
   // with kMismatch on every rank, when they disagree (protocol::describe_mismatch, or the size).
@@ -90,6 +97,9 @@ class Group {
   mutable std::mutex mu_;
   std::optional<Failure> failure_;
   std::atomic<bool> failed_{false};
+  // early_message(): by channel, then peer: sequence number -> tag of first frames seen early.
+  std::mutex early_mu_;
+  std::array<std::vector<std::map<uint64_t, uint32_t>>, kPriorityClasses> early_messages_;
   // By channel (priority class): each has its own operation sequence.
   std::array<std::optional<protocol::FrameHeader>, kPriorityClasses> current_op_;
 };

@@ -390,6 +390,50 @@ int mode_channels(Communicator& c) {
   return g_failures ? 1 : 0;
 }
 
+// recv_any: rank 0 receives from whichever peer's message is there; the peers send at staggered
+// times (the last rank first), on both priority classes; a receive from one peer after a
+// receive from any keeps that peer's message order.
+int mode_recv_any(Communicator& c) {
+  const int me = c.rank(), n = c.size();
+  for (Priority prio : {Priority::kGradient, Priority::kBulk}) {
+    const OpOptions o{.priority = prio};
+    const size_t count = prio == Priority::kBulk ? (3u << 20) : 1000;  // bulk: several frames
+    if (me == 0) {
+      std::vector<int> seen;
+      for (int i = 1; i < n; ++i) {
+        std::vector<int32_t> buf(count, -1);
+        Work w = c.recv_any(buf.data(), count, DataType::kInt32, 5, o);
+        w.wait();
+        const int src = w.source();
+        CHECK(src >= 1 && src < n, "source %d", src);
+        CHECK(buf.front() == src * 1000 && buf.back() == src * 1000, "message of rank %d holds %d", src, buf.front());
+        seen.push_back(src);
+      }
+      std::sort(seen.begin(), seen.end());
+      for (int i = 1; i < n; ++i) CHECK(seen[static_cast<size_t>(i - 1)] == i, "rank %d's message missing", i);
+      // Two messages from rank 1 with tag 7: the first by recv_any, the second by a plain recv.
+      std::vector<int32_t> a(10), b(10);
+      Work w = c.recv_any(a.data(), a.size(), DataType::kInt32, 7, o);
+      Work w2 = c.recv(b.data(), b.size(), DataType::kInt32, 1, 7, o);
+      w.wait();
+      w2.wait();
+      CHECK(w.source() == 1 && a[0] == 71 && b[0] == 72, "ordered messages: source %d, %d then %d", w.source(), a[0], b[0]);
+      CHECK(w2.source() == -1, "a plain recv reports no source");
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(30 * (n - me)));
+      std::vector<int32_t> buf(count, me * 1000);
+      c.send(buf.data(), count, DataType::kInt32, 0, 5, o).wait();
+      if (me == 1) {
+        std::vector<int32_t> a(10, 71), b(10, 72);
+        c.send(a.data(), a.size(), DataType::kInt32, 0, 7, o).wait();
+        c.send(b.data(), b.size(), DataType::kInt32, 0, 7, o).wait();
+      }
+    }
+  }
+  c.barrier().wait();
+  return g_failures ? 1 : 0;
+}
+
 // Modes that provoke a failure. The whole life of the communicator is inside the expectation: a
 // rank that is still finishing an earlier collective (start-up included) when a peer fails gets
 // the same typed error there, which is just as correct.
@@ -525,6 +569,7 @@ int main(int argc, char** argv) {
     if (mode == "collectives-big") return mode_collectives(c, true);
     if (mode == "hier-blocks") return mode_hier_blocks(c);
     if (mode == "channels") return mode_channels(c);
+    if (mode == "recv-any") return mode_recv_any(c);
     if (mode == "resume") {
       // Large allreduces and allgathers, each checked exactly, while the test kills data
       // streams from outside (ss -K). Prints how many streams this rank re-established.

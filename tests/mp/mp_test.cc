@@ -276,6 +276,14 @@ TEST(Channels, ClassesInterleavedInDifferentOrdersOnEveryTransport) {
   for (int c : codes) EXPECT_EQ(c, 0);
 }
 
+TEST(PointToPoint, RecvFromAnySourceReportsTheSender) {
+  for (const char* transport : {"auto", "tcp"}) {
+    SCOPED_TRACE(transport);
+    const auto codes = run_ranks(4, "recv-any", 120, {{"GEOCCL_TRANSPORT", transport}});
+    for (int c : codes) EXPECT_EQ(c, 0);
+  }
+}
+
 TEST(Channels, MismatchOnTheBulkClassFailsEveryRank) {
   const auto codes = run_ranks(3, "mismatch-bulk", 60);
   for (int c : codes) EXPECT_EQ(c, 0);
