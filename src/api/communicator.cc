@@ -6,6 +6,7 @@
 #include <deque>
 #include <thread>
 
+#include "api/completion_pool.h"
 #include "api/work_state.h"
 #include "collectives/collectives.h"
 #include "collectives/planner.h"
@@ -90,6 +91,9 @@ class CommunicatorImpl {
 
   std::deque<InFlight> inflight_;  // worker thread only
   std::thread worker_;
+  // Runs Work callbacks off the worker. Last member, so destroyed first: after the worker is
+  // joined (nothing posts any more) and before the state a callback may still reach.
+  detail::CompletionPool completions_;
 };
 
 CommunicatorImpl::CommunicatorImpl(Config cfg) : cfg_(std::move(cfg)) {
@@ -317,7 +321,7 @@ void CommunicatorImpl::retire() {
       std::lock_guard lk(progress_.mutex());
       --incomplete_;
     }
-    work->complete(error);
+    work->complete(error, &completions_);
   }
 }
 
