@@ -1,5 +1,7 @@
 #include "api/completion_pool.h"
 
+#include <cxxabi.h>
+
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
@@ -38,17 +40,17 @@ struct CompletionPool::State {
   static void main(std::shared_ptr<State> self);
 };
 
-namespace {
-void run_job(std::function<void()>& fn) {
+void run_logging_errors(const std::function<void()>& fn) {
   try {
     fn();
+  } catch (abi::__forced_unwind&) {
+    throw;  // the thread is being ended (pthread_exit, e.g. by Python at exit): let it
   } catch (const std::exception& e) {
     GEOCCL_LOG(kError, "a completion callback threw: " << e.what());
   } catch (...) {
     GEOCCL_LOG(kError, "a completion callback threw");
   }
 }
-}  // namespace
 
 thread_local CompletionPool::State* CompletionPool::current_ = nullptr;
 
@@ -79,7 +81,7 @@ void CompletionPool::State::main(std::shared_ptr<State> self) {
         ++s.running;
         if (s.idle == 0) s.spawn_locked(self);  // the next job must not wait for this one
         lk.unlock();
-        run_job(job.fn);
+        run_logging_errors(job.fn);
         job.fn = nullptr;  // the callback's captures go before the lock is taken again
         lk.lock();
         --s.running;
@@ -127,7 +129,7 @@ CompletionPool::~CompletionPool() {
     auto job = std::move(state_->jobs.front());
     state_->jobs.pop_front();
     lk.unlock();
-    run_job(job.fn);
+    run_logging_errors(job.fn);
     lk.lock();
   }
 }
@@ -143,7 +145,7 @@ void CompletionPool::post(std::function<void()> job) {
     }
   }
   state_->cv.notify_all();
-  if (job) run_job(job);
+  if (job) run_logging_errors(job);
 }
 
 size_t CompletionPool::threads() const {

@@ -59,4 +59,7 @@ class CompletionPool {
   static thread_local State* current_;  // the pool whose job this thread runs, if any
 };
 
+// Runs `fn`; logs and drops what it throws (user callbacks must not end a completion thread).
+void run_logging_errors(const std::function<void()>& fn);
+
 }  // namespace geoccl::detail

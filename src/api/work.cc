@@ -24,15 +24,7 @@ void detail::WorkState::complete(std::exception_ptr e, CompletionPool* pool) {
 }
 
 void detail::WorkState::run_callbacks(std::vector<std::function<void(std::exception_ptr)>>& cbs) {
-  for (auto& cb : cbs) {
-    try {
-      cb(error);
-    } catch (const std::exception& ex) {
-      GEOCCL_LOG(kError, "a completion callback threw: " << ex.what());
-    } catch (...) {
-      GEOCCL_LOG(kError, "a completion callback threw");
-    }
-  }
+  for (auto& cb : cbs) run_logging_errors([&] { cb(error); });
   cbs.clear();  // their captures go before wait() returns
   // Callbacks registered while the ones above ran saw done == true and ran on their own thread.
   {
