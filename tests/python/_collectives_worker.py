@@ -124,7 +124,7 @@ def cases_for(dtype, idx):
     check(f"_all_gather_base {dn}", out, torch.cat(want))
 
     # all_gather_coalesced: tensors of assorted shapes (one transposed), every rank's list
-    xs = [values(shape_for(cg, 40), dtype, dg) for _ in range(2)] + [values([3, 4], dtype, dg).t()]
+    xs = [values(shape_for(cg, 50), dtype, dg) for _ in range(2)] + [values([3, 4], dtype, dg).t()]
     outs = [[torch.full_like(t, 9) for t in xs] for _ in range(world)]
     dist.all_gather_coalesced(outs, xs, group=geo)
     want = _gloo_all_gather_coalesced(xs)
