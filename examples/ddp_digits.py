@@ -27,6 +27,51 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 
+# torch's built-in DDP communication hooks, by the name --hook takes.
+TORCH_HOOKS = ["torch-allreduce", "fp16", "bf16", "powersgd", "batched-powersgd"]
+
+
+def register_torch_hook(model, name, start_iter):
+    """Registers torch's built-in hook `name` on the DDP `model` (default process group)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+
+    if name in ("powersgd", "batched-powersgd"):
+        if name == "batched-powersgd":
+            _fix_batched_powersgd(psgd)
+        state = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=1,
+                                   start_powerSGD_iter=start_iter, random_seed=0)
+        hook = psgd.powerSGD_hook if name == "powersgd" else psgd.batched_powerSGD_hook
+        model.register_comm_hook(state, hook)
+        return
+    if name == "bf16":
+        # torch 1.13's DDP refuses a hook *named* bf16_compress_hook unless CUDA 11+ and NCCL 2.10+
+        # are present (NCCL's bf16 support); the same function runs here under another name.
+        def bf16_hook(state, bucket):
+            return default_hooks.bf16_compress_hook(state, bucket)
+        model.register_comm_hook(None, bf16_hook)
+        return
+    hook = {"torch-allreduce": default_hooks.allreduce_hook, "fp16": default_hooks.fp16_compress_hook}[name]
+    model.register_comm_hook(None, hook)
+
+
+def _fix_batched_powersgd(psgd):
+    """torch 1.13's batched_powerSGD_hook passes a 2-D matrix to _orthogonalize, which asserts a
+    batch of matrices (3-D), so the hook fails on every backend. Where that is so, a 2-D matrix is
+    orthogonalized as a batch of one (a view: in place, as the hook expects)."""
+    orig = psgd._orthogonalize
+    try:
+        orig(torch.ones(4, 1))
+        return
+    except AssertionError:
+        pass
+
+    def orthogonalize(matrices, epsilon=0):
+        return orig(matrices.unsqueeze(0) if matrices.dim() == 2 else matrices, epsilon)
+
+    psgd._orthogonalize = orthogonalize
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--backend", default="geoccl", choices=["geoccl", "gloo"])
@@ -35,8 +80,11 @@ def parse_args(argv=None):
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--hook", choices=["none", "allreduce"], default="allreduce",
-                   help="DDP comm hook for --backend geoccl: geoccl.allreduce_hook, or DDP's default")
+    p.add_argument("--hook", choices=["none", "allreduce", *TORCH_HOOKS], default="allreduce",
+                   help="DDP comm hook: geoccl.allreduce_hook (--backend geoccl only), DDP's default "
+                        "(none), or one of torch's built-in hooks (any backend)")
+    p.add_argument("--powersgd-start", type=int, default=2,
+                   help="powerSGD hooks: the step from which gradients are compressed")
     p.add_argument("--bucket-mb", type=float, default=25.0, help="DDP bucket_cap_mb")
     p.add_argument("--timeout", type=float, default=300.0, help="process-group timeout, seconds")
     p.add_argument("--json", default=None, help="write this rank's result to JSON (rank suffix added)")
@@ -102,12 +150,26 @@ def measure_compute_ms(args, x, y):
 
 def main(argv=None):
     args = parse_args(argv)
-    geoccl = None
     if args.backend == "geoccl":
-        import geoccl  # registers the backend "geoccl"
-    torch.manual_seed(args.seed)
+        import geoccl  # noqa: F401  (registers the backend "geoccl")
     torch.set_num_threads(1)
     dist.init_process_group(args.backend, timeout=datetime.timedelta(seconds=args.timeout))
+    result = train(args)
+    if args.json:
+        with open(f"{args.json}.{result['rank']}", "w") as f:
+            json.dump(result, f)
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+def train(args):
+    """Trains on the default process group (initialized by the caller); returns this rank's
+    result (what --json writes)."""
+    geoccl = None
+    if args.backend == "geoccl":
+        import geoccl
+    torch.manual_seed(args.seed)
     rank, world = dist.get_rank(), dist.get_world_size()
 
     x_train, y_train, x_test, y_test = load_data(args.seed)
@@ -117,6 +179,8 @@ def main(argv=None):
     model = DDP(MLP(args.hidden), bucket_cap_mb=args.bucket_mb)
     if geoccl is not None and args.hook == "allreduce":
         model.register_comm_hook(geoccl.GeocclHookState(), geoccl.allreduce_hook)
+    elif args.hook in TORCH_HOOKS:
+        register_torch_hook(model, args.hook, args.powersgd_start)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 
     # Each rank draws its own shard of every global batch.
@@ -156,6 +220,7 @@ def main(argv=None):
     step_times.sort()
     result = {
         "backend": args.backend,
+        "hook": args.hook,
         "rank": rank,
         "world_size": world,
         "steps": step,
@@ -174,12 +239,7 @@ def main(argv=None):
               f"{result['steps_per_s']:.1f} steps/s  step median {result['step_ms_median']:.2f} ms  "
               f"mean {result['step_ms_mean']:.2f} ms  compute {compute_ms:.2f} ms  total {total:.1f} s",
               flush=True)
-    if args.json:
-        with open(f"{args.json}.{rank}", "w") as f:
-            json.dump(result, f)
-    dist.barrier()
-    dist.destroy_process_group()
-    return 0
+    return result
 
 
 if __name__ == "__main__":

@@ -30,7 +30,8 @@ class GradientBucketer {
   // and is overwritten with the reduced values then. Starts the current bucket if it is full.
   void add(void* data, size_t count);
   // Starts the last, partial bucket. The returned Work completes when every tensor added so far
-  // holds its result (buckets complete in order, each unpacked before the next completes).
+  // holds its result (buckets complete in order; a bucket's wait() returns once it and every
+  // earlier bucket are unpacked).
   Work finish();
 
   size_t bucket_bytes() const { return bucket_bytes_; }
@@ -41,6 +42,7 @@ class GradientBucketer {
 
  private:
   struct Bucket;
+  struct Unpacker;
   void start_current();
 
   Communicator& comm_;
@@ -48,7 +50,8 @@ class GradientBucketer {
   ReduceOp op_;
   size_t bucket_bytes_;
   OpOptions options_;
-  std::shared_ptr<Bucket> current_;  // in-flight buckets are owned by their completion callbacks
+  std::shared_ptr<Unpacker> unpacker_;  // owns the buckets in flight
+  std::shared_ptr<Bucket> current_;
   Work last_;
   size_t started_ = 0;
 };

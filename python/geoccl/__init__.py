@@ -9,13 +9,22 @@ and exposes the C++ Communicator for numpy arrays and torch CPU tensors (in plac
 
     comm = geoccl.Communicator.from_env()
     comm.allreduce(array, op="avg").wait()
+
+Checkpoints and other background traffic go on the bulk priority class: ``priority="bulk"`` on a
+Communicator operation, or a torch group made by ``geoccl.new_bulk_group()``.
 """
 
 import torch  # noqa: F401  (the extension links torch; its types must be registered first)
 import torch.distributed  # noqa: F401
 
 from ._C import Communicator, GeocclError, ProcessGroupGeoccl, StoreServer, Work  # noqa: F401
-from .torch_backend import BACKEND_NAME, create_process_group, register  # noqa: F401
+from .torch_backend import (  # noqa: F401
+    BACKEND_NAME,
+    ProcessGroupOptions,
+    create_process_group,
+    new_bulk_group,
+    register,
+)
 from . import hooks  # noqa: F401
 from .hooks import GeocclHookState, allreduce_hook  # noqa: F401
 
@@ -25,11 +34,13 @@ __all__ = [
     "GeocclError",
     "GeocclHookState",
     "ProcessGroupGeoccl",
+    "ProcessGroupOptions",
     "StoreServer",
     "Work",
     "allreduce_hook",
     "create_process_group",
     "hooks",
+    "new_bulk_group",
     "register",
 ]
 

@@ -1,9 +1,15 @@
 """The torch.distributed backend "geoccl" (torch 1.13 third-party backend API).
 
-torch calls :func:`create_process_group` with the group's (prefix) store, its rank and size and the
-group's timeout, for the default group and for every ``dist.new_group(backend="geoccl")``. Group
-rank 0 starts a geoccl rendezvous store on a free port and publishes ``host|port|session`` through
-torch's store; every rank reads it and builds a geoccl Communicator joined at that address.
+torch calls :func:`create_process_group` (registered with torch's extended backend API) with the
+group's (prefix) store, its rank and size, the group's timeout and the ``pg_options`` given to
+``init_process_group`` / ``new_group``, for the default group and for every
+``dist.new_group(backend="geoccl")``. Group rank 0 starts a geoccl rendezvous store on a free port
+and publishes ``host|port|session`` through torch's store; every rank reads it and builds a geoccl
+Communicator joined at that address.
+
+``pg_options=geoccl.ProcessGroupOptions(priority="bulk")`` makes every operation of the group run
+on the bulk (background) priority class: checkpoints and other traffic that must not delay the
+gradients. :func:`new_bulk_group` is the shorthand.
 """
 
 import datetime
@@ -53,9 +59,43 @@ def _timeout_seconds(timeout):
     return float(timeout)
 
 
-def create_process_group(store, rank, world_size, timeout):
-    """The creator function torch.distributed calls (``Backend.register_backend``)."""
-    timeout_s = _timeout_seconds(timeout)
+PRIORITIES = ("gradient", "bulk")
+
+
+class ProcessGroupOptions:
+    """Options of a "geoccl" process group (``pg_options`` of ``init_process_group``/``new_group``).
+
+    priority: "gradient" (default, highest) or "bulk" (background, uses what gradients leave).
+    Every operation of the group runs on that class; every member must create it alike.
+    """
+
+    def __init__(self, priority="gradient"):
+        if priority not in PRIORITIES:
+            raise ValueError(f"geoccl: unknown priority {priority!r} (expected one of {', '.join(PRIORITIES)})")
+        self.priority = priority
+
+    def __repr__(self):
+        return f"ProcessGroupOptions(priority={self.priority!r})"
+
+
+def new_bulk_group(ranks=None, timeout=None):
+    """A "geoccl" group (of ``ranks``, default all) whose operations all use the bulk class.
+
+    Like ``dist.new_group``, every rank of the default group must call it, members or not.
+    """
+    kwargs = {} if timeout is None else {"timeout": timeout}
+    return dist.new_group(ranks, backend=BACKEND_NAME, pg_options=ProcessGroupOptions("bulk"), **kwargs)
+
+
+def create_process_group(backend_opts, pg_options=None):
+    """The creator function torch.distributed calls (``Backend.register_backend``, extended API):
+    ``backend_opts`` carries store, group_rank, group_size and timeout."""
+    if pg_options is None:
+        pg_options = ProcessGroupOptions()
+    elif not isinstance(pg_options, ProcessGroupOptions):
+        raise TypeError(f"geoccl: pg_options must be a geoccl.ProcessGroupOptions, got {type(pg_options).__name__}")
+    store, rank, world_size = backend_opts.store, backend_opts.group_rank, backend_opts.group_size
+    timeout_s = _timeout_seconds(backend_opts.timeout)
     server = None
     if rank == 0:
         host = _advertised_address()
@@ -66,11 +106,12 @@ def create_process_group(store, rank, world_size, timeout):
     else:
         value = store.get(_RENDEZVOUS_KEY).decode()
     host, port, session = value.split("|")
-    return _C.ProcessGroupGeoccl(rank, world_size, host, int(port), session, timeout_s, server)
+    return _C.ProcessGroupGeoccl(rank, world_size, host, int(port), session, timeout_s, server,
+                                 pg_options.priority)
 
 
 def register():
     """Registers "geoccl" with torch.distributed (idempotent)."""
     if BACKEND_NAME.upper() in getattr(dist.Backend, "_plugins", {}):
         return
-    dist.Backend.register_backend(BACKEND_NAME, create_process_group)
+    dist.Backend.register_backend(BACKEND_NAME, create_process_group, extended_api=True)

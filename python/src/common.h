@@ -18,6 +18,9 @@ std::optional<DataType> to_geoccl_dtype(at::ScalarType t);
 ReduceOp to_geoccl_op(const c10d::ReduceOp& op);
 // Parses "sum", "avg", "prod", "min", "max"; throws std::invalid_argument.
 ReduceOp parse_op(const std::string& name);
+// Parses "gradient", "bulk" (the priority classes); throws std::invalid_argument.
+Priority parse_priority(const std::string& name);
+const char* priority_name(Priority p);
 
 // Registers the module-level functions and classes (one function per translation unit).
 }  // namespace geoccl::python

@@ -84,6 +84,52 @@ View view_of(const py::object& obj, bool writable, const char* what) {
   return v;
 }
 
+// False once the interpreter is shutting down: a thread that takes the GIL then is ended by
+// Python (pthread_exit), which must not happen inside a completion callback.
+bool python_alive() { return Py_IsInitialized() && !_Py_IsFinalizing(); }
+
+// Drops a Python reference from any thread: takes the GIL for it (leaks it when the interpreter
+// is going, at process exit).
+struct DeleteWithGil {
+  void operator()(py::object* o) const {
+    if (!python_alive()) {
+      o->release();
+    } else {
+      py::gil_scoped_acquire gil;
+      *o = py::object();
+    }
+    delete o;
+  }
+};
+
+// None, or the Python exception object for a failed operation (GeocclError for geoccl's errors).
+py::object error_object(std::exception_ptr e) {
+  if (!e) return py::none();
+  try {
+    std::rethrow_exception(e);
+  } catch (const Error& err) {
+    return py::module_::import("geoccl._C").attr("GeocclError")(err.what());
+  } catch (const std::exception& err) {
+    return py::reinterpret_borrow<py::object>(PyExc_RuntimeError)(err.what());
+  } catch (...) {
+    return py::reinterpret_borrow<py::object>(PyExc_RuntimeError)("unknown error");
+  }
+}
+
+// Destroys a Communicator without the GIL: its completion threads may need it for the Python
+// callbacks they still run.
+struct DeleteWithoutGil {
+  void operator()(Communicator* c) const {
+    if (Py_IsInitialized() && PyGILState_Check()) {
+      py::gil_scoped_release nogil;
+      delete c;
+    } else {
+      delete c;
+    }
+  }
+};
+using CommHolder = std::unique_ptr<Communicator, DeleteWithoutGil>;
+
 // The handle of one operation. Holds references to the arrays involved until the operation has
 // completed, so Python cannot free memory the library still owns.
 class PyWork {
@@ -114,15 +160,32 @@ class PyWork {
   bool test() const { return work_.test(); }
   bool ok() const { return work_.ok(); }
 
+  // Runs fn(None) or fn(GeocclError) once on completion: on a completion thread with the GIL
+  // taken there, or at once on this thread when already complete. What fn raises goes to
+  // sys.unraisablehook.
+  void on_complete(py::function fn) {
+    std::shared_ptr<py::object> held(new py::object(std::move(fn)), DeleteWithGil{});
+    work_.on_complete([held](std::exception_ptr e) {
+      if (!python_alive()) return;  // process exit
+      py::gil_scoped_acquire gil;
+      try {
+        (*held)(error_object(e));
+      } catch (py::error_already_set& err) {
+        err.discard_as_unraisable("geoccl Work.on_complete callback");
+      }
+    });
+  }
+
  private:
   Work work_;
   std::vector<py::object> keep_;
 };
 
-OpOptions opts(std::optional<double> timeout_s, const std::string& algo) {
+OpOptions opts(std::optional<double> timeout_s, const std::string& algo, const std::string& priority) {
   OpOptions o;
   if (timeout_s) o.timeout = std::chrono::milliseconds(static_cast<int64_t>(*timeout_s * 1000.0));
   o.algo = algo;
+  o.priority = parse_priority(priority);
   return o;
 }
 
@@ -163,12 +226,19 @@ void bind_communicator(py::module_& m) {
 
   py::class_<PyWork>(m, "Work", "Handle of one asynchronous operation.")
       .def("wait", &PyWork::wait, py::arg("timeout") = py::none(),
-           "Blocks until completion (timeout in seconds); raises GeocclError on failure.")
+           "Blocks until completion and its callbacks (timeout in seconds); raises GeocclError on "
+           "failure.")
       .def("test", &PyWork::test, "True once completed (successfully or not).")
-      .def("is_success", &PyWork::ok, "True when completed successfully.");
+      .def("is_success", &PyWork::ok, "True when completed successfully.")
+      .def("on_complete", &PyWork::on_complete, py::arg("fn"),
+           "Calls fn(None) on success or fn(GeocclError) on failure, once, on a completion thread "
+           "(never the one that runs collectives: fn may issue operations and wait on them); at "
+           "once if already complete. wait() returns after fn has.");
 
-  py::class_<Comm>(m, "Communicator",
-      "A group of ranks. Buffers are numpy arrays or torch CPU tensors, contiguous, used in place.")
+  py::class_<Comm, CommHolder>(m, "Communicator",
+      "A group of ranks. Buffers are numpy arrays or torch CPU tensors, contiguous, used in place. "
+      "Every operation takes priority=\"gradient\" (default, highest) or \"bulk\" (background); "
+      "every rank must use the same class for an operation.")
       .def(py::init([](int rank, int world_size, const std::string& master_addr, int master_port,
                        const std::string& session, std::optional<double> timeout_s) {
              Config c = Config::from_env();
@@ -179,44 +249,44 @@ void bind_communicator(py::module_& m) {
              if (!session.empty()) c.session = session;
              if (timeout_s) c.op_timeout = std::chrono::milliseconds(static_cast<int64_t>(*timeout_s * 1000.0));
              py::gil_scoped_release nogil;
-             return std::make_unique<Comm>(std::move(c));
+             return CommHolder(new Comm(std::move(c)));
            }),
            py::arg("rank"), py::arg("world_size"), py::arg("master_addr") = "127.0.0.1",
            py::arg("master_port") = 29500, py::arg("session") = "", py::arg("timeout") = py::none())
       .def_static("from_env", [] {
              py::gil_scoped_release nogil;
-             return Comm::from_env();
+             return CommHolder(Comm::from_env().release());
            }, "RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and GEOCCL_* variables.")
       .def_property_readonly("rank", &Comm::rank)
       .def_property_readonly("size", &Comm::size)
-      .def("allreduce", [](Comm& c, py::object buf, const std::string& op, std::optional<double> t, const std::string& algo) {
+      .def("allreduce", [](Comm& c, py::object buf, const std::string& op, std::optional<double> t, const std::string& algo, const std::string& pr) {
              View v = view_of(buf, true, "buf");
              ReduceOp o = parse_op(op);
-             return issue({buf}, [&] { return c.allreduce(v.data, v.count, v.dtype, o, opts(t, algo)); });
-           }, py::arg("buf"), py::arg("op") = "sum", py::arg("timeout") = py::none(), py::arg("algo") = "")
-      .def("broadcast", [](Comm& c, py::object buf, int root, std::optional<double> t) {
+             return issue({buf}, [&] { return c.allreduce(v.data, v.count, v.dtype, o, opts(t, algo, pr)); });
+           }, py::arg("buf"), py::arg("op") = "sum", py::arg("timeout") = py::none(), py::arg("algo") = "", py::arg("priority") = "gradient")
+      .def("broadcast", [](Comm& c, py::object buf, int root, std::optional<double> t, const std::string& pr) {
              View v = view_of(buf, true, "buf");
-             return issue({buf}, [&] { return c.broadcast(v.data, v.count, v.dtype, root, opts(t, "")); });
-           }, py::arg("buf"), py::arg("root") = 0, py::arg("timeout") = py::none())
-      .def("allgather", [](Comm& c, py::object send, py::object recv, std::optional<double> t) {
+             return issue({buf}, [&] { return c.broadcast(v.data, v.count, v.dtype, root, opts(t, "", pr)); });
+           }, py::arg("buf"), py::arg("root") = 0, py::arg("timeout") = py::none(), py::arg("priority") = "gradient")
+      .def("allgather", [](Comm& c, py::object send, py::object recv, std::optional<double> t, const std::string& pr) {
              View s = view_of(send, false, "send"), r = view_of(recv, true, "recv");
              same_type(s, r);
              need_count(r, s.count * static_cast<size_t>(c.size()), "recv");
-             return issue({send, recv}, [&] { return c.allgather(s.data, r.data, s.count, s.dtype, opts(t, "")); });
-           }, py::arg("send"), py::arg("recv"), py::arg("timeout") = py::none())
-      .def("reduce_scatter", [](Comm& c, py::object send, py::object recv, const std::string& op, std::optional<double> t) {
+             return issue({send, recv}, [&] { return c.allgather(s.data, r.data, s.count, s.dtype, opts(t, "", pr)); });
+           }, py::arg("send"), py::arg("recv"), py::arg("timeout") = py::none(), py::arg("priority") = "gradient")
+      .def("reduce_scatter", [](Comm& c, py::object send, py::object recv, const std::string& op, std::optional<double> t, const std::string& pr) {
              View s = view_of(send, false, "send"), r = view_of(recv, true, "recv");
              same_type(s, r);
              need_count(s, r.count * static_cast<size_t>(c.size()), "send");
              ReduceOp o = parse_op(op);
-             return issue({send, recv}, [&] { return c.reduce_scatter(s.data, r.data, r.count, s.dtype, o, opts(t, "")); });
-           }, py::arg("send"), py::arg("recv"), py::arg("op") = "sum", py::arg("timeout") = py::none())
-      .def("reduce", [](Comm& c, py::object buf, int root, const std::string& op, std::optional<double> t) {
+             return issue({send, recv}, [&] { return c.reduce_scatter(s.data, r.data, r.count, s.dtype, o, opts(t, "", pr)); });
+           }, py::arg("send"), py::arg("recv"), py::arg("op") = "sum", py::arg("timeout") = py::none(), py::arg("priority") = "gradient")
+      .def("reduce", [](Comm& c, py::object buf, int root, const std::string& op, std::optional<double> t, const std::string& pr) {
              View v = view_of(buf, true, "buf");
              ReduceOp o = parse_op(op);
-             return issue({buf}, [&] { return c.reduce(v.data, v.count, v.dtype, o, root, opts(t, "")); });
-           }, py::arg("buf"), py::arg("root") = 0, py::arg("op") = "sum", py::arg("timeout") = py::none())
-      .def("gather", [](Comm& c, py::object send, py::object recv, int root, std::optional<double> t) {
+             return issue({buf}, [&] { return c.reduce(v.data, v.count, v.dtype, o, root, opts(t, "", pr)); });
+           }, py::arg("buf"), py::arg("root") = 0, py::arg("op") = "sum", py::arg("timeout") = py::none(), py::arg("priority") = "gradient")
+      .def("gather", [](Comm& c, py::object send, py::object recv, int root, std::optional<double> t, const std::string& pr) {
              View s = view_of(send, false, "send");
              View r;
              if (!recv.is_none()) {
@@ -226,9 +296,9 @@ void bind_communicator(py::module_& m) {
              } else if (c.rank() == root) {
                throw std::invalid_argument("geoccl: gather needs recv at the root");
              }
-             return issue({send, recv}, [&] { return c.gather(s.data, r.data, s.count, s.dtype, root, opts(t, "")); });
-           }, py::arg("send"), py::arg("recv") = py::none(), py::arg("root") = 0, py::arg("timeout") = py::none())
-      .def("scatter", [](Comm& c, py::object send, py::object recv, int root, std::optional<double> t) {
+             return issue({send, recv}, [&] { return c.gather(s.data, r.data, s.count, s.dtype, root, opts(t, "", pr)); });
+           }, py::arg("send"), py::arg("recv") = py::none(), py::arg("root") = 0, py::arg("timeout") = py::none(), py::arg("priority") = "gradient")
+      .def("scatter", [](Comm& c, py::object send, py::object recv, int root, std::optional<double> t, const std::string& pr) {
              View r = view_of(recv, true, "recv");
              View s;
              if (!send.is_none()) {
@@ -238,28 +308,28 @@ void bind_communicator(py::module_& m) {
              } else if (c.rank() == root) {
                throw std::invalid_argument("geoccl: scatter needs send at the root");
              }
-             return issue({send, recv}, [&] { return c.scatter(s.data, r.data, r.count, r.dtype, root, opts(t, "")); });
-           }, py::arg("send"), py::arg("recv"), py::arg("root") = 0, py::arg("timeout") = py::none())
-      .def("alltoall", [](Comm& c, py::object send, py::object recv, std::optional<double> t) {
+             return issue({send, recv}, [&] { return c.scatter(s.data, r.data, r.count, r.dtype, root, opts(t, "", pr)); });
+           }, py::arg("send"), py::arg("recv"), py::arg("root") = 0, py::arg("timeout") = py::none(), py::arg("priority") = "gradient")
+      .def("alltoall", [](Comm& c, py::object send, py::object recv, std::optional<double> t, const std::string& pr) {
              View s = view_of(send, false, "send"), r = view_of(recv, true, "recv");
              same_type(s, r);
              need_count(r, s.count, "recv");
              if (s.count % static_cast<size_t>(c.size()) != 0)
                throw std::invalid_argument("geoccl: alltoall buffers must hold a multiple of size() elements");
              size_t per = s.count / static_cast<size_t>(c.size());
-             return issue({send, recv}, [&] { return c.alltoall(s.data, r.data, per, s.dtype, opts(t, "")); });
-           }, py::arg("send"), py::arg("recv"), py::arg("timeout") = py::none())
-      .def("barrier", [](Comm& c, std::optional<double> t) {
-             return issue({}, [&] { return c.barrier(opts(t, "")); });
-           }, py::arg("timeout") = py::none())
-      .def("send", [](Comm& c, py::object buf, int peer, uint32_t tag, std::optional<double> t) {
+             return issue({send, recv}, [&] { return c.alltoall(s.data, r.data, per, s.dtype, opts(t, "", pr)); });
+           }, py::arg("send"), py::arg("recv"), py::arg("timeout") = py::none(), py::arg("priority") = "gradient")
+      .def("barrier", [](Comm& c, std::optional<double> t, const std::string& pr) {
+             return issue({}, [&] { return c.barrier(opts(t, "", pr)); });
+           }, py::arg("timeout") = py::none(), py::arg("priority") = "gradient")
+      .def("send", [](Comm& c, py::object buf, int peer, uint32_t tag, std::optional<double> t, const std::string& pr) {
              View v = view_of(buf, false, "buf");
-             return issue({buf}, [&] { return c.send(v.data, v.count, v.dtype, peer, tag, opts(t, "")); });
-           }, py::arg("buf"), py::arg("peer"), py::arg("tag") = 0, py::arg("timeout") = py::none())
-      .def("recv", [](Comm& c, py::object buf, int peer, uint32_t tag, std::optional<double> t) {
+             return issue({buf}, [&] { return c.send(v.data, v.count, v.dtype, peer, tag, opts(t, "", pr)); });
+           }, py::arg("buf"), py::arg("peer"), py::arg("tag") = 0, py::arg("timeout") = py::none(), py::arg("priority") = "gradient")
+      .def("recv", [](Comm& c, py::object buf, int peer, uint32_t tag, std::optional<double> t, const std::string& pr) {
              View v = view_of(buf, true, "buf");
-             return issue({buf}, [&] { return c.recv(v.data, v.count, v.dtype, peer, tag, opts(t, "")); });
-           }, py::arg("buf"), py::arg("peer"), py::arg("tag") = 0, py::arg("timeout") = py::none());
+             return issue({buf}, [&] { return c.recv(v.data, v.count, v.dtype, peer, tag, opts(t, "", pr)); });
+           }, py::arg("buf"), py::arg("peer"), py::arg("tag") = 0, py::arg("timeout") = py::none(), py::arg("priority") = "gradient");
 }
 
 }  // namespace geoccl::python

@@ -44,6 +44,14 @@ ReduceOp parse_op(const std::string& name) {
   return *op;
 }
 
+Priority parse_priority(const std::string& name) {
+  if (name == "gradient") return Priority::kGradient;
+  if (name == "bulk") return Priority::kBulk;
+  throw std::invalid_argument("geoccl: unknown priority '" + name + "' (gradient, bulk)");
+}
+
+const char* priority_name(Priority p) { return p == Priority::kBulk ? "bulk" : "gradient"; }
+
 }  // namespace geoccl::python
 
 PYBIND11_MODULE(_C, m) {

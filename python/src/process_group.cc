@@ -162,16 +162,19 @@ void GeocclWork::complete(std::exception_ptr error) {
 // ---- ProcessGroupGeoccl ----
 
 ProcessGroupGeoccl::ProcessGroupGeoccl(int rank, int size, Config cfg,
-                                       std::shared_ptr<StoreServer> server)
-    : c10d::ProcessGroup(rank, size), server_(std::move(server)), timeout_(cfg.op_timeout) {
+                                       std::shared_ptr<StoreServer> server, Priority priority)
+    : c10d::ProcessGroup(rank, size),
+      server_(std::move(server)),
+      timeout_(cfg.op_timeout),
+      priority_(priority) {
   cfg.rank = rank;
   cfg.world_size = size;
   comm_ = std::make_unique<Communicator>(std::move(cfg));
 }
 
 ProcessGroupGeoccl::~ProcessGroupGeoccl() {
-  // Pending futures may have Python callbacks that need the GIL on the worker thread: do not
-  // hold it while the communicator shuts down.
+  // Pending futures may have Python callbacks that need the GIL on a completion thread: do not
+  // hold it while the communicator shuts down (it runs the callbacks still queued).
   if (Py_IsInitialized() && PyGILState_Check()) {
     py::gil_scoped_release nogil;
     comm_.reset();
@@ -183,6 +186,7 @@ ProcessGroupGeoccl::~ProcessGroupGeoccl() {
 OpOptions ProcessGroupGeoccl::op_options(std::chrono::milliseconds timeout) const {
   OpOptions o;
   o.timeout = timeout.count() < 0 ? timeout_ : timeout;  // c10d's kUnsetTimeout is -1 ms
+  o.priority = priority_;
   return o;
 }
 
@@ -290,6 +294,44 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGeoccl::_allgather_base(
   w->keep = {src, dst};
   Elems e = move_elems(src, static_cast<size_t>(src.numel()));
   attach(w, {comm_->allgather(src.data_ptr(), dst.data_ptr(), e.count, e.dtype,
+                              op_options(opts.timeout))});
+  return w;
+}
+
+// Every rank's inputs flattened into one block, all blocks gathered in one operation; output
+// list r receives rank r's block, split along the inputs' sizes (as Gloo does).
+c10::intrusive_ptr<c10d::Work> ProcessGroupGeoccl::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  if (inputs.empty()) invalid("allgather_coalesced needs at least one input tensor");
+  for (const auto& t : inputs) {
+    check_cpu(t, "allgather_coalesced input");
+    same_dtype(inputs[0], t, "allgather_coalesced");
+  }
+  if (static_cast<int>(outputs.size()) != size_)
+    invalid("allgather_coalesced: the output must hold " + std::to_string(size_) + " lists (one per rank), got " +
+            std::to_string(outputs.size()));
+  std::vector<at::Tensor> targets;  // rank-major, the order of the gathered buffer
+  for (const auto& list : outputs) {
+    if (list.size() != inputs.size())
+      invalid("allgather_coalesced: every output list must hold " + std::to_string(inputs.size()) +
+              " tensors (as many as the input list), got " + std::to_string(list.size()));
+    for (size_t i = 0; i < list.size(); ++i) {
+      check_cpu(list[i], "allgather_coalesced output");
+      same_dtype(inputs[0], list[i], "allgather_coalesced");
+      if (list[i].numel() != inputs[i].numel())
+        invalid("allgather_coalesced: output tensor " + std::to_string(i) +
+                " of every list must have the size of input tensor " + std::to_string(i));
+      targets.push_back(list[i]);
+    }
+  }
+  auto w = make_work(rank_, c10d::OpType::ALLGATHER_COALESCED, targets);
+  at::Tensor src = flatten(inputs);
+  at::Tensor all = at::empty({src.numel() * size_}, src.options());
+  w->keep = {src, all};
+  scatter_back(*w, all, std::move(targets));
+  Elems e = move_elems(src, static_cast<size_t>(src.numel()));
+  attach(w, {comm_->allgather(src.data_ptr(), all.data_ptr(), e.count, e.dtype,
                               op_options(opts.timeout))});
   return w;
 }
@@ -553,7 +595,8 @@ void bind_process_group(py::module_& m) {
       m, "ProcessGroupGeoccl", "torch.distributed process group on geoccl.")
       .def(py::init([](int rank, int size, const std::string& master_addr, int master_port,
                        const std::string& session, double timeout_s,
-                       std::shared_ptr<StoreServer> server) {
+                       std::shared_ptr<StoreServer> server, const std::string& priority) {
+             const Priority pr = parse_priority(priority);
              Config c = Config::from_env();  // GEOCCL_BIND_ADDR, GEOCCL_DOMAIN, GEOCCL_TCP_* ...
              c.master_addr = master_addr;
              c.master_port = static_cast<uint16_t>(master_port);
@@ -561,10 +604,14 @@ void bind_process_group(py::module_& m) {
              c.op_timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0));
              if (c.connect_timeout > c.op_timeout) c.connect_timeout = c.op_timeout;
              py::gil_scoped_release nogil;
-             return c10::make_intrusive<ProcessGroupGeoccl>(rank, size, std::move(c), std::move(server));
+             return c10::make_intrusive<ProcessGroupGeoccl>(rank, size, std::move(c), std::move(server), pr);
            }),
            py::arg("rank"), py::arg("size"), py::arg("master_addr"), py::arg("master_port"),
-           py::arg("session"), py::arg("timeout"), py::arg("server") = nullptr)
+           py::arg("session"), py::arg("timeout"), py::arg("server") = nullptr,
+           py::arg("priority") = "gradient")
+      .def_property_readonly(
+          "priority", [](const ProcessGroupGeoccl& pg) { return priority_name(pg.priority()); },
+          "Priority class of every operation of the group: \"gradient\" or \"bulk\".")
       .def_property_readonly("op_timeout", &ProcessGroupGeoccl::timeout,
                              "Deadline of every operation (the group's timeout).");
 }

@@ -18,8 +18,10 @@
 namespace geoccl::python {
 
 // One torch operation; it may be carried by several geoccl operations (alltoall with uneven
-// splits). Completes on the communicator's worker thread: copies results back into
-// non-contiguous / staged user tensors, then completes the future, then wakes wait().
+// splits). Completes on a completion thread of the communicator (never the one that runs
+// collectives, so the future's callbacks may issue operations and wait on them): copies results
+// back into non-contiguous / staged user tensors, then completes the future (running its then()
+// callbacks), then wakes wait().
 class GeocclWork : public c10d::Work {
  public:
   GeocclWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs);
@@ -43,13 +45,16 @@ class GeocclWork : public c10d::Work {
 class ProcessGroupGeoccl : public c10d::ProcessGroup {
  public:
   // Connects to the group (blocks until every rank has joined). `server` is the rendezvous store
-  // this rank hosts (group rank 0), kept alive as long as the group.
-  ProcessGroupGeoccl(int rank, int size, Config cfg, std::shared_ptr<StoreServer> server);
+  // this rank hosts (group rank 0), kept alive as long as the group. Every operation of the group
+  // runs on priority class `priority` (a group for checkpoints and other bulk traffic: kBulk).
+  ProcessGroupGeoccl(int rank, int size, Config cfg, std::shared_ptr<StoreServer> server,
+                     Priority priority = Priority::kGradient);
   ~ProcessGroupGeoccl() override;
 
   const std::string getBackendName() const override { return "geoccl"; }
   Communicator& communicator() { return *comm_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
+  Priority priority() const { return priority_; }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
@@ -64,6 +69,9 @@ class ProcessGroupGeoccl : public c10d::ProcessGroup {
                                            const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
                                         std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts) override;
@@ -92,6 +100,7 @@ class ProcessGroupGeoccl : public c10d::ProcessGroup {
   std::shared_ptr<StoreServer> server_;  // destroyed after comm_
   std::unique_ptr<Communicator> comm_;
   std::chrono::milliseconds timeout_;
+  Priority priority_;
 };
 
 }  // namespace geoccl::python

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
+#include <mutex>
 
 #include "core/logging.h"
 #include "geoccl/error.h"
@@ -16,6 +18,33 @@ struct GradientBucketer::Bucket {
   std::vector<Slot> slots;
   std::unique_ptr<uint8_t[]> packed;
   size_t bytes = 0;
+  Work work;  // its allreduce
+
+  void unpack() const {
+    size_t o = 0;
+    for (const auto& s : slots) {
+      std::memcpy(s.data, packed.get() + o, s.bytes);
+      o += s.bytes;
+    }
+  }
+};
+
+// Buckets started and not unpacked yet, oldest first. Callbacks of successive buckets may run
+// concurrently (one that takes long lets the next start), so each one unpacks every bucket up to
+// its own, in order: when a bucket's callback returns, it and every earlier bucket are unpacked.
+struct GradientBucketer::Unpacker {
+  std::mutex mu;
+  std::deque<std::shared_ptr<Bucket>> pending;
+
+  void unpack_through(const Bucket* last) {
+    std::lock_guard lk(mu);
+    while (!pending.empty()) {
+      auto b = std::move(pending.front());
+      pending.pop_front();
+      if (b->work.ok()) b->unpack();  // done: Works complete in issue order
+      if (b.get() == last) return;
+    }
+  }
 };
 
 size_t GradientBucketer::auto_bucket_bytes(const Communicator& comm, double wan_rate_bps) {
@@ -40,7 +69,8 @@ GradientBucketer::GradientBucketer(Communicator& comm, DataType dtype, ReduceOp 
       dtype_(dtype),
       op_(op),
       bucket_bytes_(bucket_bytes ? bucket_bytes : auto_bucket_bytes(comm)),
-      options_(std::move(options)) {
+      options_(std::move(options)),
+      unpacker_(std::make_shared<Unpacker>()) {
   if (!is_valid(dtype)) throw Error(ErrorCode::kInvalidArgument, "bucketer: unknown dtype");
   if (!is_valid(op)) throw Error(ErrorCode::kInvalidArgument, "bucketer: unknown reduce op");
   GEOCCL_LOG(kDebug, "gradient buckets of " << bucket_bytes_ << " B");
@@ -76,16 +106,14 @@ void GradientBucketer::start_current() {
     std::memcpy(b->packed.get() + off, s.data, s.bytes);
     off += s.bytes;
   }
-  last_ = comm_.allreduce(b->packed.get(), b->bytes / dtype_size(dtype_), dtype_, op_, options_);
-  // Unpack on completion (the communicator's worker thread), before the next bucket completes.
-  last_.on_complete([b](std::exception_ptr e) {
-    if (e) return;
-    size_t o = 0;
-    for (const auto& s : b->slots) {
-      std::memcpy(s.data, b->packed.get() + o, s.bytes);
-      o += s.bytes;
-    }
-  });
+  b->work = comm_.allreduce(b->packed.get(), b->bytes / dtype_size(dtype_), dtype_, op_, options_);
+  last_ = b->work;
+  {
+    std::lock_guard lk(unpacker_->mu);
+    unpacker_->pending.push_back(b);
+  }
+  // Unpack on completion (a completion thread); the queue owns the bucket until then.
+  last_.on_complete([u = unpacker_, last = b.get()](std::exception_ptr) { u->unpack_through(last); });
   ++started_;
 }
 

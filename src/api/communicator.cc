@@ -8,6 +8,7 @@
 #include <deque>
 #include <thread>
 
+#include "api/completion_pool.h"
 #include "api/work_state.h"
 #include "collectives/collectives.h"
 #include "collectives/planner.h"
@@ -105,6 +106,9 @@ class CommunicatorImpl {
   size_t incomplete_ = 0;  // issued operations whose Work has not completed
 
   std::array<Channel, kPriorityClasses> channels_;
+  // Runs Work callbacks off the workers. Last member, so destroyed first: after the workers are
+  // joined (nothing posts any more) and before the state a callback may still reach.
+  detail::CompletionPool completions_;
 };
 
 CommunicatorImpl::CommunicatorImpl(Config cfg) : cfg_(std::move(cfg)) {
@@ -381,7 +385,7 @@ void CommunicatorImpl::retire(Channel& ch) {
       std::lock_guard lk(progress_.mutex());
       --incomplete_;
     }
-    work->complete(error);
+    work->complete(error, &completions_);
   }
 }
 

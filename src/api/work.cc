@@ -1,27 +1,32 @@
+#include "api/completion_pool.h"
 #include "api/work_state.h"
 #include "core/logging.h"
 #include "geoccl/work.h"
 
 namespace geoccl {
 
-void detail::WorkState::complete(std::exception_ptr e) {
+void detail::WorkState::complete(std::exception_ptr e, CompletionPool* pool) {
   std::vector<std::function<void(std::exception_ptr)>> cbs;
   {
     std::lock_guard lk(mu);
     done = true;
     error = e;
     cbs.swap(callbacks);
+    settled = cbs.empty();
   }
-  for (auto& cb : cbs) {
-    try {
-      cb(e);
-    } catch (const std::exception& ex) {
-      GEOCCL_LOG(kError, "a completion callback threw: " << ex.what());
-    } catch (...) {
-      GEOCCL_LOG(kError, "a completion callback threw");
-    }
+  if (cbs.empty()) {
+    cv.notify_all();
+  } else if (pool) {
+    pool->post([self = shared_from_this(), cbs = std::move(cbs)]() mutable { self->run_callbacks(cbs); });
+  } else {
+    run_callbacks(cbs);
   }
-  // Callbacks registered while the ones above ran saw done == true and ran inline.
+}
+
+void detail::WorkState::run_callbacks(std::vector<std::function<void(std::exception_ptr)>>& cbs) {
+  for (auto& cb : cbs) run_logging_errors([&] { cb(error); });
+  cbs.clear();  // their captures go before wait() returns
+  // Callbacks registered while the ones above ran saw done == true and ran on their own thread.
   {
     std::lock_guard lk(mu);
     settled = true;
@@ -31,6 +36,9 @@ void detail::WorkState::complete(std::exception_ptr e) {
 
 void Work::wait(std::chrono::milliseconds timeout) const {
   if (!state_) throw Error(ErrorCode::kInvalidArgument, "wait() on an empty Work");
+  // On a completion thread (a callback waiting on another Work), the next callbacks must not
+  // wait for this one: they may be what completes it.
+  detail::CompletionPool::Blocking blocked;
   std::unique_lock lk(state_->mu);
   auto is_done = [&] { return state_->settled; };
   if (timeout == std::chrono::milliseconds::max()) {

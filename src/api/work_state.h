@@ -4,12 +4,15 @@
 #include <condition_variable>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <vector>
 
 namespace geoccl::detail {
 
-struct WorkState {
+class CompletionPool;
+
+struct WorkState : std::enable_shared_from_this<WorkState> {
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;     // the operation finished (test() is true from here on)
@@ -18,9 +21,13 @@ struct WorkState {
   int source = -1;  // recv_any: the sender (set before complete())
   std::vector<std::function<void(std::exception_ptr)>> callbacks;
 
-  // Called once, by the worker thread; runs the callbacks on this thread, then releases wait().
-  // A callback must not wait() on its own Work.
-  void complete(std::exception_ptr e);
+  // Called once, by the thread that ran the operation: marks it done at once, then runs the
+  // callbacks registered so far as one job of `pool` and releases wait() after them (at once when
+  // there are none). `pool` null: runs them on this thread (a thread that may run user code).
+  void complete(std::exception_ptr e, CompletionPool* pool);
+
+ private:
+  void run_callbacks(std::vector<std::function<void(std::exception_ptr)>>& cbs);
 };
 
 }  // namespace geoccl::detail

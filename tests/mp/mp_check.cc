@@ -6,11 +6,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <cstdlib>
 #include <functional>
+#include <future>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -293,22 +297,187 @@ int mode_collectives(Communicator& c, bool big) {
         CHECK(grads[static_cast<size_t>(k)][i] == static_cast<float>(s), "bucketed tensor %d element %zu", k, i);
       }
   }
-  // Several operations in flight at once complete in issue order.
+  // Several operations in flight at once complete in issue order: when the callback of one runs,
+  // every earlier one has completed. (Callbacks run on completion threads; a slow one lets the
+  // next ones start, so the order in which callbacks finish is not part of the contract.)
   std::vector<std::vector<int32_t>> bufs(16, std::vector<int32_t>(100, c.rank() + 1));
   std::vector<Work> works;
-  std::vector<int> order;
+  works.reserve(16);  // callbacks read earlier elements while later ones are appended
+  std::vector<int> ran;
   std::mutex mu;
+  int out_of_order = 0;
   for (int k = 0; k < 16; ++k) {
     works.push_back(c.allreduce(bufs[static_cast<size_t>(k)].data(), 100, DataType::kInt32, ReduceOp::kSum));
     works.back().on_complete([&, k](std::exception_ptr) {
+      bool earlier_done = true;
+      for (int j = 0; j < k; ++j) earlier_done = earlier_done && works[static_cast<size_t>(j)].test();
       std::lock_guard lk(mu);
-      order.push_back(k);
+      ran.push_back(k);
+      out_of_order += !earlier_done;
     });
   }
   for (auto& w : works) w.wait();
   const int want = c.size() * (c.size() + 1) / 2;
   for (auto& b : bufs) CHECK(b[99] == want, "concurrent allreduce");
-  for (size_t k = 0; k < order.size(); ++k) CHECK(order[k] == static_cast<int>(k), "completion order");
+  std::sort(ran.begin(), ran.end());
+  CHECK(ran.size() == 16, "%zu of 16 callbacks ran before wait() returned", ran.size());
+  for (size_t k = 0; k < ran.size(); ++k) CHECK(ran[k] == static_cast<int>(k), "callback %zu ran twice", k);
+  CHECK(out_of_order == 0, "%d Works completed before an earlier one", out_of_order);
+  return g_failures ? 1 : 0;
+}
+
+// Callbacks run off the thread that runs collectives: a callback may issue a collective and wait
+// on it (Work::wait, or a plain future as torch's hooks do), nested three deep; a slow callback
+// holds back no other operation.
+// On rank 0: a receive that cannot complete before `attach` has run on its Work (a callback
+// attached after completion runs at once on the caller, not on a completion thread): rank 1 sends
+// only when rank 0 says so. Other ranks take part (rank 1) or do nothing; they get an empty Work.
+Work gated_receive(Communicator& c, const std::function<void(Work&)>& attach) {
+  int64_t token = 5, signal = 0;
+  if (c.rank() == 0) {
+    auto buf = std::make_shared<int64_t>(0);
+    Work w = c.recv(buf.get(), 1, DataType::kInt64, 1, 77);
+    w.on_complete([buf](std::exception_ptr) {});  // keeps the buffer until completion
+    attach(w);
+    c.send(&signal, 1, DataType::kInt64, 1, 78).wait();
+    return w;
+  }
+  if (c.rank() == 1) {
+    c.recv(&signal, 1, DataType::kInt64, 0, 78).wait();
+    c.send(&token, 1, DataType::kInt64, 0, 77).wait();
+  }
+  return Work();
+}
+
+int mode_callbacks(Communicator& c) {
+  using namespace std::chrono_literals;
+  const int n = c.size();
+  const int64_t sum_ranks = static_cast<int64_t>(n) * (n - 1) / 2;
+  auto report = [](const char* what, std::exception_ptr e) {
+    try {
+      if (e) std::rethrow_exception(e);
+    } catch (const std::exception& err) {
+      std::fprintf(stderr, "%s: %s\n", what, err.what());
+    }
+  };
+  {  // one callback (rank 0's, on a completion thread) issues a collective and waits on it
+    std::vector<int64_t> b(4096, 2 * c.rank());
+    std::atomic<bool> inner_ok{false};
+    const auto main_thread = std::this_thread::get_id();
+    auto inner = [&] {
+      try {
+        c.allreduce(b.data(), b.size(), DataType::kInt64, ReduceOp::kSum).wait(30s);
+        inner_ok = std::this_thread::get_id() != main_thread || c.rank() != 0;
+      } catch (...) {
+        report("allreduce issued in a callback", std::current_exception());
+      }
+    };
+    Work wa = gated_receive(c, [&](Work& w) {
+      w.on_complete([&](std::exception_ptr e) {
+        if (e) return report("gated receive", e);
+        inner();
+      });
+    });
+    if (wa.valid()) wa.wait(60s);
+    else inner();  // the other ranks' part of the same allreduce
+    CHECK(inner_ok.load(), "the collective issued in a callback did not complete (off the main thread)");
+    CHECK(b[4095] == 2 * sum_ranks, "result %lld", static_cast<long long>(b[4095]));
+  }
+  {  // the same through a plain future, which the pool cannot see blocking (torch's Future::wait)
+    std::vector<float> a(16, 1.f), b(16, static_cast<float>(c.rank()));
+    std::atomic<bool> inner_ok{false};
+    Work wa = c.broadcast(a.data(), a.size(), DataType::kFloat32, n - 1);
+    wa.on_complete([&](std::exception_ptr e) {
+      if (e) return report("outer broadcast", e);
+      auto done = std::make_shared<std::promise<std::exception_ptr>>();
+      auto f = done->get_future();
+      c.allreduce(b.data(), b.size(), DataType::kFloat32, ReduceOp::kMax)
+          .on_complete([done](std::exception_ptr ie) { done->set_value(ie); });
+      if (f.wait_for(30s) == std::future_status::ready && !f.get()) inner_ok = true;
+    });
+    wa.wait(60s);
+    CHECK(inner_ok.load() && b[0] == static_cast<float>(n - 1), "allreduce waited on through a future");
+  }
+  {  // nested three deep: each callback issues the next allreduce and waits on it
+    std::vector<std::vector<int32_t>> bufs(4, std::vector<int32_t>(256, c.rank() + 1));
+    std::atomic<int> deepest{-1};
+    std::function<Work(int)> issue = [&](int d) {
+      Work w = c.allreduce(bufs[static_cast<size_t>(d)].data(), 256, DataType::kInt32, ReduceOp::kSum);
+      w.on_complete([&, d](std::exception_ptr e) {
+        if (e) return report("nested allreduce", e);
+        if (d == 3) {
+          deepest = 3;
+          return;
+        }
+        try {
+          issue(d + 1).wait(30s);
+        } catch (...) {
+          report("nested wait", std::current_exception());
+        }
+      });
+      return w;
+    };
+    issue(0).wait(60s);
+    CHECK(deepest.load() == 3, "the innermost callback did not run");
+    for (const auto& b : bufs) CHECK(b[255] == n * (n + 1) / 2, "nested allreduce result %d", b[255]);
+  }
+  {  // rank 0's callback sleeps 2 s: later collectives, and their callbacks, complete meanwhile
+    std::atomic<bool> slow_finished{c.rank() != 0};
+    Work slow = gated_receive(c, [&](Work& w) {
+      w.on_complete([&](std::exception_ptr) {
+        std::this_thread::sleep_for(2s);
+        slow_finished = true;
+      });
+    });
+    while (slow.valid() && !slow.test()) std::this_thread::sleep_for(1ms);  // done; callback sleeps
+    int later_done = 0;
+    for (int i = 0; i < 5; ++i) {
+      std::vector<int64_t> v(1000, c.rank() + i);
+      std::atomic<bool> cb{false};
+      Work w = c.allreduce(v.data(), v.size(), DataType::kInt64, ReduceOp::kSum);
+      w.on_complete([&](std::exception_ptr) { cb = true; });
+      w.wait(30s);
+      CHECK(cb.load() && v[999] == sum_ranks + static_cast<int64_t>(n) * i, "allreduce %d behind a slow callback", i);
+      later_done += !slow_finished.load();
+    }
+    CHECK(later_done == (c.rank() == 0 ? 5 : 0), "%d of 5 later collectives completed before the slow callback returned",
+          later_done);
+    if (slow.valid()) slow.wait(30s);
+    CHECK(slow_finished.load(), "wait() returned before the slow callback");
+  }
+  c.barrier().wait();
+  return g_failures ? 1 : 0;
+}
+
+// A communicator destroyed while a callback runs and a receive is pending: the destructor waits
+// for the callback, the receive's callback gets a typed error, nothing crashes or leaks.
+int mode_callbacks_shutdown(Config cfg) {
+  using namespace std::chrono_literals;
+  auto c = std::make_unique<Communicator>(cfg);
+  const int peer = (c->rank() + 1) % c->size();
+  std::atomic<bool> slow_done{false};
+  std::atomic<int> recv_code{-1};
+  std::vector<int32_t> x(8, 1), y(8, 0);
+  Work w = c->allreduce(x.data(), x.size(), DataType::kInt32, ReduceOp::kSum);
+  w.on_complete([&](std::exception_ptr) {
+    std::this_thread::sleep_for(300ms);
+    slow_done = true;
+  });
+  c->barrier().wait(30s);  // done while the callback above still sleeps
+  Work r = c->recv(y.data(), y.size(), DataType::kInt32, peer, 0x7777);  // never sent
+  r.on_complete([&](std::exception_ptr e) {
+    try {
+      if (e) std::rethrow_exception(e);
+      recv_code = 0;
+    } catch (const Error& err) {
+      recv_code = static_cast<int>(err.code());
+    }
+  });
+  c.reset();
+  CHECK(slow_done.load(), "the communicator was destroyed before its running callback returned");
+  const int code = recv_code.load();
+  CHECK(code == static_cast<int>(ErrorCode::kAborted) || code == static_cast<int>(ErrorCode::kPeerLost),
+        "pending receive at destruction: callback saw code %d", code);
   return g_failures ? 1 : 0;
 }
 
@@ -563,8 +732,10 @@ int main(int argc, char** argv) {
     if (mode == "kill" || mode == "stall" || mode == "params" || mode == "mismatch-size" || mode == "mismatch-dtype" ||
         mode == "mismatch-op" || mode == "mismatch-bulk")
       return failure_mode(mode, cfg);
+    if (mode == "callbacks-shutdown") return mode_callbacks_shutdown(cfg);
     Communicator c(cfg);
     const int me = c.rank(), n = c.size();
+    if (mode == "callbacks") return mode_callbacks(c);
     if (mode == "collectives") return mode_collectives(c, false);
     if (mode == "collectives-big") return mode_collectives(c, true);
     if (mode == "hier-blocks") return mode_hier_blocks(c);

@@ -303,6 +303,21 @@ TEST(Errors, GarbageClientIsRejectedAndGroupKeepsWorking) {
   for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
 }
 
+// Work callbacks run on completion threads: a callback issues a collective and waits on it
+// (Work::wait and a plain future), nested three deep, and a 2 s callback holds back no later
+// collective; on shared memory and on TCP.
+TEST(Callbacks, IssueAndWaitNestedAndSlowCallbacksDoNotStall) {
+  for (const char* transport : {"auto", "tcp"}) {
+    const auto codes = run_ranks(3, "callbacks", 120, {{"GEOCCL_TRANSPORT", transport}});
+    for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << transport << " rank " << r;
+  }
+}
+
+TEST(Callbacks, DestroyedWhileACallbackRunsAndAReceiveIsPending) {
+  const auto codes = run_ranks(2, "callbacks-shutdown", 60);
+  for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
 TEST(Errors, InvalidArgumentsAreTypedErrors) {
   const auto codes = run_ranks(2, "invalid", 60);
   for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;

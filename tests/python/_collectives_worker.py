@@ -13,7 +13,7 @@ import warnings
 import torch
 import torch.distributed as dist
 
-import geoccl  # noqa: F401  (registers the backend)
+import geoccl  # registers the backend
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.uint8]
 FLOATS = {torch.float32, torch.float64, torch.float16, torch.bfloat16}
@@ -123,6 +123,13 @@ def cases_for(dtype, idx):
     dist._all_gather_base(out, x, group=geo)
     check(f"_all_gather_base {dn}", out, torch.cat(want))
 
+    # all_gather_coalesced: tensors of assorted shapes (one transposed), every rank's list
+    xs = [values(shape_for(cg, 50), dtype, dg) for _ in range(2)] + [values([3, 4], dtype, dg).t()]
+    outs = [[torch.full_like(t, 9) for t in xs] for _ in range(world)]
+    dist.all_gather_coalesced(outs, xs, group=geo)
+    want = _gloo_all_gather_coalesced(xs)
+    check(f"all_gather_coalesced {dn}", [t for l in outs for t in l], [t for l in want for t in l])
+
     # reduce_scatter (list) and _reduce_scatter_base; gloo 1.13 has no reduce_scatter: the oracle
     # is gloo's allreduce of the concatenation, block `rank` of it.
     for opname in ("sum", "max"):
@@ -208,6 +215,19 @@ def _wide_allgather(want, t):
         w.copy_(s.to(w.dtype))
 
 
+def _gloo_all_gather_coalesced(xs):
+    """gloo's all_gather_coalesced of xs; on a wider copy, cast back, where gloo lacks the dtype."""
+    def run(ins):
+        outs = [[torch.empty_like(t) for t in ins] for _ in range(world)]
+        dist.all_gather_coalesced(outs, ins)
+        return outs
+    try:
+        return run([t.clone() for t in xs])
+    except RuntimeError:
+        wide = torch.float64 if xs[0].is_floating_point() else torch.int64
+        return [[t.to(xs[0].dtype) for t in l] for l in run([t.to(wide) for t in xs])]
+
+
 def _a2a_single(x, out_splits, in_splits):
     rows = sum(out_splits) if out_splits else x.shape[0]
     out = torch.empty([rows] + list(x.shape[1:]), dtype=x.dtype)
@@ -226,6 +246,38 @@ def subgroup():
         y = torch.full((3,), float(rank))
         dist.broadcast(y, src=world - 1, group=sub)  # src is a global rank
         check("subgroup broadcast", y, torch.full((3,), float(world - 1)))
+
+
+def bulk_group():
+    """A group whose operations all run on the bulk priority class gives gloo's results."""
+    global cases
+    bulk = geoccl.new_bulk_group(timeout=datetime.timedelta(seconds=60))
+    cases += 1
+    if bulk.priority != "bulk" or geo.priority != "gradient":
+        failures.append(f"rank {rank}: group priorities {bulk.priority}, {geo.priority}")
+    gen = torch.Generator().manual_seed(rank + 77)
+    for dtype in (torch.float32, torch.int64):
+        x = values([301, 7], dtype, gen)
+        g = x.clone()
+        dist.all_reduce(g, group=bulk)
+        check(f"bulk allreduce {dtype}", g, gloo_safe(lambda ts: dist.all_reduce(ts[0]), [x])[0])
+        g = x.clone()
+        dist.broadcast(g, world - 1, group=bulk)
+        check(f"bulk broadcast {dtype}", g, gloo_safe(lambda ts: dist.broadcast(ts[0], world - 1), [x])[0])
+    # gradient and bulk operations interleaved on their two groups
+    a, b = torch.full((1000,), float(rank)), torch.full((10,), float(rank + 1))
+    wa = dist.all_reduce(a, group=bulk, async_op=True)
+    wb = dist.all_reduce(b, group=geo, async_op=True)
+    wb.wait()
+    wa.wait()
+    check("bulk and gradient interleaved", [a, b],
+          [torch.full((1000,), float(world * (world - 1) // 2)), torch.full((10,), float(world * (world + 1) // 2))])
+    cases += 1
+    try:
+        geoccl.ProcessGroupOptions("urgent")
+        failures.append(f"rank {rank}: ProcessGroupOptions('urgent') did not raise")
+    except ValueError:
+        pass
 
 
 def local_errors():
@@ -247,6 +299,10 @@ def local_errors():
         ("reduce_scatter size", lambda: dist._reduce_scatter_base(torch.zeros(3), torch.zeros(3 * world + 1), group=geo)),
         ("bool dtype reduction", lambda: dist.all_reduce(torch.zeros(4, dtype=torch.bool), group=geo)),
         ("BAND op", lambda: dist.all_reduce(torch.zeros(4, dtype=torch.int32), op=dist.ReduceOp.BAND, group=geo)),
+        ("all_gather_coalesced list count", lambda: dist.all_gather_coalesced(
+            [[torch.zeros(2)] for _ in range(world + 1)], [torch.zeros(2)], group=geo)),
+        ("all_gather_coalesced sizes", lambda: dist.all_gather_coalesced(
+            [[torch.zeros(3)] for _ in range(world)], [torch.zeros(2)], group=geo)),
     ]
     for name, fn in bad:
         cases += 1
@@ -289,6 +345,7 @@ def main():
         dist.barrier(group=geo)
         cases += 1
         subgroup()
+        bulk_group()
         local_errors()
         dist.barrier(group=geo)
     with open(f"{out}.{rank}", "w") as f:
