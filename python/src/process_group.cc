@@ -159,6 +159,11 @@ void GeocclWork::complete(std::exception_ptr error) {
   finish(error);
 }
 
+int GeocclWork::sourceRank() const {
+  if (source_rank < 0) return c10d::Work::sourceRank();  // torch's error: not a recvAnysource work
+  return source_rank;
+}
+
 // ---- ProcessGroupGeoccl ----
 
 ProcessGroupGeoccl::ProcessGroupGeoccl(int rank, int size, Config cfg,
@@ -585,6 +590,26 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGeoccl::recv(std::vector<at::Tensor>&
   Elems e = move_elems(dst, static_cast<size_t>(dst.numel()));
   attach(w, {comm_->recv(dst.data_ptr(), e.count, e.dtype, src, static_cast<uint32_t>(tag),
                          op_options(timeout_))});
+  return w;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGeoccl::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  one_tensor(tensors, "recv");
+  if (tag < 0) invalid("recv: tag must be >= 0");
+  const at::Tensor& t = tensors[0];
+  check_cpu(t, "recv tensor");
+  auto w = make_work(rank_, c10d::OpType::RECVANYSOURCE, tensors);
+  at::Tensor dst = contiguous_out(t, *w);
+  w->keep = {dst};
+  Elems e = move_elems(dst, static_cast<size_t>(dst.numel()));
+  Work gw = comm_->recv_any(dst.data_ptr(), e.count, e.dtype, static_cast<uint32_t>(tag), op_options(timeout_));
+  // The source is known once the receive has completed, before the torch Work completes.
+  auto copy_back = std::move(w->finalize);
+  w->finalize = [raw = w.get(), gw, copy_back] {
+    raw->source_rank = gw.source();
+    if (copy_back) copy_back();
+  };
+  attach(w, {gw});
   return w;
 }
 

@@ -31,6 +31,9 @@ class GeocclWork : public c10d::Work {
 
   // Runs exactly once.
   void complete(std::exception_ptr error);
+  // recvAnysource: the sender, set before completion.
+  int sourceRank() const override;
+  int source_rank = -1;
 
   // Tensors the library reads or writes until completion (staging buffers, contiguous copies).
   std::vector<at::Tensor> keep;
@@ -93,6 +96,7 @@ class ProcessGroupGeoccl : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
 
  private:
   OpOptions op_options(std::chrono::milliseconds timeout) const;

@@ -248,6 +248,27 @@ def subgroup():
         check("subgroup broadcast", y, torch.full((3,), float(world - 1)))
 
 
+def recv_anysource():
+    """dist.recv without a source (ProcessGroup recvAnysource): rank 0 gets one message from
+    every other rank, in whatever order they arrive, and learns each sender; gloo is the oracle
+    for what arrives from whom."""
+    global cases
+    for pg, name in ((geo, "geoccl"), (None, "gloo")):
+        if rank == 0:
+            got = {}
+            for _ in range(world - 1):
+                t = torch.empty(17, dtype=torch.int64)
+                src = dist.recv(t, group=pg, tag=33)
+                got[src] = t
+            cases += 1
+            if sorted(got) != list(range(1, world)):
+                failures.append(f"{name} recv from any source: senders {sorted(got)}")
+            for src, t in got.items():
+                check(f"recv any source from {src} ({name})", t, torch.arange(17, dtype=torch.int64) * (src + 1))
+        else:
+            dist.send(torch.arange(17, dtype=torch.int64) * (rank + 1), 0, group=pg, tag=33)
+
+
 def bulk_group():
     """A group whose operations all run on the bulk priority class gives gloo's results."""
     global cases
@@ -345,6 +366,7 @@ def main():
         dist.barrier(group=geo)
         cases += 1
         subgroup()
+        recv_anysource()
         bulk_group()
         local_errors()
         dist.barrier(group=geo)
