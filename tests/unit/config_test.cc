@@ -42,3 +42,24 @@ TEST(Config, MalformedValuesAreInvalidArguments) {
   c.algo = "magic";
   EXPECT_THROW(c.validate(), Error);
 }
+
+TEST(Config, BulkRateTakesDecimalUnits) {
+  const std::pair<const char*, uint64_t> cases[] = {
+      {"0", 0}, {"250M", 250'000'000}, {"1G", 1'000'000'000}, {"1Gbit", 1'000'000'000},
+      {"80Mbps", 80'000'000}, {"5000k", 5'000'000}, {"12345", 12345}};
+  for (const auto& [text, want] : cases) {
+    setenv("GEOCCL_BULK_RATE", text, 1);
+    EXPECT_EQ(Config::from_env().bulk_rate_bps, want) << text;
+  }
+  for (const char* bad : {"fast", "1T", "-5M", "99999999999999999999G"}) {
+    setenv("GEOCCL_BULK_RATE", bad, 1);
+    EXPECT_THROW(Config::from_env(), Error) << bad;
+  }
+  unsetenv("GEOCCL_BULK_RATE");
+  setenv("GEOCCL_BULK_TARGET_DELAY_MS", "0", 1);
+  Config c = Config::from_env();
+  c.world_size = 1;
+  c.rank = 0;
+  EXPECT_THROW(c.validate(), Error);
+  unsetenv("GEOCCL_BULK_TARGET_DELAY_MS");
+}
