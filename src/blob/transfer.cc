@@ -253,17 +253,25 @@ class ReceiverSide {
     if (windows.size() > 1) issue_desc(1);
     for (size_t w = 0; w < windows.size(); ++w) {
       if (w + 1 < windows.size()) {
-        open_chunks(windows, w + 1, round);
+        try {
+          open_chunks(windows, w + 1, round);
+        } catch (const Error&) {
+          // The transfer broke (a peer lost, a deadline): keep what already arrived for a rerun.
+          salvage(slot_[w % 2], round);
+          throw;
+        }
         if (w + 2 < windows.size()) issue_desc(w + 2);
       }
-      verify(slot_[w % 2], round);
-      if (mid->code == ErrorCode::kOk) {
-        try {
-          dest_.persist(verified_, hash_);
-        } catch (const Error& e) {
-          *mid = {e.code(), e.what()};
+      try {
+        for (size_t k = 0; k < slot_[w % 2].works.size(); ++k) {
+          slot_[w % 2].works[k].wait();
+          verify(slot_[w % 2], k, round);
         }
+      } catch (const Error&) {
+        salvage(slot_[w % 2], round);
+        throw;
       }
+      persist(mid);
       s_.report(done_, resumed_);
       if (hooks_.exit_after >= 0 && verified_now_ >= static_cast<uint64_t>(hooks_.exit_after)) {
         std::fprintf(stderr, "blob: test hook: exiting after %llu verified chunks\n",
@@ -281,6 +289,7 @@ class ReceiverSide {
     std::vector<Work> works;
     std::vector<std::vector<uint8_t>> staging;
     std::vector<uint8_t*> target;
+    size_t checked = 0;  // chunks verify() has seen
   };
 
   void issue_desc(size_t w) {
@@ -302,6 +311,7 @@ class ReceiverSide {
         throw Error(ErrorCode::kProtocol, "blob: window " + std::to_string(w) + " lists unexpected chunks");
     s.works.clear();
     s.target.clear();
+    s.checked = 0;
     s.staging.resize(s.d.entries.size());
     for (size_t k = 0; k < s.d.entries.size(); ++k) {
       const auto& e = s.d.entries[k];
@@ -318,25 +328,41 @@ class ReceiverSide {
     }
   }
 
-  void verify(Slot& s, uint32_t round) {
-    for (size_t k = 0; k < s.works.size(); ++k) {
-      s.works[k].wait();
-      const auto& e = s.d.entries[k];
-      if (round == 0 && hooks_.corrupt_chunk == static_cast<int64_t>(e.chunk)) s.target[k][e.wire_bytes / 2] ^= 0x5a;
-      if (verified_[e.chunk]) continue;  // another rank's refetch or resume gap
-      const auto raw = dest_.bytes().subspan(offset_of(h_, e.chunk), e.raw_bytes);
-      const bool ok = (e.codec.codec == Codec::kNone ||
-                       decompress(e.codec.codec, std::span(s.target[k], e.wire_bytes), raw)) &&
-                      xxh3(raw) == e.raw_hash;
-      if (!ok) {
-        failed_[e.chunk] = 1;
-        ++s_.result().chunks_refetched;
-        continue;
-      }
-      verified_[e.chunk] = 1;
-      hash_[e.chunk] = e.raw_hash;
-      done_ += e.raw_bytes;
-      ++verified_now_;
+  // Checks chunk k of the slot (received): decompressed into place and hashed, it counts as
+  // verified; otherwise it is marked for the next round.
+  void verify(Slot& s, size_t k, uint32_t round) {
+    const auto& e = s.d.entries[k];
+    s.checked = k + 1;
+    if (round == 0 && hooks_.corrupt_chunk == static_cast<int64_t>(e.chunk)) s.target[k][e.wire_bytes / 2] ^= 0x5a;
+    if (verified_[e.chunk]) return;  // another rank's refetch or resume gap
+    const auto raw = dest_.bytes().subspan(offset_of(h_, e.chunk), e.raw_bytes);
+    const bool ok = (e.codec.codec == Codec::kNone || decompress(e.codec.codec, std::span(s.target[k], e.wire_bytes), raw)) &&
+                    xxh3(raw) == e.raw_hash;
+    if (!ok) {
+      failed_[e.chunk] = 1;
+      ++s_.result().chunks_refetched;
+      return;
+    }
+    verified_[e.chunk] = 1;
+    hash_[e.chunk] = e.raw_hash;
+    done_ += e.raw_bytes;
+    ++verified_now_;
+  }
+
+  // After a failure: verifies the slot's chunks that arrived intact (in order, up to the first
+  // that did not) and records them, best effort.
+  void salvage(Slot& s, uint32_t round) {
+    for (size_t k = s.checked; k < s.works.size() && s.works[k].ok(); ++k) verify(s, k, round);
+    LocalFailure ignored;
+    persist(&ignored);
+  }
+
+  void persist(LocalFailure* mid) {
+    if (mid->code != ErrorCode::kOk) return;
+    try {
+      dest_.persist(verified_, hash_);
+    } catch (const Error& e) {
+      *mid = {e.code(), e.what()};
     }
   }
 
