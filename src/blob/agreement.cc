@@ -65,7 +65,7 @@ void raise_if_failed(std::span<const uint8_t> status, int me, const std::string&
     if (status[p] != 0 && (worst < 0 || status[p] > status[static_cast<size_t>(worst)])) worst = static_cast<int>(p);
   if (worst < 0) return;
   const auto code = static_cast<ErrorCode>(status[static_cast<size_t>(worst)]);
-  if (worst == me && !local_why.empty()) throw Error(code, "blob: " + local_why);
+  if (worst == me && !local_why.empty()) throw Error(code, "blob: rank " + std::to_string(rank_of(me)) + ": " + local_why);
   throw Error(code, "blob: rank " + std::to_string(rank_of(worst)) + " failed (" +
                         std::string(error_code_name(code)) + ")" + (local_why.empty() ? "" : "; here: " + local_why));
 }

@@ -27,7 +27,7 @@ BlobResult send_file_over(blob::BlobChannel& ch, int root, const std::string& pa
     try {
       src = blob::MappedFile::open_read(path);
     } catch (const Error& e) {
-      pre = {e.code(), e.what()};
+      pre = blob::failure_of(e);
     }
   }
   return blob::send_blob(ch, root, src.bytes(), pre, o);

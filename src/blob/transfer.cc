@@ -36,7 +36,7 @@ class Session {
     ch_.agree(all);
     Opening o = decide_opening(all, ch_.participants());
     if (o.code != ErrorCode::kOk) {
-      if (o.failed == ch_.me()) throw Error(o.code, "blob: " + pre.why);
+      if (o.failed == ch_.me()) throw Error(o.code, "blob: rank " + std::to_string(ch_.rank_of(o.failed)) + ": " + pre.why);
       if (o.failed >= 0)
         throw Error(o.code, "blob: rank " + std::to_string(ch_.rank_of(o.failed)) + " " + o.why + " (" +
                                 std::string(error_code_name(o.code)) + ")");
@@ -362,7 +362,7 @@ class ReceiverSide {
     try {
       dest_.persist(verified_, hash_);
     } catch (const Error& e) {
-      *mid = {e.code(), e.what()};
+      *mid = failure_of(e);
     }
   }
 
@@ -409,6 +409,13 @@ ObjectHeader exchange_header(Session& s, const Opening& op, const ObjectHeader* 
 }
 
 }  // namespace
+
+LocalFailure failure_of(const Error& e) {
+  std::string why = e.what();
+  const std::string prefix = std::string(error_code_name(e.code())) + ": ";
+  if (why.rfind(prefix, 0) == 0) why.erase(0, prefix.size());
+  return {e.code(), why};
+}
 
 LocalFailure check_options(const BlobOptions& o) {
   if (o.chunk_bytes < kMinChunkBytes || o.chunk_bytes > kMaxChunkBytes)
@@ -467,7 +474,7 @@ BlobResult receive_blob(BlobChannel& ch, int root, Destination& dest, LocalFailu
     try {
       verified = dest.open(h);
     } catch (const Error& e) {
-      local = {e.code(), e.what()};
+      local = failure_of(e);
     }
   }
   std::vector<uint8_t> lacking(chunks, 0);
@@ -485,7 +492,7 @@ BlobResult receive_blob(BlobChannel& ch, int root, Destination& dest, LocalFailu
         try {
           dest.commit();
         } catch (const Error& e) {
-          return {e.code(), e.what()};
+          return failure_of(e);
         }
         return {};
       });

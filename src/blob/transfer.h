@@ -28,6 +28,9 @@ struct LocalFailure {
   std::string why;
 };
 
+// The failure an Error describes, its message without the code's name in front.
+LocalFailure failure_of(const Error& e);
+
 // Bad options -> kInvalidArgument with the reason; else kOk.
 LocalFailure check_options(const BlobOptions& o);
 
