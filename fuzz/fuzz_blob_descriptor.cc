@@ -27,10 +27,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   WindowDescriptor d;
   if (decode_window(rest, ref, &d)) {
     const auto again = encode_window(d, ref.window_chunks);
-    if (again.size() != rest.size() || !std::equal(again.begin(), again.end(), rest.begin())) std::abort();
+    if (again.size() != rest.size() || !std::equal(again.begin(), again.end(), rest.begin()))
+      std::abort();
     for (size_t i = 0; i < d.entries.size(); ++i) {
       const auto& e = d.entries[i];
-      if (e.chunk >= ref.chunk_count || e.raw_bytes != chunk_raw_bytes(ref.object_bytes, ref.chunk_bytes, e.chunk) ||
+      if (e.chunk >= ref.chunk_count ||
+          e.raw_bytes != chunk_raw_bytes(ref.object_bytes, ref.chunk_bytes, e.chunk) ||
           (i > 0 && e.chunk <= d.entries[i - 1].chunk))
         std::abort();
     }

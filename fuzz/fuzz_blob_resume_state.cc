@@ -15,7 +15,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (decode_resume_state(in, &s)) {
     const auto again = encode_resume_state(s);
     if (again.size() != size || !std::equal(again.begin(), again.end(), in.begin())) std::abort();
-    if (s.verified.size() != chunk_count(s.object_bytes, s.chunk_bytes) || s.chunk_hash.size() != s.verified.size())
+    if (s.verified.size() != chunk_count(s.object_bytes, s.chunk_bytes) ||
+        s.chunk_hash.size() != s.verified.size())
       std::abort();
   }
   return 0;

@@ -33,7 +33,7 @@ namespace geoccl {
 struct BlobProgress {
   uint64_t bytes_total = 0;     // size of the object
   uint64_t bytes_done = 0;      // raw bytes verified here (receivers) or sent and completed (root)
-  uint64_t wire_bytes = 0;      // bytes this call moved for the object so far (after compression)
+  uint64_t wire_bytes = 0;      // bytes posted for the object so far (after compression)
   double rate_bytes_per_s = 0;  // raw bytes per second since the call began
   double eta_s = 0;             // remaining bytes at that rate (0 when unknown or done)
   uint32_t chunks_refetched = 0;
@@ -53,20 +53,20 @@ struct BlobOptions {
   // Chunks failing verification are sent again up to this many extra rounds, then kProtocol.
   int max_refetch_rounds = 3;
   std::optional<std::chrono::milliseconds> timeout;  // per operation; default Config::op_timeout
-  uint32_t tag = 0x424c4f42;                          // point to point only ("BLOB")
+  uint32_t tag = 0x424c4f42;                         // point to point only ("BLOB")
   std::function<void(const BlobProgress&)> progress;
 };
 
 struct BlobResult {
   uint64_t object_bytes = 0;
-  uint64_t object_hash = 0;      // xxh3-64 of the whole object
-  uint32_t chunks = 0;           // chunks of the object
-  uint32_t chunks_sent = 0;      // chunk transmissions in this call (refetches included)
-  uint32_t chunks_resumed = 0;   // chunks no participant needed: verified by an earlier run
-  uint32_t chunks_refetched = 0; // chunks that failed verification on this rank and came again
-  uint32_t rounds = 0;           // 1 + refetch rounds
-  uint64_t bytes_sent = 0;       // raw bytes of the chunks sent in this call
-  uint64_t wire_bytes = 0;       // the same after compression: what crossed each path
+  uint64_t object_hash = 0;       // xxh3-64 of the whole object
+  uint32_t chunks = 0;            // chunks of the object
+  uint32_t chunks_sent = 0;       // chunk transmissions in this call (refetches included)
+  uint32_t chunks_resumed = 0;    // chunks no participant needed: verified by an earlier run
+  uint32_t chunks_refetched = 0;  // chunks that failed verification on this rank and came again
+  uint32_t rounds = 0;            // 1 + refetch rounds
+  uint64_t bytes_sent = 0;        // raw bytes of the chunks sent in this call
+  uint64_t wire_bytes = 0;        // the same after compression: what crossed each path
   uint32_t chunks_by_codec[3] = {0, 0, 0};  // none, lz4, zstd (as sent)
   double seconds = 0;
 };
@@ -87,7 +87,9 @@ BlobResult broadcast_blob_file(Communicator& comm, int root, const std::string& 
 
 // A file from this rank to `peer`, which calls recv_file with this rank as its peer. Only the two
 // ranks take part (matched by BlobOptions::tag).
-BlobResult send_file(Communicator& comm, int peer, const std::string& path, const BlobOptions& o = {});
-BlobResult recv_file(Communicator& comm, int peer, const std::string& path, const BlobOptions& o = {});
+BlobResult send_file(Communicator& comm, int peer, const std::string& path,
+                     const BlobOptions& o = {});
+BlobResult recv_file(Communicator& comm, int peer, const std::string& path,
+                     const BlobOptions& o = {});
 
 }  // namespace geoccl

@@ -62,12 +62,15 @@ void raise_if_failed(std::span<const uint8_t> status, int me, const std::string&
                      const std::function<int(int)>& rank_of) {
   int worst = -1;
   for (size_t p = 0; p < status.size(); ++p)
-    if (status[p] != 0 && (worst < 0 || status[p] > status[static_cast<size_t>(worst)])) worst = static_cast<int>(p);
+    if (status[p] != 0 && (worst < 0 || status[p] > status[static_cast<size_t>(worst)]))
+      worst = static_cast<int>(p);
   if (worst < 0) return;
   const auto code = static_cast<ErrorCode>(status[static_cast<size_t>(worst)]);
-  if (worst == me && !local_why.empty()) throw Error(code, "blob: rank " + std::to_string(rank_of(me)) + ": " + local_why);
+  if (worst == me && !local_why.empty())
+    throw Error(code, "blob: rank " + std::to_string(rank_of(me)) + ": " + local_why);
   throw Error(code, "blob: rank " + std::to_string(rank_of(worst)) + " failed (" +
-                        std::string(error_code_name(code)) + ")" + (local_why.empty() ? "" : "; here: " + local_why));
+                        std::string(error_code_name(code)) + ")" +
+                        (local_why.empty() ? "" : "; here: " + local_why));
 }
 
 }  // namespace geoccl::blob

@@ -21,10 +21,12 @@ class GroupChannel final : public BlobChannel {
   int me() const override { return comm_.rank(); }
   int rank_of(int index) const override { return index; }
   void agree(std::span<int64_t> v) override {
-    if (!v.empty()) comm_.allreduce(v.data(), v.size(), DataType::kInt64, ReduceOp::kMax, op_).wait();
+    if (!v.empty())
+      comm_.allreduce(v.data(), v.size(), DataType::kInt64, ReduceOp::kMax, op_).wait();
   }
   void agree(std::span<uint8_t> v) override {
-    if (!v.empty()) comm_.allreduce(v.data(), v.size(), DataType::kUInt8, ReduceOp::kMax, op_).wait();
+    if (!v.empty())
+      comm_.allreduce(v.data(), v.size(), DataType::kUInt8, ReduceOp::kMax, op_).wait();
   }
   Work move(void* buf, size_t bytes, int root) override {
     return comm_.broadcast(buf, bytes, DataType::kUInt8, root, op_);
@@ -37,7 +39,8 @@ class GroupChannel final : public BlobChannel {
 
 class PairChannel final : public BlobChannel {
  public:
-  PairChannel(Communicator& c, int peer, const BlobOptions& o) : comm_(c), peer_(peer), tag_(o.tag), op_(bulk(o)) {}
+  PairChannel(Communicator& c, int peer, const BlobOptions& o)
+      : comm_(c), peer_(peer), tag_(o.tag), op_(bulk(o)) {}
   int participants() const override { return 2; }
   int me() const override { return comm_.rank() < peer_ ? 0 : 1; }
   int rank_of(int index) const override { return index == me() ? comm_.rank() : peer_; }
@@ -75,10 +78,10 @@ std::unique_ptr<BlobChannel> group_channel(Communicator& comm, const BlobOptions
 
 std::unique_ptr<BlobChannel> pair_channel(Communicator& comm, int peer, const BlobOptions& o) {
   if (peer < 0 || peer >= comm.size() || peer == comm.rank())
-    throw Error(ErrorCode::kInvalidArgument, "blob: peer " + std::to_string(peer) + " is not another rank of this group of " +
+    throw Error(ErrorCode::kInvalidArgument, "blob: peer " + std::to_string(peer) +
+                                                 " is not another rank of this group of " +
                                                  std::to_string(comm.size()));
   return std::make_unique<PairChannel>(comm, peer, o);
 }
 
 }  // namespace geoccl::blob
-

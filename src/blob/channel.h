@@ -17,7 +17,7 @@ class BlobChannel {
  public:
   virtual ~BlobChannel() = default;
   virtual int participants() const = 0;
-  virtual int me() const = 0;              // index of this rank, 0 .. participants()-1
+  virtual int me() const = 0;                // index of this rank, 0 .. participants()-1
   virtual int rank_of(int index) const = 0;  // communicator rank of a participant
   // Blocking: elementwise maximum over all participants, in place. Throws the communicator's Error.
   virtual void agree(std::span<int64_t> v) = 0;

@@ -8,7 +8,8 @@ namespace {
 
 bool usable(const CodecSample& s) {
   auto ok = [](double v) { return std::isfinite(v) && v > 0; };
-  return ok(s.compress_bytes_per_s) && ok(s.decompress_bytes_per_s) && ok(s.ratio) && is_valid(s.choice.codec);
+  return ok(s.compress_bytes_per_s) && ok(s.decompress_bytes_per_s) && ok(s.ratio) &&
+         is_valid(s.choice.codec);
 }
 
 }  // namespace
@@ -17,7 +18,8 @@ double pipeline_rate(const CodecSample& s, double link_bytes_per_s) {
   return std::min({s.compress_bytes_per_s, link_bytes_per_s * s.ratio, s.decompress_bytes_per_s});
 }
 
-CodecChoice choose_codec(double link_bytes_per_s, std::span<const CodecSample> samples, double margin) {
+CodecChoice choose_codec(double link_bytes_per_s, std::span<const CodecSample> samples,
+                         double margin) {
   CodecChoice best{Codec::kNone, 0};
   if (!(std::isfinite(link_bytes_per_s) && link_bytes_per_s > 0)) return best;
   double best_rate = link_bytes_per_s * std::max(margin, 1.0);

@@ -25,6 +25,7 @@ double pipeline_rate(const CodecSample& s, double link_bytes_per_s);
 // the raw link by at least `margin` (> 1: compression costs CPU and latency, so a tie goes raw).
 // An unknown link (<= 0) or a sample with non-positive or non-finite numbers never selects
 // compression: without a measurement there is nothing to win.
-CodecChoice choose_codec(double link_bytes_per_s, std::span<const CodecSample> samples, double margin = 1.1);
+CodecChoice choose_codec(double link_bytes_per_s, std::span<const CodecSample> samples,
+                         double margin = 1.1);
 
 }  // namespace geoccl::blob

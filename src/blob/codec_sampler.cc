@@ -20,7 +20,8 @@ std::span<const CodecChoice> auto_candidates() {
   return kCandidates;
 }
 
-std::vector<CodecSample> sample_codecs(std::span<const uint8_t> sample, std::span<const CodecChoice> candidates) {
+std::vector<CodecSample> sample_codecs(std::span<const uint8_t> sample,
+                                       std::span<const CodecChoice> candidates) {
   std::vector<CodecSample> out;
   std::vector<uint8_t> wire, back(sample.size());
   for (const auto& c : candidates) {

@@ -28,7 +28,8 @@ void write_preamble(protocol::Writer& w, uint32_t magic) {
 bool read_preamble(protocol::Reader& r, uint32_t magic) {
   uint32_t m = 0;
   uint16_t version = 0, reserved = 0;
-  return r.u32(&m) && r.u16(&version) && r.u16(&reserved) && m == magic && version == kVersion && reserved == 0;
+  return r.u32(&m) && r.u16(&version) && r.u16(&reserved) && m == magic && version == kVersion &&
+         reserved == 0;
 }
 
 uint64_t chunk_count(uint64_t object_bytes, uint64_t chunk_bytes) {
@@ -61,9 +62,9 @@ bool decode_header(std::span<const uint8_t> in, ObjectHeader* h) {
   protocol::Reader r(in);
   uint32_t reserved32 = 0;
   ObjectHeader v;
-  if (!read_preamble(r, kHeaderMagic) || !r.u64(&v.object_bytes) ||
-      !r.u64(&v.object_hash) || !r.u32(&v.chunk_bytes) || !r.u32(&v.window_chunks) ||
-      !r.u32(&v.chunk_count) || !r.u32(&reserved32))
+  if (!read_preamble(r, kHeaderMagic) || !r.u64(&v.object_bytes) || !r.u64(&v.object_hash) ||
+      !r.u32(&v.chunk_bytes) || !r.u32(&v.window_chunks) || !r.u32(&v.chunk_count) ||
+      !r.u32(&reserved32))
     return false;
   if (reserved32 != 0) return false;
   if (!zeros(in.subspan(r.position()))) return false;
@@ -109,8 +110,8 @@ bool decode_window(std::span<const uint8_t> in, const ObjectHeader& h, WindowDes
   uint16_t version = 0, entries = 0;
   uint64_t reserved64 = 0;
   WindowDescriptor v;
-  if (!r.u32(&magic) || !r.u16(&version) || !r.u16(&entries) || !r.u32(&v.round) || !r.u32(&v.window) ||
-      !r.u64(&reserved64))
+  if (!r.u32(&magic) || !r.u16(&version) || !r.u16(&entries) || !r.u32(&v.round) ||
+      !r.u32(&v.window) || !r.u64(&reserved64))
     return false;
   if (magic != kWindowMagic || version != kVersion || reserved64 != 0) return false;
   if (entries < 1 || entries > h.window_chunks) return false;
@@ -118,14 +119,16 @@ bool decode_window(std::span<const uint8_t> in, const ObjectHeader& h, WindowDes
     ChunkEntry e;
     uint8_t codec = 0, level = 0;
     uint16_t reserved16 = 0;
-    if (!r.u32(&e.chunk) || !r.u8(&codec) || !r.u8(&level) || !r.u16(&reserved16) || !r.u32(&e.raw_bytes) ||
-        !r.u32(&e.wire_bytes) || !r.u64(&e.raw_hash))
+    if (!r.u32(&e.chunk) || !r.u8(&codec) || !r.u8(&level) || !r.u16(&reserved16) ||
+        !r.u32(&e.raw_bytes) || !r.u32(&e.wire_bytes) || !r.u64(&e.raw_hash))
       return false;
     e.codec = {static_cast<Codec>(codec), level};
     if (reserved16 != 0 || !is_valid(e.codec.codec)) return false;
-    if (e.chunk >= h.chunk_count || (!v.entries.empty() && e.chunk <= v.entries.back().chunk)) return false;
+    if (e.chunk >= h.chunk_count || (!v.entries.empty() && e.chunk <= v.entries.back().chunk))
+      return false;
     if (e.raw_bytes != chunk_raw_bytes(h.object_bytes, h.chunk_bytes, e.chunk)) return false;
-    if (e.wire_bytes == 0 || e.wire_bytes > compress_bound(e.codec.codec, e.raw_bytes)) return false;
+    if (e.wire_bytes == 0 || e.wire_bytes > compress_bound(e.codec.codec, e.raw_bytes))
+      return false;
     if (e.codec.codec == Codec::kNone && (e.wire_bytes != e.raw_bytes || level != 0)) return false;
     v.entries.push_back(e);
   }

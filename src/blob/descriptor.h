@@ -73,7 +73,8 @@ uint32_t chunk_raw_bytes(uint64_t object_bytes, uint32_t chunk_bytes, uint64_t i
 
 std::vector<uint8_t> encode_header(const ObjectHeader& h);
 // False (and *h untouched) unless `in` is exactly one header of this version whose fields are
-// consistent: chunk_bytes and window_chunks in range, chunk_count = ceil(object/chunk) <= kMaxChunks.
+// consistent: chunk_bytes and window_chunks in range, chunk_count = ceil(object/chunk) <=
+// kMaxChunks.
 bool decode_header(std::span<const uint8_t> in, ObjectHeader* h);
 
 size_t window_descriptor_bytes(uint32_t window_chunks);

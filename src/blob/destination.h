@@ -1,6 +1,6 @@
-// Where a receiver puts the object: memory (a vector the caller owns) or a file (file_destination.h).
-// The transfer writes chunks into bytes(), but a chunk counts only once verified, and the object
-// is handed over (commit) only once its whole hash verified.
+// Where a receiver puts the object: memory (a vector the caller owns) or a file
+// (file_destination.h). The transfer writes chunks into bytes(), but a chunk counts only once
+// verified, and the object is handed over (commit) only once its whole hash verified.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +19,8 @@ class Destination {
   virtual std::vector<uint8_t> open(const ObjectHeader& h) = 0;
   virtual std::span<uint8_t> bytes() = 0;
   // After each window: what is verified so far (so that a later run can resume from it).
-  virtual void persist(const std::vector<uint8_t>& verified, const std::vector<uint64_t>& hashes) = 0;
+  virtual void persist(const std::vector<uint8_t>& verified,
+                       const std::vector<uint64_t>& hashes) = 0;
   // The object's hash verified: deliver it. Throws Error(kIo).
   virtual void commit() = 0;
 };

@@ -21,9 +21,10 @@ namespace {
 }  // namespace
 
 uint64_t file_size(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   if (::stat(path.c_str(), &st) != 0) fail(ErrorCode::kInvalidArgument, "cannot open", path);
-  if (!S_ISREG(st.st_mode)) throw Error(ErrorCode::kInvalidArgument, path + " is not a regular file");
+  if (!S_ISREG(st.st_mode))
+    throw Error(ErrorCode::kInvalidArgument, path + " is not a regular file");
   return static_cast<uint64_t>(st.st_size);
 }
 
@@ -32,9 +33,10 @@ MappedFile MappedFile::open_read(const std::string& path) {
   m.path_ = path;
   m.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (m.fd_ < 0) fail(ErrorCode::kInvalidArgument, "cannot open", path);
-  struct stat st{};
+  struct stat st {};
   if (::fstat(m.fd_, &st) != 0) fail(ErrorCode::kInvalidArgument, "cannot examine", path);
-  if (!S_ISREG(st.st_mode)) throw Error(ErrorCode::kInvalidArgument, path + " is not a regular file");
+  if (!S_ISREG(st.st_mode))
+    throw Error(ErrorCode::kInvalidArgument, path + " is not a regular file");
   m.size_ = static_cast<size_t>(st.st_size);
   if (m.size_ > 0) {
     void* a = ::mmap(nullptr, m.size_, PROT_READ, MAP_PRIVATE, m.fd_, 0);
@@ -72,7 +74,9 @@ MappedFile MappedFile::open_write(const std::string& path, uint64_t bytes, bool 
 MappedFile::~MappedFile() { release(); }
 
 MappedFile::MappedFile(MappedFile&& o) noexcept
-    : fd_(std::exchange(o.fd_, -1)), addr_(std::exchange(o.addr_, nullptr)), size_(std::exchange(o.size_, 0)),
+    : fd_(std::exchange(o.fd_, -1)),
+      addr_(std::exchange(o.addr_, nullptr)),
+      size_(std::exchange(o.size_, 0)),
       path_(std::move(o.path_)) {}
 
 MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
@@ -87,7 +91,8 @@ MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
 }
 
 void MappedFile::sync_and_close() {
-  if (addr_ && ::msync(addr_, size_, MS_SYNC) != 0) fail(ErrorCode::kIo, "cannot write back", path_);
+  if (addr_ && ::msync(addr_, size_, MS_SYNC) != 0)
+    fail(ErrorCode::kIo, "cannot write back", path_);
   if (fd_ >= 0 && ::fsync(fd_) != 0) fail(ErrorCode::kIo, "cannot sync", path_);
   release();
 }

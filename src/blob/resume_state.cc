@@ -39,7 +39,8 @@ std::vector<uint8_t> encode_resume_state(const ResumeState& s) {
   for (size_t i = 0; i < n; ++i)
     if (s.verified[i]) bitmap[i / 8] = static_cast<uint8_t>(bitmap[i / 8] | (1u << (i % 8)));
   w.bytes(bitmap);
-  for (size_t i = 0; i < n; ++i) w.u64(s.verified[i] && i < s.chunk_hash.size() ? s.chunk_hash[i] : 0);
+  for (size_t i = 0; i < n; ++i)
+    w.u64(s.verified[i] && i < s.chunk_hash.size() ? s.chunk_hash[i] : 0);
   w.u64(xxh3(out));
   return out;
 }
@@ -48,8 +49,8 @@ bool decode_resume_state(std::span<const uint8_t> in, ResumeState* s) {
   protocol::Reader r(in);
   uint32_t chunks = 0;
   ResumeState v;
-  if (!read_preamble(r, kMagic) || !r.u64(&v.object_bytes) ||
-      !r.u64(&v.object_hash) || !r.u32(&v.chunk_bytes) || !r.u32(&chunks))
+  if (!read_preamble(r, kMagic) || !r.u64(&v.object_bytes) || !r.u64(&v.object_hash) ||
+      !r.u32(&v.chunk_bytes) || !r.u32(&chunks))
     return false;
   if (v.chunk_bytes < kMinChunkBytes || v.chunk_bytes > kMaxChunkBytes) return false;
   if (chunks > kMaxChunks || chunk_count(v.object_bytes, v.chunk_bytes) != chunks) return false;
@@ -76,9 +77,10 @@ std::optional<ResumeState> load_resume_state(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return std::nullopt;
   std::vector<uint8_t> buf;
-  struct stat st{};
+  struct stat st {};
   // The largest valid state: kMaxChunks chunks; anything bigger is not ours.
-  const off_t limit = static_cast<off_t>(kFixedBytes + bitmap_bytes(kMaxChunks) + 8 * kMaxChunks + 8);
+  const off_t limit =
+      static_cast<off_t>(kFixedBytes + bitmap_bytes(kMaxChunks) + 8 * kMaxChunks + 8);
   if (::fstat(fd, &st) == 0 && st.st_size <= limit) {
     buf.resize(static_cast<size_t>(st.st_size));
     size_t got = 0;

@@ -24,8 +24,8 @@ struct ResumeState {
   uint64_t object_bytes = 0;
   uint64_t object_hash = 0;
   uint32_t chunk_bytes = 0;
-  std::vector<uint8_t> verified;      // one entry (0/1) per chunk
-  std::vector<uint64_t> chunk_hash;   // one per chunk
+  std::vector<uint8_t> verified;     // one entry (0/1) per chunk
+  std::vector<uint64_t> chunk_hash;  // one per chunk
   bool operator==(const ResumeState&) const = default;
 };
 

@@ -12,7 +12,8 @@ std::optional<int64_t> parse_rank_value(std::string_view s, int rank) {
   int64_t v = -1;
   const auto a = std::from_chars(s.data(), s.data() + colon, r);
   const auto b = std::from_chars(s.data() + colon + 1, s.data() + s.size(), v);
-  if (a.ec != std::errc{} || a.ptr != s.data() + colon || b.ec != std::errc{} || b.ptr != s.data() + s.size())
+  if (a.ec != std::errc{} || a.ptr != s.data() + colon || b.ec != std::errc{} ||
+      b.ptr != s.data() + s.size())
     return std::nullopt;
   if (r != rank || v < 0) return std::nullopt;
   return v;

@@ -3,7 +3,8 @@
 //   GEOCCL_BLOB_TEST_CORRUPT=R:C     on rank R, flip one byte of chunk C as received in the first
 //                                    round, before it is verified
 //   GEOCCL_BLOB_TEST_EXIT_AFTER=R:N  on rank R, exit the process (status 75) once N chunks have
-//                                    been verified and the resume state written (a crashed receiver)
+//                                    been verified and the resume state written (a crashed
+//                                    receiver)
 #pragma once
 
 #include <cstdint>

@@ -36,10 +36,11 @@ class Session {
     ch_.agree(all);
     Opening o = decide_opening(all, ch_.participants());
     if (o.code != ErrorCode::kOk) {
-      if (o.failed == ch_.me()) throw Error(o.code, "blob: rank " + std::to_string(ch_.rank_of(o.failed)) + ": " + pre.why);
+      if (o.failed == ch_.me())
+        throw Error(o.code, "blob: rank " + std::to_string(ch_.rank_of(o.failed)) + ": " + pre.why);
       if (o.failed >= 0)
-        throw Error(o.code, "blob: rank " + std::to_string(ch_.rank_of(o.failed)) + " " + o.why + " (" +
-                                std::string(error_code_name(o.code)) + ")");
+        throw Error(o.code, "blob: rank " + std::to_string(ch_.rank_of(o.failed)) + " " + o.why +
+                                " (" + std::string(error_code_name(o.code)) + ")");
       throw Error(o.code, "blob: " + o.why);
     }
     return o;
@@ -53,7 +54,8 @@ class Session {
     v[static_cast<size_t>(ch_.me())] = static_cast<uint8_t>(mine.code);
     std::copy(chunk_bytes.begin(), chunk_bytes.end(), v.begin() + static_cast<ptrdiff_t>(n));
     ch_.agree(v);
-    raise_if_failed(std::span(v).first(n), ch_.me(), mine.why, [this](int p) { return ch_.rank_of(p); });
+    raise_if_failed(std::span(v).first(n), ch_.me(), mine.why,
+                    [this](int p) { return ch_.rank_of(p); });
     return {v.begin() + static_cast<ptrdiff_t>(n), v.end()};
   }
 
@@ -71,8 +73,11 @@ class Session {
     p.bytes_done = std::min(done, p.bytes_total);
     p.wire_bytes = result_.wire_bytes;
     const double s = std::chrono::duration<double>(Clock::now() - t0_).count();
-    p.rate_bytes_per_s = s > 0 ? static_cast<double>(p.bytes_done - std::min(resumed, p.bytes_done)) / s : 0;
-    p.eta_s = p.rate_bytes_per_s > 0 ? static_cast<double>(p.bytes_total - p.bytes_done) / p.rate_bytes_per_s : 0;
+    p.rate_bytes_per_s =
+        s > 0 ? static_cast<double>(p.bytes_done - std::min(resumed, p.bytes_done)) / s : 0;
+    p.eta_s = p.rate_bytes_per_s > 0
+                  ? static_cast<double>(p.bytes_total - p.bytes_done) / p.rate_bytes_per_s
+                  : 0;
     p.chunks_refetched = result_.chunks_refetched;
     o_.progress(p);
   }
@@ -94,15 +99,19 @@ std::vector<uint32_t> needed(const std::vector<uint8_t>& flags) {
   return out;
 }
 
-std::vector<std::vector<uint32_t>> windows_of(const std::vector<uint32_t>& chunks, uint32_t per_window) {
+std::vector<std::vector<uint32_t>> windows_of(const std::vector<uint32_t>& chunks,
+                                              uint32_t per_window) {
   std::vector<std::vector<uint32_t>> out;
   for (size_t i = 0; i < chunks.size(); i += per_window)
-    out.emplace_back(chunks.begin() + static_cast<ptrdiff_t>(i),
-                     chunks.begin() + static_cast<ptrdiff_t>(std::min(chunks.size(), i + per_window)));
+    out.emplace_back(
+        chunks.begin() + static_cast<ptrdiff_t>(i),
+        chunks.begin() + static_cast<ptrdiff_t>(std::min(chunks.size(), i + per_window)));
   return out;
 }
 
-uint64_t offset_of(const ObjectHeader& h, uint32_t chunk) { return uint64_t{chunk} * h.chunk_bytes; }
+uint64_t offset_of(const ObjectHeader& h, uint32_t chunk) {
+  return uint64_t{chunk} * h.chunk_bytes;
+}
 
 // ---- the root ----
 
@@ -149,12 +158,14 @@ class RootSide {
 
   // Describes and compresses the window's chunks while `in_flight` (the previous window, or null)
   // moves; each chunk's codec is chosen with the link rate measured up to that moment.
-  void prepare(Slot& s, Slot* in_flight, const std::vector<uint32_t>& chunks, uint32_t round, uint32_t window) {
+  void prepare(Slot& s, Slot* in_flight, const std::vector<uint32_t>& chunks, uint32_t round,
+               uint32_t window) {
     s.d = WindowDescriptor{round, window, {}};
     s.wire.resize(chunks.size());
     std::vector<CodecSample> samples;
     if (!forced_ && link_.bytes_per_s() > 0) {
-      const auto first = src_.subspan(offset_of(h_, chunks[0]), chunk_raw_bytes(h_.object_bytes, h_.chunk_bytes, chunks[0]));
+      const auto first = src_.subspan(offset_of(h_, chunks[0]),
+                                      chunk_raw_bytes(h_.object_bytes, h_.chunk_bytes, chunks[0]));
       samples = sample_codecs(first.first(std::min(first.size(), kSampleBytes)), auto_candidates());
     }
     for (size_t k = 0; k < chunks.size(); ++k) {
@@ -194,13 +205,15 @@ class RootSide {
     s.completed.push_back(nullptr);
     for (size_t k = 0; k < s.d.entries.size(); ++k) {
       const auto& e = s.d.entries[k];
-      void* data = e.codec.codec == Codec::kNone
-                       ? const_cast<uint8_t*>(src_.data() + offset_of(h_, e.chunk))  // only read at the root
-                       : s.wire[k].data();
+      void* data =
+          e.codec.codec == Codec::kNone
+              ? const_cast<uint8_t*>(src_.data() + offset_of(h_, e.chunk))  // only read at the root
+              : s.wire[k].data();
       auto at = std::make_shared<std::atomic<Clock::rep>>(0);
       s.issued.push_back(Clock::now());
       s.works.push_back(ch.move(data, e.wire_bytes, s_.root()));
-      s.works.back().on_complete([at](std::exception_ptr) { at->store(Clock::now().time_since_epoch().count()); });
+      s.works.back().on_complete(
+          [at](std::exception_ptr) { at->store(Clock::now().time_since_epoch().count()); });
       s.completed.push_back(at);
       s_.count(e);
     }
@@ -233,8 +246,14 @@ class RootSide {
 
 class ReceiverSide {
  public:
-  ReceiverSide(Session& s, const ObjectHeader& h, Destination& d, std::vector<uint8_t> verified, TestHooks hooks)
-      : s_(s), h_(h), dest_(d), verified_(std::move(verified)), hash_(h.chunk_count, 0), hooks_(hooks) {
+  ReceiverSide(Session& s, const ObjectHeader& h, Destination& d, std::vector<uint8_t> verified,
+               TestHooks hooks)
+      : s_(s),
+        h_(h),
+        dest_(d),
+        verified_(std::move(verified)),
+        hash_(h.chunk_count, 0),
+        hooks_(hooks) {
     for (uint32_t i = 0; i < h.chunk_count; ++i)
       if (verified_[i]) done_ += chunk_raw_bytes(h.object_bytes, h.chunk_bytes, i);
     resumed_ = done_;
@@ -305,10 +324,12 @@ class ReceiverSide {
     Slot& s = slot_[w % 2];
     if (!decode_window(desc_[w % 3], h_, &s.d) || s.d.round != round || s.d.window != w ||
         s.d.entries.size() != windows[w].size())
-      throw Error(ErrorCode::kProtocol, "blob: window descriptor " + std::to_string(w) + " does not decode");
+      throw Error(ErrorCode::kProtocol,
+                  "blob: window descriptor " + std::to_string(w) + " does not decode");
     for (size_t k = 0; k < windows[w].size(); ++k)
       if (s.d.entries[k].chunk != windows[w][k])
-        throw Error(ErrorCode::kProtocol, "blob: window " + std::to_string(w) + " lists unexpected chunks");
+        throw Error(ErrorCode::kProtocol,
+                    "blob: window " + std::to_string(w) + " lists unexpected chunks");
     s.works.clear();
     s.target.clear();
     s.checked = 0;
@@ -333,10 +354,12 @@ class ReceiverSide {
   void verify(Slot& s, size_t k, uint32_t round) {
     const auto& e = s.d.entries[k];
     s.checked = k + 1;
-    if (round == 0 && hooks_.corrupt_chunk == static_cast<int64_t>(e.chunk)) s.target[k][e.wire_bytes / 2] ^= 0x5a;
+    if (round == 0 && hooks_.corrupt_chunk == static_cast<int64_t>(e.chunk))
+      s.target[k][e.wire_bytes / 2] ^= 0x5a;
     if (verified_[e.chunk]) return;  // another rank's refetch or resume gap
     const auto raw = dest_.bytes().subspan(offset_of(h_, e.chunk), e.raw_bytes);
-    const bool ok = (e.codec.codec == Codec::kNone || decompress(e.codec.codec, std::span(s.target[k], e.wire_bytes), raw)) &&
+    const bool ok = (e.codec.codec == Codec::kNone ||
+                     decompress(e.codec.codec, std::span(s.target[k], e.wire_bytes), raw)) &&
                     xxh3(raw) == e.raw_hash;
     if (!ok) {
       failed_[e.chunk] = 1;
@@ -381,13 +404,14 @@ class ReceiverSide {
 // Steps 3-5 after the header, for either side; `round_fn` runs one round and returns the local
 // failures, `finish_fn` delivers (receivers) and returns the local status.
 template <class RoundFn, class FinishFn>
-void run_rounds(Session& s, const ObjectHeader& h, const std::vector<uint8_t>& need0, RoundFn&& round_fn,
-                FinishFn&& finish_fn) {
+void run_rounds(Session& s, const ObjectHeader& h, const std::vector<uint8_t>& need0,
+                RoundFn&& round_fn, FinishFn&& finish_fn) {
   auto need = needed(need0);
   s.result().chunks_resumed = h.chunk_count - static_cast<uint32_t>(need.size());
   for (uint32_t round = 0; !need.empty(); ++round) {
     if (round > static_cast<uint32_t>(s.opts().max_refetch_rounds))
-      throw Error(ErrorCode::kProtocol, "blob: " + std::to_string(need.size()) + " chunk(s) still failed verification after " +
+      throw Error(ErrorCode::kProtocol, "blob: " + std::to_string(need.size()) +
+                                            " chunk(s) still failed verification after " +
                                             std::to_string(round) + " rounds");
     s.result().rounds = round + 1;
     LocalFailure mid;
@@ -398,12 +422,15 @@ void run_rounds(Session& s, const ObjectHeader& h, const std::vector<uint8_t>& n
   s.finish();
 }
 
-ObjectHeader exchange_header(Session& s, const Opening& op, const ObjectHeader* mine, LocalFailure* local) {
-  std::vector<uint8_t> buf = mine ? encode_header(*mine) : std::vector<uint8_t>(kObjectHeaderBytes, 0);
+ObjectHeader exchange_header(Session& s, const Opening& op, const ObjectHeader* mine,
+                             LocalFailure* local) {
+  std::vector<uint8_t> buf =
+      mine ? encode_header(*mine) : std::vector<uint8_t>(kObjectHeaderBytes, 0);
   s.ch().move(buf.data(), buf.size(), s.root()).wait();
   ObjectHeader h;
   if (mine) return *mine;
-  if (!decode_header(buf, &h) || h.object_bytes != op.object_bytes || h.chunk_bytes != op.chunk_bytes)
+  if (!decode_header(buf, &h) || h.object_bytes != op.object_bytes ||
+      h.chunk_bytes != op.chunk_bytes)
     *local = {ErrorCode::kProtocol, "the object header does not decode"};
   return h;
 }
@@ -419,12 +446,15 @@ LocalFailure failure_of(const Error& e) {
 
 LocalFailure check_options(const BlobOptions& o) {
   if (o.chunk_bytes < kMinChunkBytes || o.chunk_bytes > kMaxChunkBytes)
-    return {ErrorCode::kInvalidArgument, "chunk_bytes must be 64 KiB .. 64 MiB, got " + std::to_string(o.chunk_bytes)};
+    return {ErrorCode::kInvalidArgument,
+            "chunk_bytes must be 64 KiB .. 64 MiB, got " + std::to_string(o.chunk_bytes)};
   if (o.window_chunks < 1 || o.window_chunks > kMaxWindowChunks)
-    return {ErrorCode::kInvalidArgument, "window_chunks must be 1 .. 64, got " + std::to_string(o.window_chunks)};
+    return {ErrorCode::kInvalidArgument,
+            "window_chunks must be 1 .. 64, got " + std::to_string(o.window_chunks)};
   if (o.codec != "auto" && !parse_codec(o.codec, o.zstd_level))
-    return {ErrorCode::kInvalidArgument, "codec must be auto, none, lz4 or zstd (level 1..19), got " + o.codec +
-                                             " level " + std::to_string(o.zstd_level)};
+    return {ErrorCode::kInvalidArgument,
+            "codec must be auto, none, lz4 or zstd (level 1..19), got " + o.codec + " level " +
+                std::to_string(o.zstd_level)};
   if (o.max_refetch_rounds < 0 || o.max_refetch_rounds > 100)
     return {ErrorCode::kInvalidArgument, "max_refetch_rounds must be 0 .. 100"};
   return {};
@@ -434,8 +464,10 @@ BlobResult send_blob(BlobChannel& ch, int root, std::span<const uint8_t> source,
                      const BlobOptions& o) {
   Session s(ch, root, o);
   if (pre.code == ErrorCode::kOk && chunk_count(source.size(), o.chunk_bytes) > kMaxChunks)
-    pre = {ErrorCode::kInvalidArgument, "object too large for chunks of " + std::to_string(o.chunk_bytes) + " bytes"};
-  const Opening op = s.open(pre, static_cast<int64_t>(source.size()), static_cast<int64_t>(o.chunk_bytes));
+    pre = {ErrorCode::kInvalidArgument,
+           "object too large for chunks of " + std::to_string(o.chunk_bytes) + " bytes"};
+  const Opening op =
+      s.open(pre, static_cast<int64_t>(source.size()), static_cast<int64_t>(o.chunk_bytes));
   ObjectHeader h;
   h.object_bytes = op.object_bytes;
   h.chunk_bytes = op.chunk_bytes;
@@ -463,12 +495,14 @@ BlobResult send_blob(BlobChannel& ch, int root, std::span<const uint8_t> source,
   return s.result();
 }
 
-BlobResult receive_blob(BlobChannel& ch, int root, Destination& dest, LocalFailure pre, const BlobOptions& o) {
+BlobResult receive_blob(BlobChannel& ch, int root, Destination& dest, LocalFailure pre,
+                        const BlobOptions& o) {
   Session s(ch, root, o);
   const Opening op = s.open(pre, o.expected_size ? static_cast<int64_t>(*o.expected_size) : -1, 0);
   LocalFailure local;
   const ObjectHeader h = exchange_header(s, op, nullptr, &local);
-  const uint32_t chunks = static_cast<uint32_t>(std::min(chunk_count(op.object_bytes, op.chunk_bytes), kMaxChunks));
+  const uint32_t chunks =
+      static_cast<uint32_t>(std::min(chunk_count(op.object_bytes, op.chunk_bytes), kMaxChunks));
   std::vector<uint8_t> verified(chunks, 0);
   if (local.code == ErrorCode::kOk) {
     try {
@@ -486,9 +520,12 @@ BlobResult receive_blob(BlobChannel& ch, int root, Destination& dest, LocalFailu
   ReceiverSide side(s, h, dest, verified, test_hooks_from_env(ch.rank_of(ch.me())));
   run_rounds(
       s, h, need0,
-      [&](const std::vector<uint32_t>& need, uint32_t round, LocalFailure* mid) { return side.round(need, round, mid); },
+      [&](const std::vector<uint32_t>& need, uint32_t round, LocalFailure* mid) {
+        return side.round(need, round, mid);
+      },
       [&]() -> LocalFailure {
-        if (xxh3(dest.bytes()) != h.object_hash) return {ErrorCode::kProtocol, "the object's hash does not match"};
+        if (xxh3(dest.bytes()) != h.object_hash)
+          return {ErrorCode::kProtocol, "the object's hash does not match"};
         try {
           dest.commit();
         } catch (const Error& e) {

@@ -38,6 +38,7 @@ LocalFailure check_options(const BlobOptions& o);
 BlobResult send_blob(BlobChannel& ch, int root, std::span<const uint8_t> source, LocalFailure pre,
                      const BlobOptions& o);
 // A receiver's side. `comm_rank` selects the test hooks (test_hooks.h).
-BlobResult receive_blob(BlobChannel& ch, int root, Destination& dest, LocalFailure pre, const BlobOptions& o);
+BlobResult receive_blob(BlobChannel& ch, int root, Destination& dest, LocalFailure pre,
+                        const BlobOptions& o);
 
 }  // namespace geoccl::blob

@@ -14,15 +14,14 @@
 #include <vector>
 
 #include "blob/codec.h"
-#include "check.h"
 #include "blob/file_destination.h"
+#include "check.h"
 #include "geoccl/geoccl.h"
 
 using namespace geoccl;
 namespace fs = std::filesystem;
 
 namespace {
-
 
 // A checkpoint-like object: runs of repeated structure between random stretches, so that the
 // codecs find something but not everything.
@@ -63,12 +62,14 @@ BlobOptions opts(size_t chunk, size_t window, const std::string& codec) {
 }
 
 void print(const char* what, int rank, const BlobResult& r) {
-  std::printf("rank %d %s: %llu bytes, %u chunks sent (%u resumed, %u refetched here, %u rounds), raw %llu wire %llu, "
-              "codecs none/lz4/zstd %u/%u/%u, %.3f s\n",
-              rank, what, static_cast<unsigned long long>(r.object_bytes), r.chunks_sent, r.chunks_resumed,
-              r.chunks_refetched, r.rounds, static_cast<unsigned long long>(r.bytes_sent),
-              static_cast<unsigned long long>(r.wire_bytes), r.chunks_by_codec[0], r.chunks_by_codec[1],
-              r.chunks_by_codec[2], r.seconds);
+  std::printf(
+      "rank %d %s: %llu bytes, %u chunks sent (%u resumed, %u refetched here, %u rounds), raw %llu "
+      "wire %llu, "
+      "codecs none/lz4/zstd %u/%u/%u, %.3f s\n",
+      rank, what, static_cast<unsigned long long>(r.object_bytes), r.chunks_sent, r.chunks_resumed,
+      r.chunks_refetched, r.rounds, static_cast<unsigned long long>(r.bytes_sent),
+      static_cast<unsigned long long>(r.wire_bytes), r.chunks_by_codec[0], r.chunks_by_codec[1],
+      r.chunks_by_codec[2], r.seconds);
   std::fflush(stdout);
 }
 
@@ -86,23 +87,27 @@ int mode_bytes(Communicator& c) {
       last = p;
       ++reports;
     };
-    const auto r = broadcast_blob(c, root, me == root ? std::span(want) : std::span<const uint8_t>{}, &got, o);
+    const auto r =
+        broadcast_blob(c, root, me == root ? std::span(want) : std::span<const uint8_t>{}, &got, o);
     print(codec, me, r);
     if (me != root) CHECK(got == want, "codec %s: object differs", codec);
     CHECK(r.object_bytes == want.size() && r.chunks == 10 && r.chunks_sent == 10 && r.rounds == 1,
           "codec %s: counters", codec);
     CHECK(r.object_hash == blob::xxh3(want), "codec %s: object hash", codec);
     CHECK(reports == 3 && last.bytes_done == want.size() && last.bytes_total == want.size(),
-          "codec %s: %d progress reports, last %llu", codec, reports, static_cast<unsigned long long>(last.bytes_done));
+          "codec %s: %d progress reports, last %llu", codec, reports,
+          static_cast<unsigned long long>(last.bytes_done));
     if (std::string(codec) == "zstd" || std::string(codec) == "lz4")
-      CHECK(r.wire_bytes < r.bytes_sent * 3 / 4 && r.chunks_by_codec[0] == 0, "codec %s: not compressed", codec);
+      CHECK(r.wire_bytes < r.bytes_sent * 3 / 4 && r.chunks_by_codec[0] == 0,
+            "codec %s: not compressed", codec);
     if (std::string(codec) == "none") CHECK(r.wire_bytes == r.bytes_sent, "none: wire bytes");
   }
   // An empty object and one smaller than a chunk.
   for (size_t n : {size_t{0}, size_t{1000}}) {
     const auto want = object(n, 7);
     std::vector<uint8_t> got(5, 1);
-    const auto r = broadcast_blob(c, 0, me == 0 ? std::span(want) : std::span<const uint8_t>{}, &got, opts(1u << 20, 4, "auto"));
+    const auto r = broadcast_blob(c, 0, me == 0 ? std::span(want) : std::span<const uint8_t>{},
+                                  &got, opts(1u << 20, 4, "auto"));
     if (me != 0) CHECK(got == want, "object of %zu bytes differs", n);
     CHECK(r.chunks == (n ? 1u : 0u), "chunks of a %zu-byte object", n);
   }
@@ -119,7 +124,8 @@ int mode_file(Communicator& c) {
   print("file", me, r);
   if (me != 0) {
     CHECK(read_file(dst) == want, "destination file differs");
-    CHECK(!fs::exists(blob::FileDestination::part_path(dst)) && !fs::exists(blob::FileDestination::state_path(dst)),
+    CHECK(!fs::exists(blob::FileDestination::part_path(dst)) &&
+              !fs::exists(blob::FileDestination::state_path(dst)),
           "part or state file left behind");
   }
   CHECK(r.object_hash == blob::xxh3(want) && r.chunks_sent == 7, "counters");
@@ -160,10 +166,12 @@ int mode_corrupt(Communicator& c) {
   CHECK(r.rounds == 2 && r.chunks_sent == 7, "expected one chunk resent in a second round");
   CHECK(r.chunks_refetched == (me == victim ? 1u : 0u), "refetch counter %u", r.chunks_refetched);
   std::vector<uint8_t> got;
-  const auto z = broadcast_blob(c, 0, me == 0 ? std::span(want) : std::span<const uint8_t>{}, &got, opts(1u << 20, 2, "zstd"));
+  const auto z = broadcast_blob(c, 0, me == 0 ? std::span(want) : std::span<const uint8_t>{}, &got,
+                                opts(1u << 20, 2, "zstd"));
   print("corrupt zstd", me, z);
   if (me != 0) CHECK(got == want, "bytes differ after the refetch");
-  CHECK(z.rounds == 2 && z.chunks_refetched == (me == victim ? 1u : 0u), "zstd: refetch counter %u", z.chunks_refetched);
+  CHECK(z.rounds == 2 && z.chunks_refetched == (me == victim ? 1u : 0u), "zstd: refetch counter %u",
+        z.chunks_refetched);
   return g_failures ? 1 : 0;
 }
 
@@ -181,12 +189,15 @@ int mode_resume(Communicator& c, bool finish) {
     print(finish ? "resume-finish" : "resume-break", me, r);
     CHECK(finish, "run 1 completed although a receiver exited");
     if (me != 0) CHECK(read_file(dst) == want, "resumed file differs");
-    CHECK(r.chunks_resumed > 0 && r.bytes_sent < want.size() && r.chunks_sent + r.chunks_resumed == r.chunks,
-          "resume sent %llu of %zu bytes", static_cast<unsigned long long>(r.bytes_sent), want.size());
+    CHECK(r.chunks_resumed > 0 && r.bytes_sent < want.size() &&
+              r.chunks_sent + r.chunks_resumed == r.chunks,
+          "resume sent %llu of %zu bytes", static_cast<unsigned long long>(r.bytes_sent),
+          want.size());
   } catch (const Error& e) {
     std::printf("rank %d: %s\n", me, e.what());
     CHECK(!finish, "run 2 failed: %s", e.what());
-    CHECK(e.code() == ErrorCode::kPeerLost || e.code() == ErrorCode::kAborted || e.code() == ErrorCode::kTimeout,
+    CHECK(e.code() == ErrorCode::kPeerLost || e.code() == ErrorCode::kAborted ||
+              e.code() == ErrorCode::kTimeout,
           "unexpected code %s", std::string(error_code_name(e.code())).c_str());
   }
   return g_failures ? 1 : 0;
@@ -206,12 +217,15 @@ int mode_bad_input(Communicator& c) {
   const auto data = object(300000, 1);
   std::vector<uint8_t> got;
   const std::string dir = my_dir(me);
-  expect("root out of range", ErrorCode::kInvalidArgument, [&] { broadcast_blob(c, n, data, &got, opts(1u << 20, 4, "auto")); });
+  expect("root out of range", ErrorCode::kInvalidArgument,
+         [&] { broadcast_blob(c, n, data, &got, opts(1u << 20, 4, "auto")); });
   expect("root out of range on one rank", ErrorCode::kInvalidArgument,
          [&] { broadcast_blob(c, me == 1 ? -1 : 0, data, &got, opts(1u << 20, 4, "auto")); });
-  expect("roots differ", ErrorCode::kMismatch, [&] { broadcast_blob(c, me == 2 ? 1 : 0, data, &got, opts(1u << 20, 4, "auto")); });
-  expect("missing file", ErrorCode::kInvalidArgument,
-         [&] { broadcast_blob_file(c, 0, dir + "/no-such-file", dir + "/out.bin", opts(1u << 20, 4, "auto")); });
+  expect("roots differ", ErrorCode::kMismatch,
+         [&] { broadcast_blob(c, me == 2 ? 1 : 0, data, &got, opts(1u << 20, 4, "auto")); });
+  expect("missing file", ErrorCode::kInvalidArgument, [&] {
+    broadcast_blob_file(c, 0, dir + "/no-such-file", dir + "/out.bin", opts(1u << 20, 4, "auto"));
+  });
   CHECK(!fs::exists(dir + "/out.bin"), "destination created for a failed transfer");
   expect("different sizes claimed", ErrorCode::kMismatch, [&] {
     BlobOptions o = opts(1u << 20, 4, "auto");
@@ -223,19 +237,24 @@ int mode_bad_input(Communicator& c) {
          [&] { broadcast_blob(c, 0, data, &got, opts(me == 1 ? 1000 : 1u << 20, 4, "auto")); });
   expect("unwritable destination", ErrorCode::kIo, [&] {
     write_file(dir + "/src.bin", data);
-    broadcast_blob_file(c, 0, dir + "/src.bin", me == 2 ? dir + "/no/such/dir/out.bin" : dir + "/out.bin",
+    broadcast_blob_file(c, 0, dir + "/src.bin",
+                        me == 2 ? dir + "/no/such/dir/out.bin" : dir + "/out.bin",
                         opts(1u << 20, 4, "auto"));
   });
   if (me == 0 || me == 1) {
     const int peer = 1 - me;
     expect("p2p: missing file", ErrorCode::kInvalidArgument, [&] {
-      if (me == 0) send_file(c, peer, dir + "/no-such-file", opts(1u << 20, 4, "auto"));
-      else recv_file(c, peer, dir + "/p2p.bin", opts(1u << 20, 4, "auto"));
+      if (me == 0)
+        send_file(c, peer, dir + "/no-such-file", opts(1u << 20, 4, "auto"));
+      else
+        recv_file(c, peer, dir + "/p2p.bin", opts(1u << 20, 4, "auto"));
     });
   }
-  expect("p2p: peer is self", ErrorCode::kInvalidArgument, [&] { send_file(c, me, dir + "/src.bin"); });
+  expect("p2p: peer is self", ErrorCode::kInvalidArgument,
+         [&] { send_file(c, me, dir + "/src.bin"); });
   // Still a working group.
-  const auto r = broadcast_blob(c, 0, me == 0 ? std::span(data) : std::span<const uint8_t>{}, &got, opts(1u << 20, 4, "auto"));
+  const auto r = broadcast_blob(c, 0, me == 0 ? std::span(data) : std::span<const uint8_t>{}, &got,
+                                opts(1u << 20, 4, "auto"));
   if (me != 0) CHECK(got == data, "the group is broken after the failures");
   CHECK(r.chunks_sent == 1, "counters after the failures");
   return g_failures ? 1 : 0;
@@ -249,10 +268,13 @@ int main(int argc, char** argv) {
     if (const char* doms = std::getenv("GEOCCL_TEST_DOMAINS")) {
       std::vector<std::string> list(1);
       for (const char* p = doms; *p; ++p) {
-        if (*p == ',') list.emplace_back();
-        else list.back().push_back(*p);
+        if (*p == ',')
+          list.emplace_back();
+        else
+          list.back().push_back(*p);
       }
-      setenv("GEOCCL_DOMAIN", list.at(static_cast<size_t>(std::atoi(std::getenv("RANK")))).c_str(), 1);
+      setenv("GEOCCL_DOMAIN", list.at(static_cast<size_t>(std::atoi(std::getenv("RANK")))).c_str(),
+             1);
     }
     Communicator c(Config::from_env());
     if (mode == "bytes") return mode_bytes(c);

@@ -48,10 +48,13 @@ TEST_F(BlobMp, CorruptedChunkIsFetchedAgainAndNeverDelivered) {
 // Run 2, a fresh group: only the missing chunks go, and every destination has the right hash.
 TEST_F(BlobMp, ResumesAfterAReceiverExitedMidTransfer) {
   const auto first = run(4, "resume-break", {{"GEOCCL_BLOB_TEST_EXIT_AFTER", "2:40"}});
-  for (size_t r = 0; r < first.size(); ++r) EXPECT_EQ(first[r], r == 2 ? 75 : 0) << "run 1, rank " << r;
+  for (size_t r = 0; r < first.size(); ++r)
+    EXPECT_EQ(first[r], r == 2 ? 75 : 0) << "run 1, rank " << r;
   all_zero(run(4, "resume-finish"), "run 2");
 }
 
-TEST_F(BlobMp, BadInputFailsEveryRankWithTheSameTypedError) { all_zero(run(4, "bad-input"), "bad input"); }
+TEST_F(BlobMp, BadInputFailsEveryRankWithTheSameTypedError) {
+  all_zero(run(4, "bad-input"), "bad input");
+}
 
 }  // namespace

@@ -9,14 +9,14 @@
 namespace {
 
 int g_failures = 0;
-#define CHECK(cond, ...)                                                    \
-  do {                                                                      \
-    if (!(cond)) {                                                          \
+#define CHECK(cond, ...)                                                           \
+  do {                                                                             \
+    if (!(cond)) {                                                                 \
       std::fprintf(stderr, "CHECK failed %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      std::fprintf(stderr, __VA_ARGS__);                                    \
-      std::fprintf(stderr, "\n");                                           \
-      if (++g_failures > 20) std::exit(1);                                  \
-    }                                                                       \
+      std::fprintf(stderr, __VA_ARGS__);                                           \
+      std::fprintf(stderr, "\n");                                                  \
+      if (++g_failures > 20) std::exit(1);                                         \
+    }                                                                              \
   } while (0)
 
 }  // namespace

@@ -46,8 +46,8 @@ constexpr double kMB = 1e6;
 
 TEST(BlobCodec, EveryCodecRoundTripsAndRejectsGarbage) {
   const auto data = mixed_bytes(1 << 20);
-  for (CodecChoice c : {CodecChoice{Codec::kNone, 0}, CodecChoice{Codec::kLz4, 0}, CodecChoice{Codec::kZstd, 1},
-                        CodecChoice{Codec::kZstd, 19}}) {
+  for (CodecChoice c : {CodecChoice{Codec::kNone, 0}, CodecChoice{Codec::kLz4, 0},
+                        CodecChoice{Codec::kZstd, 1}, CodecChoice{Codec::kZstd, 19}}) {
     std::vector<uint8_t> wire(compress_bound(c.codec, data.size()));
     const size_t n = compress(c, data, wire);
     ASSERT_GT(n, 0u) << codec_name(c.codec);
@@ -154,13 +154,18 @@ TEST(BlobDescriptor, HeaderRoundTripsAndRejectsInconsistentFields) {
     ObjectHeader x;
     return !decode_header(c, &x);
   };
-  EXPECT_TRUE(bad([](auto& c) { c[0] ^= 1; }));                 // magic
-  EXPECT_TRUE(bad([](auto& c) { c[4] = 2; }));                  // version
-  EXPECT_TRUE(bad([](auto& c) { c[32] = 4; }));                 // chunk_count != ceil(size/chunk)
-  EXPECT_TRUE(bad([](auto& c) { c[24] = 0; c[25] = 0; c[26] = 0; c[27] = 0; }));  // chunk_bytes 0
-  EXPECT_TRUE(bad([](auto& c) { c[28] = 65; }));                // window too large
-  EXPECT_TRUE(bad([](auto& c) { c[63] = 1; }));                 // padding
-  EXPECT_TRUE(bad([](auto& c) { c.pop_back(); }));              // length
+  EXPECT_TRUE(bad([](auto& c) { c[0] ^= 1; }));  // magic
+  EXPECT_TRUE(bad([](auto& c) { c[4] = 2; }));   // version
+  EXPECT_TRUE(bad([](auto& c) { c[32] = 4; }));  // chunk_count != ceil(size/chunk)
+  EXPECT_TRUE(bad([](auto& c) {
+    c[24] = 0;
+    c[25] = 0;
+    c[26] = 0;
+    c[27] = 0;
+  }));                                              // chunk_bytes 0
+  EXPECT_TRUE(bad([](auto& c) { c[28] = 65; }));    // window too large
+  EXPECT_TRUE(bad([](auto& c) { c[63] = 1; }));     // padding
+  EXPECT_TRUE(bad([](auto& c) { c.pop_back(); }));  // length
   EXPECT_EQ(chunk_count(0, 4096), 0u);
   EXPECT_EQ(chunk_count(8192, 4096), 2u);
   EXPECT_EQ(chunk_count(8193, 4096), 3u);
@@ -171,7 +176,8 @@ TEST(BlobDescriptor, HeaderRoundTripsAndRejectsInconsistentFields) {
 TEST(BlobDescriptor, WindowRoundTripsAtFullSizeAndRejectsBadEntries) {
   const uint32_t chunk = 1u << 20;
   ObjectHeader h{5 * uint64_t{chunk} + 100, 1, chunk, 4, 6};
-  WindowDescriptor d{2, 1, {{1, {Codec::kLz4, 0}, chunk, 1000, 0xabc}, {5, {Codec::kNone, 0}, 100, 100, 0xdef}}};
+  WindowDescriptor d{
+      2, 1, {{1, {Codec::kLz4, 0}, chunk, 1000, 0xabc}, {5, {Codec::kNone, 0}, 100, 100, 0xdef}}};
   const auto b = encode_window(d, h.window_chunks);
   ASSERT_EQ(b.size(), window_descriptor_bytes(4));
   ASSERT_EQ(b.size(), 24u + 4 * 24u);
@@ -241,7 +247,9 @@ TEST(BlobAgreement, EveryParticipantDecidesAlike) {
     }
     return decide_opening(all, n);
   };
-  auto ok = agree({{ErrorCode::kOk, 1, -1, 0}, {ErrorCode::kOk, 1, 1000, 1 << 20}, {ErrorCode::kOk, 1, 1000, 0}});
+  auto ok = agree({{ErrorCode::kOk, 1, -1, 0},
+                   {ErrorCode::kOk, 1, 1000, 1 << 20},
+                   {ErrorCode::kOk, 1, 1000, 0}});
   EXPECT_EQ(ok.code, ErrorCode::kOk);
   EXPECT_EQ(ok.root, 1);
   EXPECT_EQ(ok.object_bytes, 1000u);
@@ -253,7 +261,8 @@ TEST(BlobAgreement, EveryParticipantDecidesAlike) {
   EXPECT_EQ(size.code, ErrorCode::kMismatch);
   const auto roots = agree({{ErrorCode::kOk, 0, 1000, 65536}, {ErrorCode::kOk, 1, 5, 65536}});
   EXPECT_EQ(roots.code, ErrorCode::kMismatch);
-  const auto missing = agree({{ErrorCode::kInvalidArgument, 0, 0, 65536}, {ErrorCode::kOk, 0, -1, 0},
+  const auto missing = agree({{ErrorCode::kInvalidArgument, 0, 0, 65536},
+                              {ErrorCode::kOk, 0, -1, 0},
                               {ErrorCode::kIo, 0, -1, 0}});
   EXPECT_EQ(missing.code, ErrorCode::kIo);
   EXPECT_EQ(missing.failed, 2);
@@ -288,12 +297,15 @@ TEST(BlobTestHooks, ParseOnlyThisRanksValue) {
 // domains, large payloads go hierarchically.
 TEST(BlobPlanner, LargeBroadcastsAcrossDomainsAreHierarchical) {
   for (size_t bytes : {size_t{64}, size_t{4} << 20, size_t{64} << 20})
-    EXPECT_EQ(collectives::plan_broadcast(bytes, 4, 2, 64 << 10, "").algo, collectives::Algo::kHierarchical);
-  EXPECT_EQ(collectives::plan_broadcast(size_t{4} << 20, 4, 1, 64 << 10, "").algo, collectives::Algo::kChain);
+    EXPECT_EQ(collectives::plan_broadcast(bytes, 4, 2, 64 << 10, "").algo,
+              collectives::Algo::kHierarchical);
+  EXPECT_EQ(collectives::plan_broadcast(size_t{4} << 20, 4, 1, 64 << 10, "").algo,
+            collectives::Algo::kChain);
 }
 
 TEST(BlobFileDestination, ResumesFromVerifiedChunksThatStillMatch) {
-  const auto dir = std::filesystem::temp_directory_path() / ("geoccl_blob_test_" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("geoccl_blob_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string path = (dir / "obj").string();
   const uint32_t chunk = 64u << 10;

@@ -27,16 +27,18 @@ class ProgressBar {
     const bool last = p.bytes_done >= p.bytes_total;
     if (!tty_ && !last && now - printed_ < std::chrono::seconds(2)) return;
     printed_ = now;
-    const double frac = p.bytes_total ? static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total) : 1;
+    const double frac =
+        p.bytes_total ? static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total) : 1;
     const int width = 30, fill = static_cast<int>(frac * width);
     std::string bar(static_cast<size_t>(fill), '#');
     bar.resize(width, '-');
-    std::fprintf(stderr, "%s%s [%s] %5.1f%% %.1f/%.1f MiB  %.1f MB/s  ETA %.0f s  wire %.1f MiB%s%s",
-                 tty_ ? "\r" : "", label_.c_str(), bar.c_str(), frac * 100, static_cast<double>(p.bytes_done) / kMiB,
-                 static_cast<double>(p.bytes_total) / kMiB, p.rate_bytes_per_s / 1e6, p.eta_s,
-                 static_cast<double>(p.wire_bytes) / kMiB,
-                 p.chunks_refetched ? ("  refetched " + std::to_string(p.chunks_refetched)).c_str() : "",
-                 tty_ ? "" : "\n");
+    std::fprintf(
+        stderr, "%s%s [%s] %5.1f%% %.1f/%.1f MiB  %.1f MB/s  ETA %.0f s  wire %.1f MiB%s%s",
+        tty_ ? "\r" : "", label_.c_str(), bar.c_str(), frac * 100,
+        static_cast<double>(p.bytes_done) / kMiB, static_cast<double>(p.bytes_total) / kMiB,
+        p.rate_bytes_per_s / 1e6, p.eta_s, static_cast<double>(p.wire_bytes) / kMiB,
+        p.chunks_refetched ? ("  refetched " + std::to_string(p.chunks_refetched)).c_str() : "",
+        tty_ ? "" : "\n");
     if (tty_ && last) std::fprintf(stderr, "\n");
   }
 
@@ -57,12 +59,14 @@ BlobOptions options_of(const BlobSpec& s) {
 }
 
 void summary(int rank, const char* what, const BlobResult& r) {
-  std::fprintf(stderr,
-               "geoccl blob: rank %d %s %.1f MiB in %.2f s: %u chunks sent (%u resumed, %u refetched here), "
-               "%.1f MiB on the wire (none/lz4/zstd chunks %u/%u/%u), xxh3 %016llx\n",
-               rank, what, static_cast<double>(r.object_bytes) / kMiB, r.seconds, r.chunks_sent, r.chunks_resumed,
-               r.chunks_refetched, static_cast<double>(r.wire_bytes) / kMiB, r.chunks_by_codec[0], r.chunks_by_codec[1],
-               r.chunks_by_codec[2], static_cast<unsigned long long>(r.object_hash));
+  std::fprintf(
+      stderr,
+      "geoccl blob: rank %d %s %.1f MiB in %.2f s: %u chunks sent (%u resumed, %u refetched here), "
+      "%.1f MiB on the wire (none/lz4/zstd chunks %u/%u/%u), xxh3 %016llx\n",
+      rank, what, static_cast<double>(r.object_bytes) / kMiB, r.seconds, r.chunks_sent,
+      r.chunks_resumed, r.chunks_refetched, static_cast<double>(r.wire_bytes) / kMiB,
+      r.chunks_by_codec[0], r.chunks_by_codec[1], r.chunks_by_codec[2],
+      static_cast<unsigned long long>(r.object_hash));
 }
 
 // Ratio and speed of each codec over the whole file, chunk by chunk as a transfer would go.
@@ -70,9 +74,10 @@ int run_codecs(const BlobSpec& s) {
   auto file = blob::MappedFile::open_read(s.path);
   const auto data = file.bytes();
   const size_t chunk = parse_sizes(s.chunk).at(0);
-  const blob::CodecChoice choices[] = {{blob::Codec::kLz4, 0}, {blob::Codec::kZstd, 1}, {blob::Codec::kZstd, 3}};
-  std::printf("%s: %.1f MiB in chunks of %zu KiB (one core)\n", s.path.c_str(), static_cast<double>(data.size()) / kMiB,
-              chunk >> 10);
+  const blob::CodecChoice choices[] = {
+      {blob::Codec::kLz4, 0}, {blob::Codec::kZstd, 1}, {blob::Codec::kZstd, 3}};
+  std::printf("%s: %.1f MiB in chunks of %zu KiB (one core)\n", s.path.c_str(),
+              static_cast<double>(data.size()) / kMiB, chunk >> 10);
   std::printf("%-8s %8s %14s %16s\n", "codec", "ratio", "compress MB/s", "decompress MB/s");
   std::vector<uint8_t> wire, back(chunk);
   for (const auto& c : choices) {
@@ -84,15 +89,19 @@ int run_codecs(const BlobSpec& s) {
       const auto t0 = Clock::now();
       const size_t n = blob::compress(c, raw, wire);
       const auto t1 = Clock::now();
-      if (n == 0 || !blob::decompress(c.codec, std::span(wire).first(n), std::span(back).first(raw.size())))
-        throw Error(ErrorCode::kInternal, std::string(blob::codec_name(c.codec)) + " failed to round-trip a chunk");
+      if (n == 0 ||
+          !blob::decompress(c.codec, std::span(wire).first(n), std::span(back).first(raw.size())))
+        throw Error(ErrorCode::kInternal,
+                    std::string(blob::codec_name(c.codec)) + " failed to round-trip a chunk");
       dt += std::chrono::duration<double>(Clock::now() - t1).count();
       ct += std::chrono::duration<double>(t1 - t0).count();
       out += n;
     }
-    const std::string name = c.codec == blob::Codec::kZstd ? "zstd-" + std::to_string(c.level) : "lz4";
+    const std::string name =
+        c.codec == blob::Codec::kZstd ? "zstd-" + std::to_string(c.level) : "lz4";
     const double mb = static_cast<double>(data.size()) / 1e6;
-    std::printf("%-8s %8.3f %14.0f %16.0f\n", name.c_str(), out ? static_cast<double>(data.size()) / static_cast<double>(out) : 0,
+    std::printf("%-8s %8.3f %14.0f %16.0f\n", name.c_str(),
+                out ? static_cast<double>(data.size()) / static_cast<double>(out) : 0,
                 ct > 0 ? mb / ct : 0, dt > 0 ? mb / dt : 0);
   }
   return 0;
@@ -101,7 +110,8 @@ int run_codecs(const BlobSpec& s) {
 }  // namespace
 
 CLI::App* add_blob_command(CLI::App& app, BlobSpec& spec) {
-  auto* b = app.add_subcommand("blob", "move a file between ranks (chunked, hashed, compressed when it pays, resumable)");
+  auto* b = app.add_subcommand(
+      "blob", "move a file between ranks (chunked, hashed, compressed when it pays, resumable)");
   b->require_subcommand(1);
   auto common = [&](CLI::App* c) {
     c->add_option("--chunk", spec.chunk, "chunk size (64K .. 64M)");
@@ -114,15 +124,18 @@ CLI::App* add_blob_command(CLI::App& app, BlobSpec& spec) {
   auto* send = b->add_subcommand("send", "this rank sends FILE: to every other rank, or --to one");
   send->add_option("file", spec.path)->required();
   send->add_option("--to", spec.peer, "the one receiving rank (point to point)");
-  auto* recv = b->add_subcommand("recv", "receive into DEST: from the broadcasting --root, or --from one sender");
+  auto* recv = b->add_subcommand(
+      "recv", "receive into DEST: from the broadcasting --root, or --from one sender");
   recv->add_option("dest", spec.dst_path)->required();
   recv->add_option("--from", spec.peer, "the sending rank (point to point)");
   recv->add_option("--root", spec.root, "the broadcasting rank");
-  auto* bcast = b->add_subcommand("bcast", "every rank runs this: --root sends SRC, the others write DEST");
+  auto* bcast =
+      b->add_subcommand("bcast", "every rank runs this: --root sends SRC, the others write DEST");
   bcast->add_option("src", spec.path)->required();
   bcast->add_option("dest", spec.dst_path)->required();
   bcast->add_option("--root", spec.root, "the sending rank");
-  auto* codecs = b->add_subcommand("codecs", "lossless ratio and speed of lz4, zstd-1, zstd-3 on FILE (no group)");
+  auto* codecs = b->add_subcommand(
+      "codecs", "lossless ratio and speed of lz4, zstd-1, zstd-3 on FILE (no group)");
   codecs->add_option("file", spec.path)->required();
   codecs->add_option("--chunk", spec.chunk, "chunk size");
   for (auto* c : {send, recv, bcast}) common(c);
@@ -142,11 +155,16 @@ int run_blob(const BlobSpec& s) {
     BlobOptions o = base;
     if (!s.quiet) o.progress = [&bar](const BlobProgress& p) { bar.update(p); };
     BlobResult r;
-    if (s.action == "send" && s.peer >= 0) r = send_file(*comm, s.peer, s.path, o);
-    else if (s.action == "send") r = broadcast_blob_file(*comm, me, s.path, "", o);
-    else if (s.action == "recv" && s.peer >= 0) r = recv_file(*comm, s.peer, s.dst_path, o);
-    else if (s.action == "recv") r = broadcast_blob_file(*comm, s.root, "", s.dst_path, o);
-    else r = broadcast_blob_file(*comm, s.root, s.path, s.dst_path, o);
+    if (s.action == "send" && s.peer >= 0)
+      r = send_file(*comm, s.peer, s.path, o);
+    else if (s.action == "send")
+      r = broadcast_blob_file(*comm, me, s.path, "", o);
+    else if (s.action == "recv" && s.peer >= 0)
+      r = recv_file(*comm, s.peer, s.dst_path, o);
+    else if (s.action == "recv")
+      r = broadcast_blob_file(*comm, s.root, "", s.dst_path, o);
+    else
+      r = broadcast_blob_file(*comm, s.root, s.path, s.dst_path, o);
     summary(me, s.action.c_str(), r);
     return 0;
   } catch (const std::exception& e) {

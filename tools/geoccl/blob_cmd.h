@@ -12,7 +12,7 @@ class App;
 namespace geoccl::tools {
 
 struct BlobSpec {
-  std::string action;         // send, recv, bcast, codecs
+  std::string action;          // send, recv, bcast, codecs
   std::string path, dst_path;  // send/recv/codecs: path; bcast: source (root) and destination
   int peer = -1;               // send --to / recv --from: point to point; -1: broadcast
   int root = 0;                // recv / bcast without a peer
