@@ -45,6 +45,9 @@ struct PeerStats {
   uint64_t frames_sent = 0;
   uint64_t frames_received = 0;
   double rtt_ms = 0;  // smoothed RTT where the transport measures one (TCP: mean over streams)
+  // The bulk class's own link to the peer (Priority::kBulk): bytes and RTT.
+  uint64_t bulk_bytes_sent = 0, bulk_bytes_received = 0;
+  double bulk_rtt_ms = 0;
 
   // TCP only: one data connection to the peer: the kernel's TCP_INFO (Linux) at the time of the
   // call and the connection's own counters. Zero where the kernel does not report a field.

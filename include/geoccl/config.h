@@ -51,6 +51,14 @@ struct Config {
   // the group fails with peer-lost.
   std::chrono::milliseconds tcp_resume_timeout{std::chrono::seconds(30)};
 
+  // The bulk priority class (Priority::kBulk, docs/transport.md "Channels"): a scavenger.
+  // GEOCCL_BULK_RATE: most bit/s the bulk class may send on one WAN path ("200M", "1G", "0" =
+  // no cap but what the delay controller allows); decimal k/M/G suffixes, optional "bit".
+  uint64_t bulk_rate_bps = 0;
+  // GEOCCL_BULK_TARGET_DELAY_MS: queueing delay (RTT above the path's minimum) at which the bulk
+  // class starts backing off.
+  std::chrono::milliseconds bulk_target_delay{5};
+
   // Deadlines.
   std::chrono::milliseconds op_timeout{std::chrono::minutes(5)};       // GEOCCL_TIMEOUT_MS
   std::chrono::milliseconds connect_timeout{std::chrono::minutes(2)};  // GEOCCL_CONNECT_TIMEOUT_MS

@@ -1,7 +1,9 @@
 // The communicator: validates calls, numbers them, and runs them in issue order on one worker
-// thread. Collectives run to completion there (their I/O is overlapped by the event loop);
-// send/recv are only posted there, so a rank can have a send and the matching receive of an
-// exchange in flight at once. Works complete strictly in issue order.
+// thread per priority class (channel). Collectives run to completion there (their I/O is
+// overlapped by the event loop); send/recv are only posted there, so a rank can have a send and
+// the matching receive of an exchange in flight at once. Works of one class complete strictly in
+// issue order; the classes run concurrently, each in its own frame space (transport/router.h).
+#include <array>
 #include <cstring>
 #include <deque>
 #include <thread>
@@ -35,7 +37,7 @@ class CommunicatorImpl {
   int size() const { return cfg_.world_size; }
   transport::Transport& transport() { return *router_; }
 
-  // Queues a collective. `run` executes on the worker thread inside an OpContext.
+  // Queues a collective. `run` executes on its class's worker thread inside an OpContext.
   Work submit(FrameHeader h, const OpOptions& o, std::function<void(OpContext&)> run);
   // Queues a point-to-point transfer; sequence numbers are kept per peer and direction.
   Work submit_p2p(bool is_send, int peer, FrameHeader h, const OpOptions& o, std::span<uint8_t> data);
@@ -62,14 +64,27 @@ class CommunicatorImpl {
     std::exception_ptr error;
     std::string what;
   };
+  // One priority class: its queue, sequence numbers, worker and scratch memory.
+  struct Channel {
+    uint8_t id = 0;
+    // Guarded by progress_.mutex().
+    std::deque<Op> queue;
+    uint64_t next_seq = 1;
+    std::vector<uint64_t> send_seq, recv_seq;
+    // Its worker thread only.
+    std::deque<InFlight> inflight;
+    collectives::ScratchPool scratch;
+    std::thread worker;
+  };
 
-  Work enqueue(Op op);
+  Work enqueue(Op op, Priority priority);
   // Finds the domains: exchanges labels, and measures RTTs when there are none (see Config).
   void discover_topology();
-  void worker_main();
-  void start(Op& op);
+  void worker_main(Channel& ch);
+  void start(Channel& ch, Op& op);
   // Completes finished in-flight operations in order; aborts the group on an expired one.
-  void retire();
+  void retire(Channel& ch);
+  void stop_workers();
 
   Config cfg_;
   membership::RendezvousInfo rdv_;
@@ -77,19 +92,14 @@ class CommunicatorImpl {
   runtime::Progress progress_;
   std::unique_ptr<transport::Group> group_;
   std::unique_ptr<transport::Router> router_;
-  collectives::ScratchPool scratch_;
   topology::Topology topo_;
   TopologyInfo topo_info_;
 
   // Guarded by progress_.mutex().
-  std::deque<Op> queue_;
   bool stop_ = false;
   size_t incomplete_ = 0;  // issued operations whose Work has not completed
-  uint64_t next_seq_ = 1;
-  std::vector<uint64_t> send_seq_, recv_seq_;
 
-  std::deque<InFlight> inflight_;  // worker thread only
-  std::thread worker_;
+  std::array<Channel, kPriorityClasses> channels_;
 };
 
 CommunicatorImpl::CommunicatorImpl(Config cfg) : cfg_(std::move(cfg)) {
@@ -97,8 +107,11 @@ CommunicatorImpl::CommunicatorImpl(Config cfg) : cfg_(std::move(cfg)) {
   core::LogLevel level;
   if (core::parse_log_level(cfg_.log_level, &level)) core::set_log_level(level);
   core::set_log_tag(cfg_.rank, cfg_.domain);
-  send_seq_.assign(static_cast<size_t>(cfg_.world_size), 0);
-  recv_seq_.assign(static_cast<size_t>(cfg_.world_size), 0);
+  for (size_t c = 0; c < channels_.size(); ++c) {
+    channels_[c].id = static_cast<uint8_t>(c);
+    channels_[c].send_seq.assign(static_cast<size_t>(cfg_.world_size), 0);
+    channels_[c].recv_seq.assign(static_cast<size_t>(cfg_.world_size), 0);
+  }
   // A group of one needs no network; the router still exists (with no device) so collectives
   // have a peer model to ask (they return before any I/O).
   if (cfg_.world_size > 1) rdv_ = membership::join_store(cfg_);
@@ -149,19 +162,13 @@ CommunicatorImpl::CommunicatorImpl(Config cfg) : cfg_(std::move(cfg)) {
     throw;
   }
   if (cfg_.world_size > 1) GEOCCL_LOG(kInfo, "connected to all peers");
-  worker_ = std::thread([this] { worker_main(); });
+  for (auto& ch : channels_) ch.worker = std::thread([this, &ch] { worker_main(ch); });
   topo_ = topology::single_domain(cfg_.world_size);
   if (cfg_.world_size > 1) {
     try {
       discover_topology();
     } catch (...) {
-      // The worker must be stopped before members are destroyed.
-      {
-        std::lock_guard lk(progress_.mutex());
-        stop_ = true;
-      }
-      progress_.notify();
-      worker_.join();
+      stop_workers();  // before members are destroyed
       throw;
     }
   }
@@ -225,24 +232,38 @@ CommunicatorImpl::~CommunicatorImpl() {
   if (pending)
     router_->abort(ErrorCode::kAborted, "rank " + std::to_string(cfg_.rank) +
                                                " destroyed its communicator with operations pending");
-  progress_.notify();
-  worker_.join();
+  stop_workers();
   router_.reset();
 }
 
-Work CommunicatorImpl::enqueue(Op op) {
+void CommunicatorImpl::stop_workers() {
+  {
+    std::lock_guard lk(progress_.mutex());
+    stop_ = true;
+  }
+  progress_.notify();
+  for (auto& ch : channels_)
+    if (ch.worker.joinable()) ch.worker.join();
+}
+
+Work CommunicatorImpl::enqueue(Op op, Priority priority) {
+  const auto c = static_cast<size_t>(priority);
+  if (c >= channels_.size())
+    throw Error(ErrorCode::kInvalidArgument, "unknown priority class " + std::to_string(c));
+  Channel& ch = channels_[c];
   auto state = std::make_shared<detail::WorkState>();
   op.work = state;
+  op.header.channel = ch.id;
   {
     std::lock_guard lk(progress_.mutex());
     if (stop_) throw Error(ErrorCode::kAborted, "communicator is shutting down");
     if (op.p2p) {
-      auto& seq = op.is_send ? send_seq_ : recv_seq_;
+      auto& seq = op.is_send ? ch.send_seq : ch.recv_seq;
       op.header.seq = ++seq[static_cast<size_t>(op.peer)];
     } else {
-      op.header.seq = next_seq_++;
+      op.header.seq = ch.next_seq++;
     }
-    queue_.push_back(std::move(op));
+    ch.queue.push_back(std::move(op));
     ++incomplete_;
   }
   progress_.cv().notify_all();
@@ -254,7 +275,7 @@ Work CommunicatorImpl::submit(FrameHeader h, const OpOptions& o, std::function<v
   op.header = h;
   op.timeout = o.timeout.value_or(cfg_.op_timeout);
   op.run = std::move(run);
-  return enqueue(std::move(op));
+  return enqueue(std::move(op), o.priority);
 }
 
 Work CommunicatorImpl::submit_p2p(bool is_send, int peer, FrameHeader h, const OpOptions& o,
@@ -266,15 +287,15 @@ Work CommunicatorImpl::submit_p2p(bool is_send, int peer, FrameHeader h, const O
   op.is_send = is_send;
   op.peer = peer;
   op.data = data;
-  return enqueue(std::move(op));
+  return enqueue(std::move(op), o.priority);
 }
 
-void CommunicatorImpl::start(Op& op) {
+void CommunicatorImpl::start(Channel& ch, Op& op) {
   InFlight f;
   f.work = op.work;
   f.deadline = Clock::now() + op.timeout;
   f.what = std::string(protocol::op_kind_name(op.header.kind)) + " #" + std::to_string(op.header.seq);
-  f.ctx = std::make_unique<OpContext>(*router_, progress_, scratch_, op.header, f.deadline,
+  f.ctx = std::make_unique<OpContext>(*router_, progress_, ch.scratch, op.header, f.deadline,
                                       cfg_.chunk_bytes);
   if (!op.p2p) router_->begin_operation(op.header);
   if (op.p2p) {
@@ -290,12 +311,12 @@ void CommunicatorImpl::start(Op& op) {
     }
     f.ctx.reset();  // waits for sends still in flight from user memory
   }
-  inflight_.push_back(std::move(f));
+  ch.inflight.push_back(std::move(f));
 }
 
-void CommunicatorImpl::retire() {
-  while (!inflight_.empty()) {
-    InFlight& f = inflight_.front();
+void CommunicatorImpl::retire(Channel& ch) {
+  while (!ch.inflight.empty()) {
+    InFlight& f = ch.inflight.front();
     bool done = true;
     for (auto& r : f.reqs) done = done && r->done.load(std::memory_order_acquire);
     if (!done) {
@@ -312,7 +333,7 @@ void CommunicatorImpl::retire() {
         }
     auto work = std::move(f.work);
     auto error = f.error;
-    inflight_.pop_front();
+    ch.inflight.pop_front();
     {
       std::lock_guard lk(progress_.mutex());
       --incomplete_;
@@ -321,30 +342,30 @@ void CommunicatorImpl::retire() {
   }
 }
 
-void CommunicatorImpl::worker_main() {
+void CommunicatorImpl::worker_main(Channel& ch) {
   for (;;) {
     Op op;
     {
       std::unique_lock lk(progress_.mutex());
       for (;;) {
-        if (!queue_.empty()) break;
+        if (!ch.queue.empty()) break;
         lk.unlock();
-        retire();
+        retire(ch);
         lk.lock();
-        if (!queue_.empty()) break;
-        if (stop_ && inflight_.empty()) return;
-        if (inflight_.empty()) {
+        if (!ch.queue.empty()) break;
+        if (stop_ && ch.inflight.empty()) return;
+        if (ch.inflight.empty()) {
           progress_.cv().wait(lk);
         } else {
-          progress_.cv().wait_until(lk, std::min(inflight_.front().deadline,
+          progress_.cv().wait_until(lk, std::min(ch.inflight.front().deadline,
                                                  Clock::now() + std::chrono::milliseconds(100)));
         }
       }
-      op = std::move(queue_.front());
-      queue_.pop_front();
+      op = std::move(ch.queue.front());
+      ch.queue.pop_front();
     }
-    start(op);
-    retire();
+    start(ch, op);
+    retire(ch);
   }
 }
 

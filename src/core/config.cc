@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <string_view>
 
@@ -39,6 +40,28 @@ size_t parse_size(const char* name, const char* v) {
     if (mult != 1) s.pop_back();
   }
   return parse_int<size_t>(name, s.c_str()) * mult;
+}
+
+// Rates in bit/s accept decimal k/M/G suffixes and an optional "bit", "bps" or "bit/s".
+uint64_t parse_rate(const char* name, const char* v) {
+  std::string s(v);
+  for (const char* unit : {"bit/s", "bps", "bit"})
+    if (s.size() > std::strlen(unit) && s.ends_with(unit)) {
+      s.resize(s.size() - std::strlen(unit));
+      break;
+    }
+  uint64_t mult = 1;
+  if (!s.empty()) {
+    const char c = s.back();
+    if (c == 'K' || c == 'k') mult = 1000;
+    if (c == 'M' || c == 'm') mult = 1000 * 1000;
+    if (c == 'G' || c == 'g') mult = 1000 * 1000 * 1000;
+    if (mult != 1) s.pop_back();
+  }
+  const auto n = parse_int<uint64_t>(name, s.c_str());
+  if (n > UINT64_MAX / mult)
+    throw Error(ErrorCode::kInvalidArgument, std::string(name) + "='" + v + "' is too large");
+  return n * mult;
 }
 
 // Applies the first of `names` that is set (later names override earlier ones).
@@ -99,6 +122,10 @@ void Config::apply_env() {
   apply({"GEOCCL_TCP_RESUME_TIMEOUT_MS"}, [&](auto n, auto v) {
     tcp_resume_timeout = std::chrono::milliseconds(parse_int<int64_t>(n, v));
   });
+  apply({"GEOCCL_BULK_RATE"}, [&](auto n, auto v) { bulk_rate_bps = parse_rate(n, v); });
+  apply({"GEOCCL_BULK_TARGET_DELAY_MS"}, [&](auto n, auto v) {
+    bulk_target_delay = std::chrono::milliseconds(parse_int<int64_t>(n, v));
+  });
   apply({"GEOCCL_TIMEOUT_MS"},
         [&](auto n, auto v) { op_timeout = std::chrono::milliseconds(parse_int<int64_t>(n, v)); });
   apply({"GEOCCL_CONNECT_TIMEOUT_MS"}, [&](auto n, auto v) {
@@ -136,6 +163,8 @@ void Config::validate() const {
   if (!valid_transport_choice(transport))
     bad("GEOCCL_TRANSPORT must be auto, tcp or a list of class=name "
         "(host=shm,remote=tcp), got '" + transport + "'");
+  if (bulk_target_delay.count() < 1 || bulk_target_delay.count() > 10000)
+    bad("GEOCCL_BULK_TARGET_DELAY_MS must be in 1..10000");
   if (chunk_bytes < 4096) bad("GEOCCL_CHUNK_BYTES must be >= 4096");
   if (shm_ring_bytes < (64 << 10) || shm_ring_bytes > (size_t{1} << 30))
     bad("GEOCCL_SHM_RING_BYTES must be between 64K and 1G");

@@ -58,9 +58,22 @@ bool Group::complete_if_failed(const RequestPtr& req) {
   return true;
 }
 
+void Group::set_current_operation(const protocol::FrameHeader& h) {
+  if (h.channel < kPriorityClasses) current_op_[h.channel] = h;
+}
+
 void Group::early_frame(int peer, const protocol::FrameHeader& h) {
-  if (!current_op_ || failed()) return;
-  const protocol::FrameHeader& cur = *current_op_;
+  if (failed()) return;
+  if (h.channel >= kPriorityClasses) {
+    fail(ErrorCode::kMismatch,
+         "rank " + std::to_string(peer) + " sent a frame on channel " + std::to_string(h.channel) +
+             ", which this version does not have",
+         true);
+    return;
+  }
+  const auto& current = current_op_[h.channel];
+  if (!current) return;
+  const protocol::FrameHeader& cur = *current;
   if (h.kind == protocol::OpKind::kSendRecv || h.seq > cur.seq) return;
   const std::string why = h.seq < cur.seq ? "a frame of an earlier operation arrived late"
                                           : protocol::describe_mismatch(cur, h);

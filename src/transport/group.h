@@ -8,6 +8,7 @@
 // notify() from their handlers; other threads reach fail() through Router::abort().
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -58,12 +59,12 @@ class Group {
   // Loop thread: completes `req` with the group's failure if the group has failed.
   bool complete_if_failed(const RequestPtr& req);
 
-  // Loop thread. The operation this rank runs now (Router::begin_operation).
-  void set_current_operation(const protocol::FrameHeader& h) { current_op_ = h; }
+  // Loop thread. The operation this rank runs now on channel h.channel (Router::begin_operation).
+  void set_current_operation(const protocol::FrameHeader& h);
   // Loop thread: a data frame from `peer` arrived before its receive was posted. It must belong
-  // to the current collective or a later one; anything else means the ranks called different
-  // operations, and the group fails with kMismatch. Devices call it when such a frame arrives
-  // and again (recheck_early_frames) when a new operation begins.
+  // to the current collective of its channel or a later one; anything else means the ranks
+  // called different operations, and the group fails with kMismatch. Devices call it when such
+  // a frame arrives and again (recheck_early_frames) when a new operation begins.
   void early_frame(int peer, const protocol::FrameHeader& h);
 
   // Loop thread: a data frame `got` arrived for the posted receive `expect` that holds
@@ -89,7 +90,8 @@ class Group {
   mutable std::mutex mu_;
   std::optional<Failure> failure_;
   std::atomic<bool> failed_{false};
-  std::optional<protocol::FrameHeader> current_op_;
+  // By channel (priority class): each has its own operation sequence.
+  std::array<std::optional<protocol::FrameHeader>, kPriorityClasses> current_op_;
 };
 
 }  // namespace geoccl::transport

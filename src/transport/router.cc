@@ -44,43 +44,62 @@ PathChoice PathChoice::parse(const std::string& s) {
 
 Router::Router(Group& group, const Config& cfg, int data_streams, const std::string& bind_addr,
                const Publish& publish, const Lookup& lookup, const Poll& poll, Clock::time_point deadline)
-    : group_(group), by_peer_(static_cast<size_t>(group.size()), nullptr) {
+    : group_(group) {
   const PathChoice choice = PathChoice::parse(cfg.transport);
+  for (auto& ch : channels_) ch.by_peer.assign(static_cast<size_t>(group.size()), nullptr);
   if (group_.size() == 1) return;  // a group of one needs no network
-  devices_.push_back(
-      std::make_unique<tcp::TcpDevice>(group_, bind_addr, tcp::TcpOptions::from_config(cfg, data_streams)));
-  if (choice.host == "shm") {
-    shm::ShmOptions o;
-    o.ring_bytes = cfg.shm_ring_bytes;
-    devices_.push_back(std::make_unique<shm::ShmDevice>(group_, o));
+  tcp::TcpDevice* gradient_tcp = nullptr;
+  for (int c = 0; c < kPriorityClasses; ++c) {
+    auto& devices = channels_[static_cast<size_t>(c)].devices;
+    auto options = tcp::TcpOptions::from_config(cfg, data_streams);
+    options.channel = static_cast<uint8_t>(c);
+    auto tcp = std::make_unique<tcp::TcpDevice>(group_, bind_addr, options);
+    if (c == 0) gradient_tcp = tcp.get();
+    else tcp->yield_to(*gradient_tcp, ScavengerOptions::from_config(cfg));
+    devices.push_back(std::move(tcp));
+    if (choice.host == "shm") {
+      shm::ShmOptions o;
+      o.ring_bytes = cfg.shm_ring_bytes;
+      devices.push_back(std::make_unique<shm::ShmDevice>(group_, o));
+    }
   }
-  auto find = [&](const std::string& name) -> Device* {
-    for (auto& d : devices_)
-      if (name == d->name()) return d.get();
-    return nullptr;
+  // Store keys: "tcp/3" for the gradient class, "tcp.bulk/3" for the bulk class.
+  auto key = [](const Device& d, int c, int r) {
+    return std::string(d.name()) + (c == 0 ? "" : ".bulk") + "/" + std::to_string(r);
   };
-  auto key = [](const Device& d, int r) { return std::string(d.name()) + "/" + std::to_string(r); };
-  for (auto& d : devices_) publish(key(*d, group_.rank()), d->address());
+  for (int c = 0; c < kPriorityClasses; ++c)
+    for (auto& d : channels_[static_cast<size_t>(c)].devices)
+      publish(key(*d, c, group_.rank()), d->address());
 
-  // Both ends of a pair see the same two addresses and the same choice: they pick alike.
-  Device* host = find(choice.host);
-  Device* remote = find(choice.remote);
-  std::vector<std::vector<int>> peers_of(devices_.size());
-  for (int p = 0; p < group_.size(); ++p) {
-    if (p == group_.rank()) continue;
-    Device* d = remote;
-    if (host && host != remote && host->reaches(lookup(key(*host, p)))) d = host;
-    by_peer_[static_cast<size_t>(p)] = d;
-    for (size_t i = 0; i < devices_.size(); ++i)
-      if (devices_[i].get() == d) peers_of[i].push_back(p);
-  }
-  // Every rank connects its devices in the same order; each accepts on the loop thread meanwhile.
   try {
-    for (size_t i = 0; i < devices_.size(); ++i) {
-      Device& d = *devices_[i];
-      if (peers_of[i].empty()) continue;
-      GEOCCL_LOG(kInfo, d.name() << ": connecting to " << peers_of[i].size() << " peer(s)");
-      d.connect(peers_of[i], [&](int p) { return lookup(key(d, p)); }, poll, deadline);
+    for (int c = 0; c < kPriorityClasses; ++c) {
+      Channel& ch = channels_[static_cast<size_t>(c)];
+      auto find = [&](const std::string& name) -> Device* {
+        for (auto& d : ch.devices)
+          if (name == d->name()) return d.get();
+        return nullptr;
+      };
+      // Both ends of a pair see the same two addresses and the same choice: they pick alike.
+      Device* host = find(choice.host);
+      Device* remote = find(choice.remote);
+      std::vector<std::vector<int>> peers_of(ch.devices.size());
+      for (int p = 0; p < group_.size(); ++p) {
+        if (p == group_.rank()) continue;
+        Device* d = remote;
+        if (host && host != remote && host->reaches(lookup(key(*host, c, p)))) d = host;
+        ch.by_peer[static_cast<size_t>(p)] = d;
+        for (size_t i = 0; i < ch.devices.size(); ++i)
+          if (ch.devices[i].get() == d) peers_of[i].push_back(p);
+      }
+      // Every rank connects its devices in the same order; each accepts on the loop thread
+      // meanwhile.
+      for (size_t i = 0; i < ch.devices.size(); ++i) {
+        Device& d = *ch.devices[i];
+        if (peers_of[i].empty()) continue;
+        GEOCCL_LOG(kInfo, d.name() << (c == 0 ? "" : " (bulk)") << ": connecting to "
+                                   << peers_of[i].size() << " peer(s)");
+        d.connect(peers_of[i], [&](int p) { return lookup(key(d, c, p)); }, poll, deadline);
+      }
     }
   } catch (...) {
     close_devices();
@@ -90,32 +109,43 @@ Router::Router(Group& group, const Config& cfg, int data_streams, const std::str
 
 Router::~Router() { close_devices(); }
 
+Device& Router::of(int peer, uint8_t channel) const {
+  if (channel >= kPriorityClasses)
+    throw Error(ErrorCode::kInvalidArgument, "priority class " + std::to_string(channel) + " does not exist");
+  return *channels_[channel].by_peer[static_cast<size_t>(peer)];
+}
+
 void Router::close_devices() {
   // Every device stops talking first (goodbyes, no more failure handling of its own), then they
   // go, the last built first.
-  for (auto& d : devices_) d->shutdown();
-  while (!devices_.empty()) devices_.pop_back();
+  for (auto& ch : channels_)
+    for (auto& d : ch.devices) d->shutdown();
+  for (int c = kPriorityClasses - 1; c >= 0; --c) {
+    auto& devices = channels_[static_cast<size_t>(c)].devices;
+    while (!devices.empty()) devices.pop_back();
+  }
   // Tasks this router posted (begin_operation) run before it goes: the loop runs them in order.
   group_.loop().run_owned([] {});
 }
 
 RequestPtr Router::send(int peer, const protocol::FrameHeader& h, std::span<const uint8_t> payload) {
-  return of(peer).send(peer, h, payload);
+  return of(peer, h.channel).send(peer, h, payload);
 }
 
 RequestPtr Router::recv(int peer, const protocol::FrameHeader& expect, std::span<uint8_t> dst) {
-  return of(peer).recv(peer, expect, dst);
+  return of(peer, expect.channel).recv(peer, expect, dst);
 }
 
 RequestPtr Router::recv_reduce(int peer, const protocol::FrameHeader& expect, std::span<uint8_t> dst,
                                DataType dtype, ReduceOp op) {
-  return of(peer).recv_reduce(peer, expect, dst, dtype, op);
+  return of(peer, expect.channel).recv_reduce(peer, expect, dst, dtype, op);
 }
 
 void Router::begin_operation(const protocol::FrameHeader& h) {
+  if (h.channel >= kPriorityClasses) return;
   group_.loop().post([this, h] {
     group_.set_current_operation(h);
-    for (auto& d : devices_) d->recheck_early_frames();
+    for (auto& d : channels_[h.channel].devices) d->recheck_early_frames();
   });
 }
 
@@ -131,13 +161,22 @@ std::vector<PeerStats> Router::stats() const {
     if (p == group_.rank()) continue;
     PeerStats ps;
     ps.peer = p;
-    ps.transport = of(p).name();
-    of(p).stats(&ps);
+    ps.transport = of(p, 0).name();
+    of(p, 0).stats(&ps);
+    // The bulk class's link to the peer: its own counters.
+    PeerStats bulk;
+    bulk.peer = p;
+    of(p, 1).stats(&bulk);
+    ps.bulk_bytes_sent = bulk.bytes_sent;
+    ps.bulk_bytes_received = bulk.bytes_received;
+    ps.bulk_rtt_ms = bulk.rtt_ms;
     out.push_back(std::move(ps));
   }
   return out;
 }
 
-void Router::set_wan_peer(int peer, bool wan) { of(peer).set_wan_peer(peer, wan); }
+void Router::set_wan_peer(int peer, bool wan) {
+  for (int c = 0; c < kPriorityClasses; ++c) of(peer, static_cast<uint8_t>(c)).set_wan_peer(peer, wan);
+}
 
 }  // namespace geoccl::transport

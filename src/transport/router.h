@@ -4,12 +4,20 @@
 // send and receive to the peer's device. The devices share one Group: one identity, one first
 // failure, one early-frame check, one loop thread.
 //
+// Channels: every priority class (geoccl::Priority; the frame header's `channel`) has a device
+// set of its own: its own connections (rings), frame numbering, acknowledgements and early-frame
+// check, so a frame of one class never waits behind a frame of another in a socket, a ring or a
+// receive window, and operations of different classes run concurrently. The bulk class's TCP
+// device is a scavenger (tcp/scavenger.h): it yields to the gradient class's WAN traffic and
+// backs off when the path's queueing delay grows.
+//
 // Path classes: "host" (the peer runs on this host: same boot id and network namespace, which
 // the shm device checks with a token in shared memory too) and "remote" (anything else). The
 // choice is a pure function of both ranks' published addresses and the group parameters, so
 // both ends of a pair choose the same device.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -65,12 +73,16 @@ class Router final : public Transport {
   void set_wan_peer(int peer, bool wan);
 
  private:
-  Device& of(int peer) const { return *by_peer_[static_cast<size_t>(peer)]; }
+  struct Channel {
+    std::vector<std::unique_ptr<Device>> devices;
+    std::vector<Device*> by_peer;  // null for this rank
+  };
+  // The device of `peer` on channel `channel` (a header's channel field: checked).
+  Device& of(int peer, uint8_t channel) const;
   void close_devices();
 
   Group& group_;
-  std::vector<std::unique_ptr<Device>> devices_;
-  std::vector<Device*> by_peer_;  // null for this rank
+  std::array<Channel, kPriorityClasses> channels_;
 };
 
 }  // namespace geoccl::transport

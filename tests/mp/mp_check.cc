@@ -321,6 +321,66 @@ int expect_error(const std::function<void()>& f, ErrorCode code, std::chrono::mi
   return 1;
 }
 
+// Priority classes run concurrently, each in its own frame space: ranks may interleave
+// operations of the two classes in different orders (even ranks start a large bulk allreduce
+// first, odd ranks finish a run of gradient collectives before they start theirs) and every
+// result is still exact. With one frame space the odd ranks' gradient frames would meet the even
+// ranks' bulk frames and fail as a mismatch (or wait forever).
+int mode_channels(Communicator& c) {
+  const int me = c.rank(), n = c.size();
+  const OpOptions bulk{.priority = Priority::kBulk};
+  const size_t big = (24u << 20) / 4;
+  std::vector<float> bulk_buf(big);
+  for (size_t i = 0; i < big; ++i) bulk_buf[i] = static_cast<float>((me + 1) * (i % 89));
+  auto gradients = [&] {
+    for (int it = 0; it < 20; ++it) {
+      std::vector<int64_t> g(1000 + static_cast<size_t>(it) * 300, me + it);
+      c.allreduce(g.data(), g.size(), DataType::kInt64, ReduceOp::kSum).wait();
+      const int64_t want = static_cast<int64_t>(n) * (n - 1) / 2 + static_cast<int64_t>(n) * it;
+      for (size_t i = 0; i < g.size(); ++i) CHECK(g[i] == want, "gradient allreduce %d element %zu", it, i);
+    }
+  };
+  Work bulk_work;
+  if (me % 2 == 0) {
+    bulk_work = c.allreduce(bulk_buf.data(), big, DataType::kFloat32, ReduceOp::kSum, bulk);
+    gradients();
+  } else {
+    gradients();
+    bulk_work = c.allreduce(bulk_buf.data(), big, DataType::kFloat32, ReduceOp::kSum, bulk);
+  }
+  // Point to point on both classes with the same tag, posted in opposite orders on the two ends.
+  if (n >= 2 && me < 2) {
+    const int peer = 1 - me;
+    std::vector<int32_t> g_out(5000, 100 + me), b_out(300000, 200 + me), g_in(5000), b_in(300000);
+    std::vector<Work> ws;
+    if (me == 0) {
+      ws.push_back(c.send(b_out.data(), b_out.size(), DataType::kInt32, peer, 7, bulk));
+      ws.push_back(c.send(g_out.data(), g_out.size(), DataType::kInt32, peer, 7));
+      ws.push_back(c.recv(g_in.data(), g_in.size(), DataType::kInt32, peer, 7));
+      ws.push_back(c.recv(b_in.data(), b_in.size(), DataType::kInt32, peer, 7, bulk));
+    } else {
+      ws.push_back(c.recv(g_in.data(), g_in.size(), DataType::kInt32, peer, 7));
+      ws.push_back(c.send(g_out.data(), g_out.size(), DataType::kInt32, peer, 7));
+      ws.front().wait();
+      ws.push_back(c.recv(b_in.data(), b_in.size(), DataType::kInt32, peer, 7, bulk));
+      ws.push_back(c.send(b_out.data(), b_out.size(), DataType::kInt32, peer, 7, bulk));
+    }
+    for (auto& w : ws) w.wait();
+    CHECK(g_in.front() == 100 + peer && g_in.back() == 100 + peer, "gradient message from %d", peer);
+    CHECK(b_in.front() == 200 + peer && b_in.back() == 200 + peer, "bulk message from %d", peer);
+  }
+  bulk_work.wait();
+  const float ranks = static_cast<float>(n * (n + 1) / 2);
+  for (size_t i = 0; i < big; ++i)
+    CHECK(bulk_buf[i] == ranks * static_cast<float>(i % 89), "bulk allreduce element %zu: %g", i,
+          static_cast<double>(bulk_buf[i]));
+  uint64_t bulk_bytes = 0;
+  for (const auto& ps : c.peer_stats()) bulk_bytes += ps.bulk_bytes_sent;
+  CHECK(bulk_bytes > 0, "no bytes counted on the bulk class's links");
+  c.barrier().wait();
+  return g_failures ? 1 : 0;
+}
+
 // Modes that provoke a failure. The whole life of the communicator is inside the expectation: a
 // rank that is still finishing an earlier collective (start-up included) when a peer fails gets
 // the same typed error there, which is just as correct.
@@ -412,12 +472,16 @@ int failure_mode(const std::string& mode, Config cfg) {
   if (me == n - 1) {
     if (mode == "mismatch-size") count = 999;
     if (mode == "mismatch-dtype") t = DataType::kInt64;
-    if (mode == "mismatch-op") bcast = true;
+    if (mode == "mismatch-op" || mode == "mismatch-bulk") bcast = true;
   }
+  // mismatch-bulk: the disagreement is on the bulk class, while the gradient class agrees.
+  OpOptions o;
+  if (mode == "mismatch-bulk") o.priority = Priority::kBulk;
   return expect_error([&] {
     Communicator c(cfg);
-    if (bcast) c.broadcast(buf.data(), count, t, 0).wait();
-    else c.allreduce(buf.data(), count, t, ReduceOp::kSum).wait();
+    if (mode == "mismatch-bulk") c.allreduce(buf.data(), count, t, ReduceOp::kSum).wait();
+    if (bcast) c.broadcast(buf.data(), count, t, 0, o).wait();
+    else c.allreduce(buf.data(), count, t, ReduceOp::kSum, o).wait();
   }, ErrorCode::kMismatch, std::chrono::seconds(10));
 }
 
@@ -444,13 +508,14 @@ int main(int argc, char** argv) {
     }
     Config cfg = Config::from_env();
     if (mode == "kill" || mode == "stall" || mode == "params" || mode == "mismatch-size" || mode == "mismatch-dtype" ||
-        mode == "mismatch-op")
+        mode == "mismatch-op" || mode == "mismatch-bulk")
       return failure_mode(mode, cfg);
     Communicator c(cfg);
     const int me = c.rank(), n = c.size();
     if (mode == "collectives") return mode_collectives(c, false);
     if (mode == "collectives-big") return mode_collectives(c, true);
     if (mode == "hier-blocks") return mode_hier_blocks(c);
+    if (mode == "channels") return mode_channels(c);
     if (mode == "resume") {
       // Large allreduces and allgathers, each checked exactly, while the test kills data
       // streams from outside (ss -K). Prints how many streams this rank re-established.

@@ -214,6 +214,22 @@ TEST(Errors, MismatchedCallsFailCleanlyOnAllRanks) {
 
 // A rank started with another group parameter (here GEOCCL_CHUNK_BYTES) makes every rank fail
 // at connect with an error naming the setting, on shared memory and on TCP.
+TEST(Channels, ClassesInterleavedInDifferentOrdersOnEveryTransport) {
+  for (const char* transport : {"auto", "tcp"}) {
+    SCOPED_TRACE(transport);
+    const auto codes = run_ranks(4, "channels", 120, {{"GEOCCL_TRANSPORT", transport}});
+    for (int c : codes) EXPECT_EQ(c, 0);
+  }
+  // Two domains: the bulk class's WAN peers get the scavenger (paced sockets).
+  const auto codes = run_ranks(4, "channels", 120, {{"GEOCCL_TEST_DOMAINS", "a,a,b,b"}});
+  for (int c : codes) EXPECT_EQ(c, 0);
+}
+
+TEST(Channels, MismatchOnTheBulkClassFailsEveryRank) {
+  const auto codes = run_ranks(3, "mismatch-bulk", 60);
+  for (int c : codes) EXPECT_EQ(c, 0);
+}
+
 TEST(Errors, DifferentGroupParametersFailEveryRankByName) {
   for (const char* transport : {"auto", "tcp"}) {
     const auto t0 = std::chrono::steady_clock::now();

@@ -56,6 +56,7 @@ void TcpConnection::configure_socket() {
     }
   }
   if (peer_.wan && stream_ != TcpDevice::kControlStream) owner_.tune_wan_socket(fd_);
+  if (pacing_rate_) set_pacing_rate(pacing_rate_);
   interest_ = EPOLLIN;
   owner_.group().loop().add_fd(fd_, interest_, [this](uint32_t ev) { on_events(ev); });
 }
@@ -81,7 +82,9 @@ void TcpConnection::post_send(SendOp op) {
   queued_ += kFrameHeaderSize + op.payload.size() - op.sent;
   if (op.req) ++frames_sent_;
   if (zerocopy_) op.stable_header = std::make_shared<protocol::FrameHeaderBytes>(op.header);
+  const bool was_empty = sendq_.empty();
   sendq_.push_back(std::move(op));
+  if (was_empty && stream_ != TcpDevice::kControlStream) owner_.data_queue_changed(peer_);
   write_some();
 }
 
@@ -200,6 +203,13 @@ void TcpConnection::tune_for_wan() {
   set_notsent_lowat(fd_, owner_.options().wan_notsent_lowat);
 }
 
+void TcpConnection::set_pacing_rate(uint64_t bytes_per_second) {
+  pacing_rate_ = bytes_per_second;
+  if (fd_ < 0) return;
+  if (setsockopt(fd_, SOL_SOCKET, SO_MAX_PACING_RATE, &bytes_per_second, sizeof bytes_per_second) != 0)
+    GEOCCL_LOG(kDebug, "SO_MAX_PACING_RATE refused: " << std::strerror(errno));
+}
+
 void TcpConnection::on_recv_posted(uint64_t frame) {
   if (fd_ < 0 || !have_hdr_ || hdr_.type != FrameType::kData || hdr_.frame != frame) return;
   read_some();
@@ -290,6 +300,7 @@ void TcpConnection::fail_requests(const Failure& f) {
   reconnecting_ = false;
   queued_ = 0;
   for (const auto& s : sendq_) queued_ += kFrameHeaderSize + s.payload.size() - s.sent;
+  if (stream_ != TcpDevice::kControlStream) owner_.data_queue_changed(peer_);
 }
 
 void TcpConnection::update_interest() {
@@ -554,6 +565,7 @@ void TcpConnection::complete_sent(size_t n) {
     if (acked_already && op.delivery) op.delivery->delivered.store(true, std::memory_order_release);
     sendq_.pop_front();
   }
+  if (sendq_.empty() && stream_ != TcpDevice::kControlStream) owner_.data_queue_changed(peer_);
   if (completed) owner_.group().notify();
 }
 

@@ -85,6 +85,10 @@ class TcpConnection {
   PeerStats::TcpStream info() const;
   // The peer turned out to be in another domain: WAN socket options (TcpDevice::tune_wan_socket).
   void tune_for_wan();
+  // The most bytes/s the kernel may send on this socket (SO_MAX_PACING_RATE; the bulk class's
+  // scavenger). Kept for a socket that replaces this one after a break.
+  void set_pacing_rate(uint64_t bytes_per_second);
+  uint64_t pacing_rate() const { return pacing_rate_; }
 
  private:
   void on_events(uint32_t events);
@@ -148,6 +152,7 @@ class TcpConnection {
   bool payload_checked_ = false;
   std::vector<uint8_t> control_payload_;
   bool goodbye_ = false;
+  uint64_t pacing_rate_ = 0;  // 0: none set
 };
 
 }  // namespace geoccl::transport::tcp

@@ -102,6 +102,11 @@ TcpDevice::~TcpDevice() {
     for (auto& t : p->dialers)
       if (t.joinable()) t.join();
   group_.loop().run_owned([this] {
+    if (scavenge_) {
+      group_.loop().cancel_timer(scavenge_->tick);
+      group_.loop().cancel_timer(scavenge_->release);
+      scavenge_->higher->on_wan_busy_ = nullptr;
+    }
     for (auto& p : pending_) {
       group_.loop().cancel_timer(p->timer);
       group_.loop().remove_fd(p->fd);
@@ -450,7 +455,112 @@ void TcpDevice::set_wan_peer(int peer_rank, bool wan) {
     if (!wan) return;
     for (int s = 1; s < streams_; ++s)
       if (TcpConnection* c = p.streams[static_cast<size_t>(s)].get()) c->tune_for_wan();
+    if (scavenge_ && !p.bulk_rate) {
+      p.bulk_rate = std::make_unique<ScavengerRate>(scavenge_->options);
+      apply_bulk_rates();
+      if (!scavenge_->tick) scavenge_tick();
+    }
   });
+}
+
+// ---- Priority between classes.
+
+namespace {
+// How often the scavenger samples the RTT of its WAN paths, and how long it keeps yielding
+// after the higher class's queues drained (its last frames are still in the kernel's buffer).
+constexpr auto kScavengeInterval = std::chrono::milliseconds(20);
+constexpr auto kYieldHold = std::chrono::milliseconds(2);
+}  // namespace
+
+bool TcpDevice::wan_backlogged() const {
+  for (const auto& p : peers_) {
+    if (!p->wan) continue;
+    for (int s = 1; s < streams_; ++s)
+      if (const TcpConnection* c = p->streams[static_cast<size_t>(s)].get(); c && !c->send_queue_empty())
+        return true;
+  }
+  return false;
+}
+
+void TcpDevice::data_queue_changed(const TcpPeer& p) {
+  if (!on_wan_busy_ || !p.wan) return;
+  const bool busy = wan_backlogged();
+  if (busy == wan_busy_) return;
+  wan_busy_ = busy;
+  on_wan_busy_(busy);
+}
+
+void TcpDevice::yield_to(TcpDevice& higher, const ScavengerOptions& o) {
+  scavenge_ = std::make_unique<Scavenge>();
+  scavenge_->higher = &higher;
+  scavenge_->options = o;
+  group_.loop().run_owned([this, &higher] {
+    higher.on_wan_busy_ = [this](bool busy) { higher_class_busy(busy); };
+  });
+}
+
+void TcpDevice::higher_class_busy(bool busy) {
+  auto& sc = *scavenge_;
+  group_.loop().cancel_timer(sc.release);
+  sc.release = 0;
+  if (busy) {
+    if (sc.higher_busy) return;
+    sc.higher_busy = true;
+    apply_bulk_rates();
+    return;
+  }
+  sc.release = group_.loop().add_timer(Clock::now() + kYieldHold, [this] {
+    scavenge_->release = 0;
+    scavenge_->higher_busy = false;
+    apply_bulk_rates();
+  });
+}
+
+void TcpDevice::apply_bulk_rates() {
+  for (auto& p : peers_) {
+    if (!p->bulk_rate) continue;
+    const uint64_t bps = scavenge_->higher_busy ? scavenge_->options.floor_bps : p->bulk_rate->rate_bps();
+    const uint64_t per_stream = std::max<uint64_t>(1, bps / 8 / static_cast<uint64_t>(std::max(1, p->width)));
+    for (int s = 1; s < streams_; ++s)
+      if (TcpConnection* c = p->streams[static_cast<size_t>(s)].get(); c && c->pacing_rate() != per_stream)
+        c->set_pacing_rate(per_stream);
+  }
+}
+
+void TcpDevice::scavenge_tick() {
+  const auto now = Clock::now();
+  for (auto& p : peers_) {
+    if (!p->bulk_rate) continue;
+    const uint64_t sent = p->bytes_sent.load(std::memory_order_relaxed);
+    // A sample needs bulk bytes in flight, and means nothing while this rank's gradients take
+    // the path (the controller would learn their queue, not its own).
+    if (sent != p->sampled_bytes && !scavenge_->higher_busy) {
+      // The streams that carried bytes since the last sample (an idle one's RTT is stale).
+      double rtt_ms = 0;
+      p->stream_sampled.resize(static_cast<size_t>(streams_), 0);
+      for (int s = 1; s < streams_; ++s) {
+        const TcpConnection* c = p->streams[static_cast<size_t>(s)].get();
+        if (!c || !c->open()) continue;
+        const auto info = c->info();
+        if (info.bytes_sent != p->stream_sampled[static_cast<size_t>(s)]) rtt_ms = std::max(rtt_ms, info.rtt_ms);
+        p->stream_sampled[static_cast<size_t>(s)] = info.bytes_sent;
+      }
+      if (rtt_ms > 0)
+        p->bulk_rate->on_rtt(now, std::chrono::microseconds(static_cast<int64_t>(rtt_ms * 1000)));
+    }
+    p->sampled_bytes = sent;
+  }
+  apply_bulk_rates();
+  scavenge_->tick = group_.loop().add_timer(now + kScavengeInterval, [this] { scavenge_tick(); });
+}
+
+uint64_t TcpDevice::bulk_rate_bps(int peer_rank) const {
+  uint64_t r = 0;
+  group_.loop().run_owned([&] {
+    const auto& p = *peers_[static_cast<size_t>(peer_rank)];
+    if (p.bulk_rate) r = p.bulk_rate->rate_bps();
+  });
+  return r;
 }
 
 TcpConnection& TcpDevice::next_send_conn(TcpPeer& p, size_t bytes) {

@@ -39,7 +39,9 @@
 
 #include "geoccl/config.h"
 #include "protocol/peer_session.h"
+#include "runtime/event_loop.h"
 #include "transport/device.h"
+#include "transport/scavenger.h"
 #include "transport/tcp/connection.h"
 
 namespace geoccl::transport::tcp {
@@ -61,6 +63,7 @@ struct TcpOptions {
   // WAN peers (GEOCCL_TCP_RESUME on / auto).
   bool resume = false, wan_resume = false;
   std::chrono::milliseconds resume_timeout{30000};
+  uint8_t channel = 0;  // the priority class this device carries (logs)
   // Resolves the configuration's "auto" values. `data_streams`: rank 0's choice.
   static TcpOptions from_config(const Config& cfg, int data_streams);
 };
@@ -79,6 +82,11 @@ struct TcpPeer {
   size_t rotate = 0;    // tie-break for the stream choice
   std::atomic<uint64_t> bytes_sent{0}, bytes_received{0};
   std::vector<std::thread> dialers;  // re-dialler of each stream (at most one at a time)
+  // Bulk class (TcpDevice::yield_to), WAN peers: the scavenger's rate on the path to this peer,
+  // and bytes_sent when the last RTT sample was taken (a sample needs traffic in flight).
+  std::unique_ptr<ScavengerRate> bulk_rate;
+  uint64_t sampled_bytes = 0;
+  std::vector<uint64_t> stream_sampled;  // each data stream's bytes_sent at that sample
 };
 
 class TcpDevice final : public Device {
@@ -129,6 +137,18 @@ class TcpDevice final : public Device {
   void acked(TcpPeer& p, uint64_t upto);
   // Applies the WAN socket options to a data socket of a WAN peer.
   void tune_wan_socket(int fd) const;
+  // A data stream's send queue became empty or non-empty.
+  void data_queue_changed(const TcpPeer& p);
+
+  // Priority between classes (the Router sets it up on the bulk class's device): this device
+  // yields to `higher`. While `higher` has data frames queued for a WAN peer, this device's WAN
+  // sockets send at the scavenger's floor rate; otherwise at the rate its delay controller
+  // (ScavengerRate, one per WAN path) allows. Call before connect(); `higher` must outlive
+  // this device.
+  void yield_to(TcpDevice& higher, const ScavengerOptions& o);
+  // Bulk class: the rate the controller gives the path to `peer` (0 before set_wan_peer), for
+  // stats and tests.
+  uint64_t bulk_rate_bps(int peer) const;
 
  private:
   struct PendingAccept;
@@ -165,6 +185,24 @@ class TcpDevice final : public Device {
   std::atomic<bool> closing_{false};
   bool shut_down_ = false;
   std::vector<int> forgotten_fds_;  // loop thread: sockets abandoned by silent test resets
+
+  // Priority (loop thread). On the higher class's device: told when its WAN data queues go busy
+  // or idle. On the bulk class's device: the scavenger.
+  bool wan_backlogged() const;
+  std::function<void(bool busy)> on_wan_busy_;
+  bool wan_busy_ = false;
+  struct Scavenge {
+    TcpDevice* higher = nullptr;
+    ScavengerOptions options;
+    bool higher_busy = false;  // the higher class has WAN frames queued, or had them just now
+    runtime::EventLoop::TimerId tick = 0, release = 0;
+  };
+  std::unique_ptr<Scavenge> scavenge_;
+  void scavenge_tick();
+  void higher_class_busy(bool busy);
+  // Sets every WAN data socket's pacing rate: the floor while the higher class is busy, else
+  // the path's controller rate split over the streams.
+  void apply_bulk_rates();
 };
 
 }  // namespace geoccl::transport::tcp
