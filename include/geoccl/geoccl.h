@@ -1,6 +1,7 @@
 // Umbrella header.
 #pragma once
 
+#include "geoccl/blob.h"
 #include "geoccl/bucketer.h"
 #include "geoccl/communicator.h"
 #include "geoccl/config.h"

@@ -11,6 +11,8 @@ namespace py = pybind11;
 
 namespace geoccl::python {
 
+void bind_blob(py::module_& m);  // blob_bindings.cc
+
 std::optional<DataType> to_geoccl_dtype(at::ScalarType t) {
   switch (t) {
     case at::kFloat: return DataType::kFloat32;
@@ -64,4 +66,5 @@ PYBIND11_MODULE(_C, m) {
 
   geoccl::python::bind_communicator(m);
   geoccl::python::bind_process_group(m);
+  geoccl::python::bind_blob(m);
 }

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "check.h"
 #include "core/half.h"
 #include "geoccl/geoccl.h"
 #include "transport/tcp/address.h"
@@ -29,16 +30,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-int g_failures = 0;
-#define CHECK(cond, ...)                                                    \
-  do {                                                                      \
-    if (!(cond)) {                                                          \
-      std::fprintf(stderr, "CHECK failed %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      std::fprintf(stderr, __VA_ARGS__);                                    \
-      std::fprintf(stderr, "\n");                                           \
-      if (++g_failures > 20) std::exit(1);                                  \
-    }                                                                       \
-  } while (0)
 
 const DataType kTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
                            DataType::kBFloat16, DataType::kInt8,   DataType::kUInt8,

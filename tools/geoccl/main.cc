@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "bench_cmd.h"
+#include "blob_cmd.h"
 #include "geoccl/geoccl.h"
 #include "launcher.h"
 #include "probe_cmd.h"
@@ -101,6 +102,9 @@ int main(int argc, char** argv) {
   st->add_option("--port,-p", store_port);
   st->add_option("--bind", store_bind);
 
+  geoccl::tools::BlobSpec blob_spec;
+  auto* bl = geoccl::tools::add_blob_command(app, blob_spec);
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (*run) {
@@ -115,6 +119,7 @@ int main(int argc, char** argv) {
       bench.sizes = geoccl::tools::parse_sizes(sizes);
       return geoccl::tools::run_bench(bench);
     }
+    if (*bl) return geoccl::tools::run_blob(blob_spec);
     if (*st) return store_main(store_port, store_bind);
     if (*pr) return geoccl::tools::run_probe(geoccl::tools::parse_sizes(probe_bytes).front());
   } catch (const std::exception& e) {
