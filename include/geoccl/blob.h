@@ -55,6 +55,10 @@ struct BlobOptions {
   std::optional<std::chrono::milliseconds> timeout;  // per operation; default Config::op_timeout
   uint32_t tag = 0x424c4f42;                         // point to point only ("BLOB")
   std::function<void(const BlobProgress&)> progress;
+  // The priority class every operation of the transfer runs on. Bulk (the default) runs beside
+  // training; on kGradient the transfer queues with the gradients (every rank must then call it
+  // in the same place of its gradient operations).
+  Priority priority = Priority::kBulk;
 };
 
 struct BlobResult {

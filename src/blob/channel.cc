@@ -10,7 +10,7 @@ namespace {
 OpOptions bulk(const BlobOptions& o) {
   OpOptions op;
   op.timeout = o.timeout;
-  op.priority = Priority::kBulk;
+  op.priority = o.priority;
   return op;
 }
 
