@@ -607,11 +607,11 @@ int RunWithBackground(const Options& opt, GeocclBackend& be, RunStep& run_step,
   // included the warm-up).
   const std::vector<double> before_a = UplinkBytes(c);
   const auto ta0 = Clock::now();
-  const std::size_t a_first = step_us.size();
+  step_us.clear();
   for (int s = 0; s < opt.steps; ++s) run_step(true);
   const double ta = std::chrono::duration<double>(Clock::now() - ta0).count();
   const std::vector<double> after_a = UplinkBytes(c);
-  std::vector<double> phase_a(step_us.begin(), step_us.end());
+  const std::vector<double> phase_a = step_us;
 
   const std::size_t chunk = std::size_t{64} << 20;
   const auto total = static_cast<std::size_t>(opt.background_mb * (1 << 20));
@@ -709,7 +709,6 @@ int RunWithBackground(const Options& opt, GeocclBackend& be, RunStep& run_step,
   auto mean = [](const std::vector<double>& v) {
     return v.empty() ? 0.0 : std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
   };
-  (void)a_first;
   // Leftover bandwidth: training used grad_rate_d of uplink d over phase A's wall time; the
   // background put bg_d bytes on it (phase B's bytes less the training's per-step bytes).
   const double link = opt.uplink_gbps * 1e9;

@@ -578,39 +578,40 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGeoccl::send(std::vector<at::Tensor>&
   return w;
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupGeoccl::recv(std::vector<at::Tensor>& tensors, int src,
-                                                        int tag) {
+ProcessGroupGeoccl::Receive ProcessGroupGeoccl::prepare_recv(std::vector<at::Tensor>& tensors, int tag,
+                                                            c10d::OpType type) {
   one_tensor(tensors, "recv");
   if (tag < 0) invalid("recv: tag must be >= 0");
   const at::Tensor& t = tensors[0];
   check_cpu(t, "recv tensor");
-  auto w = make_work(rank_, c10d::OpType::RECV, tensors);
-  at::Tensor dst = contiguous_out(t, *w);
-  w->keep = {dst};
-  Elems e = move_elems(dst, static_cast<size_t>(dst.numel()));
-  attach(w, {comm_->recv(dst.data_ptr(), e.count, e.dtype, src, static_cast<uint32_t>(tag),
-                         op_options(timeout_))});
-  return w;
+  Receive r{make_work(rank_, type, tensors), {}, {}};
+  r.dst = contiguous_out(t, *r.work);
+  r.work->keep = {r.dst};
+  const Elems e = move_elems(r.dst, static_cast<size_t>(r.dst.numel()));
+  r.elems = {e.count, e.dtype};
+  return r;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGeoccl::recv(std::vector<at::Tensor>& tensors, int src,
+                                                        int tag) {
+  Receive r = prepare_recv(tensors, tag, c10d::OpType::RECV);
+  attach(r.work, {comm_->recv(r.dst.data_ptr(), r.elems.count, r.elems.dtype, src,
+                              static_cast<uint32_t>(tag), op_options(timeout_))});
+  return r.work;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGeoccl::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
-  one_tensor(tensors, "recv");
-  if (tag < 0) invalid("recv: tag must be >= 0");
-  const at::Tensor& t = tensors[0];
-  check_cpu(t, "recv tensor");
-  auto w = make_work(rank_, c10d::OpType::RECVANYSOURCE, tensors);
-  at::Tensor dst = contiguous_out(t, *w);
-  w->keep = {dst};
-  Elems e = move_elems(dst, static_cast<size_t>(dst.numel()));
-  Work gw = comm_->recv_any(dst.data_ptr(), e.count, e.dtype, static_cast<uint32_t>(tag), op_options(timeout_));
+  Receive r = prepare_recv(tensors, tag, c10d::OpType::RECVANYSOURCE);
+  Work gw = comm_->recv_any(r.dst.data_ptr(), r.elems.count, r.elems.dtype, static_cast<uint32_t>(tag),
+                            op_options(timeout_));
   // The source is known once the receive has completed, before the torch Work completes.
-  auto copy_back = std::move(w->finalize);
-  w->finalize = [raw = w.get(), gw, copy_back] {
+  auto copy_back = std::move(r.work->finalize);
+  r.work->finalize = [raw = r.work.get(), gw, copy_back] {
     raw->source_rank = gw.source();
     if (copy_back) copy_back();
   };
-  attach(w, {gw});
-  return w;
+  attach(r.work, {gw});
+  return r.work;
 }
 
 // ---- bindings ----

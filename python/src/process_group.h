@@ -100,6 +100,17 @@ class ProcessGroupGeoccl : public c10d::ProcessGroup {
 
  private:
   OpOptions op_options(std::chrono::milliseconds timeout) const;
+  // recv and recvAnysource: the checked tensor, its Work and where the bytes land (the tensor, or
+  // a contiguous copy written back on completion).
+  struct Receive {
+    c10::intrusive_ptr<GeocclWork> work;
+    at::Tensor dst;
+    struct {
+      size_t count;
+      DataType dtype;
+    } elems;
+  };
+  Receive prepare_recv(std::vector<at::Tensor>& tensors, int tag, c10d::OpType type);
 
   std::shared_ptr<StoreServer> server_;  // destroyed after comm_
   std::unique_ptr<Communicator> comm_;

@@ -302,6 +302,13 @@ Work CommunicatorImpl::submit_p2p(bool is_send, int peer, FrameHeader h, const O
 }
 
 bool CommunicatorImpl::find_source(Channel& ch, Op& op, Clock::time_point deadline) {
+  // The group records early messages of this class only while this receive waits.
+  router_->watch_early_messages(ch.id, true);
+  struct Unwatch {
+    transport::Router& router;
+    uint8_t channel;
+    ~Unwatch() { router.watch_early_messages(channel, false); }
+  } unwatch{*router_, ch.id};
   std::vector<uint64_t> next(ch.recv_seq.size());
   for (size_t p = 0; p < next.size(); ++p)
     next[p] = static_cast<int>(p) == cfg_.rank ? UINT64_MAX : ch.recv_seq[p] + 1;

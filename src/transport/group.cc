@@ -72,7 +72,8 @@ void Group::early_frame(int peer, const protocol::FrameHeader& h) {
     return;
   }
   if (h.kind == protocol::OpKind::kSendRecv) {
-    if (h.offset != 0) return;  // only a message's first frame says where it starts
+    // Only a message's first frame says where it starts.
+    if (h.offset != 0 || !watching_[h.channel]) return;
     {
       std::lock_guard lk(early_mu_);
       auto& by_peer = early_messages_[h.channel];
@@ -89,6 +90,14 @@ void Group::early_frame(int peer, const protocol::FrameHeader& h) {
   const std::string why = h.seq < cur.seq ? "a frame of an earlier operation arrived late"
                                           : protocol::describe_mismatch(cur, h);
   if (!why.empty()) mismatch(peer, cur, why);
+}
+
+void Group::watch_early_messages(uint8_t channel, bool on) {
+  if (channel >= kPriorityClasses) return;
+  watching_[channel] = on;
+  if (on) return;
+  std::lock_guard lk(early_mu_);
+  early_messages_[channel].clear();
 }
 
 int Group::early_message(uint8_t channel, uint32_t tag, const std::vector<uint64_t>& next_seq) {

@@ -68,10 +68,13 @@ class Group {
   // a frame arrives and again (recheck_early_frames) when a new operation begins.
   void early_frame(int peer, const protocol::FrameHeader& h);
 
-  // A point-to-point message whose first frame arrived before any receive was posted for it
-  // (early_frame records them): the source of a receive from any peer. Any thread. Returns the
-  // lowest-ranked peer whose next message on `channel` (sequence number next_seq[peer]) is
-  // there with `tag`, or -1. Records of messages below next_seq are dropped.
+  // Receives from any peer. Loop thread: while watching `channel`, early_frame records the first
+  // frame of every point-to-point message that arrives before its receive (the caller rechecks
+  // the frames already waiting once it turns watching on); turning it off forgets them, so
+  // nothing accumulates while no such receive waits.
+  void watch_early_messages(uint8_t channel, bool on);
+  // Any thread: the lowest-ranked peer whose next message on `channel` (sequence number
+  // next_seq[peer]) has been recorded with `tag`, or -1. Records below next_seq are dropped.
   int early_message(uint8_t channel, uint32_t tag, const std::vector<uint64_t>& next_seq);
 
   // Loop thread: a data frame `got` arrived for the posted receive `expect` that holds
@@ -100,6 +103,7 @@ class Group {
   // early_message(): by channel, then peer: sequence number -> tag of first frames seen early.
   std::mutex early_mu_;
   std::array<std::vector<std::map<uint64_t, uint32_t>>, kPriorityClasses> early_messages_;
+  std::array<bool, kPriorityClasses> watching_{};  // loop thread
   // By channel (priority class): each has its own operation sequence.
   std::array<std::optional<protocol::FrameHeader>, kPriorityClasses> current_op_;
 };

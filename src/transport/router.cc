@@ -154,6 +154,15 @@ void Router::begin_operation(const protocol::FrameHeader& h) {
   });
 }
 
+void Router::watch_early_messages(uint8_t channel, bool on) {
+  if (channel >= kPriorityClasses) return;
+  group_.loop().post([this, channel, on] {
+    group_.watch_early_messages(channel, on);
+    if (on)
+      for (auto& d : channels_[channel].devices) d->recheck_early_frames();
+  });
+}
+
 void Router::abort(ErrorCode code, const std::string& message) {
   group_.loop().run_owned([&] { group_.fail(code, message, true); });
 }

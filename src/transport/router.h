@@ -69,6 +69,10 @@ class Router final : public Transport {
   std::optional<Failure> failure() const override;
   std::vector<PeerStats> stats() const override;
 
+  // A receive from any peer waits on `channel` (on) or is done (off): Group::watch_early_messages,
+  // with the frames already waiting rechecked when it starts.
+  void watch_early_messages(uint8_t channel, bool on);
+
   // After topology discovery: `peer` is across a WAN (another domain) or not.
   void set_wan_peer(int peer, bool wan);
 

@@ -485,6 +485,8 @@ bool TcpDevice::wan_backlogged() const {
 bool TcpDevice::holding(const TcpPeer& p) const { return scavenge_ && p.wan && scavenge_->higher_busy; }
 
 void TcpDevice::data_queue_changed(const TcpPeer& p) {
+  // The bulk class's sampling timer runs only while it has WAN traffic (scavenge_tick stops it).
+  if (scavenge_ && p.bulk_rate && !scavenge_->tick) scavenge_tick();
   if (!on_wan_busy_ || !p.wan) return;
   const bool busy = wan_backlogged();
   if (busy == wan_busy_) return;
@@ -568,7 +570,18 @@ void TcpDevice::scavenge_tick() {
   }
   if (sc.ticks % 50 == 0) sc.busy_ticks = 0;
   apply_bulk_rates();
-  sc.tick = group_.loop().add_timer(now + kScavengeInterval, [this] { scavenge_tick(); });
+  // Idle (nothing queued, nothing written since the last tick): stop until a queue fills again.
+  uint64_t sent = 0;
+  bool queued = false;
+  for (const auto& p : peers_) {
+    if (!p->bulk_rate) continue;
+    sent += p->bytes_sent.load(std::memory_order_relaxed);
+    for (int s = 1; s < streams_; ++s)
+      if (const TcpConnection* c = p->streams[static_cast<size_t>(s)].get(); c && !c->send_queue_empty()) queued = true;
+  }
+  const bool active = queued || sent != sc.sent_at_tick;
+  sc.sent_at_tick = sent;
+  sc.tick = active ? group_.loop().add_timer(now + kScavengeInterval, [this] { scavenge_tick(); }) : 0;
 }
 
 uint64_t TcpDevice::bulk_rate_bps(int peer_rank) const {

@@ -201,6 +201,7 @@ class TcpDevice final : public Device {
     bool higher_busy = false;  // the higher class has WAN frames queued, or had them just now
     runtime::EventLoop::TimerId tick = 0, release = 0;
     uint64_t ticks = 0, busy_ticks = 0;
+    uint64_t sent_at_tick = 0;  // bytes sent to WAN peers when the last tick ran
     Clock::time_point resume_sampling{};  // no RTT samples before (just after a yield)
   };
   std::unique_ptr<Scavenge> scavenge_;
