@@ -75,7 +75,9 @@ void CompletionPool::State::main(std::shared_ptr<State> self) {
   for (;;) {
     if (!s.jobs.empty()) {
       const auto due = s.jobs.front().queued + s.grace;
-      if (s.running == 0 || s.stop || Clock::now() >= due) {
+      // Draining at destruction keeps the order too: a job still starts only when the one
+      // before it returned or blocked, or after the grace.
+      if (s.running == 0 || Clock::now() >= due) {
         Job job = std::move(s.jobs.front());
         s.jobs.pop_front();
         ++s.running;
