@@ -16,7 +16,14 @@ enum class ErrorCode : uint8_t {
   kAborted = 6,          // another rank failed the operation and told us
   kIo = 7,               // local socket / system error
   kInternal = 8,
+  // A peer's process stopped answering while its host still does (TCP up, its kernel
+  // acknowledges, but no heartbeat for the liveness window): a hung or stopped process.
+  kPeerUnresponsive = 9,
+  // A peer is alive (others hear it) or may be, but this rank cannot reach it: the link between
+  // them stayed down longer than the recovery bound (GEOCCL_TCP_RESUME_TIMEOUT_MS).
+  kPeerUnreachable = 10,
 };
+inline constexpr uint8_t kLastErrorCode = 10;
 
 std::string_view error_code_name(ErrorCode c);
 

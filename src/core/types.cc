@@ -83,6 +83,8 @@ std::string_view error_code_name(ErrorCode c) {
     case ErrorCode::kAborted: return "aborted";
     case ErrorCode::kIo: return "I/O error";
     case ErrorCode::kInternal: return "internal error";
+    case ErrorCode::kPeerUnresponsive: return "peer unresponsive";
+    case ErrorCode::kPeerUnreachable: return "peer unreachable";
   }
   return "unknown error";
 }

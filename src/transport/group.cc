@@ -37,7 +37,7 @@ void Group::peer_aborted(int peer, std::span<const uint8_t> payload) {
   uint8_t code = 0;
   std::string msg;
   if (!protocol::decode_abort(payload, &code, &msg) || code == 0 ||
-      code > static_cast<uint8_t>(ErrorCode::kInternal)) {
+      code > kLastErrorCode) {
     code = static_cast<uint8_t>(ErrorCode::kAborted);
     msg = "malformed abort frame";
   }
