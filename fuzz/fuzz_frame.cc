@@ -1,4 +1,4 @@
-// Frame header and abort payload decoders: never crash, and what decodes re-encodes identically
+// Frame header, abort and heartbeat payload decoders: never crash, and what decodes re-encodes identically
 // (including the data frame number at offset 40; control frames must carry zero there). A
 // control frame of a newer minor (kUnknownControl) is bounded in length; its reserved bytes are
 // not kept, so it re-encodes identically but for them.
@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "protocol/frame.h"
+#include "protocol/liveness.h"
 
 using namespace geoccl::protocol;
 
@@ -27,6 +28,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       for (size_t i : {50, 51, 56, 57, 58, 59, 60, 61, 62, 63}) expect[i] = 0;
       if (encode_frame_header(h) != expect) std::abort();
     }
+  }
+  // Heartbeat payload: what decodes re-encodes identically.
+  std::vector<SilentPeer> silent;
+  if (decode_heartbeat({data, size}, 1u << 20, &silent)) {
+    const auto again = encode_heartbeat(silent);
+    if (again.size() != size || std::memcmp(again.data(), data, size) != 0) std::abort();
   }
   uint8_t code = 0;
   std::string msg;

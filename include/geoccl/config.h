@@ -50,6 +50,18 @@ struct Config {
   // GEOCCL_TCP_RESUME_TIMEOUT_MS: how long a broken data stream may take to come back before
   // the group fails with peer-lost.
   std::chrono::milliseconds tcp_resume_timeout{std::chrono::seconds(30)};
+  // GEOCCL_TCP_STALL_MS: a resumable connection (GEOCCL_TCP_RESUME) with data unacknowledged for
+  // this long is replaced by a fresh one instead of waiting out TCP's retransmission backoff
+  // after an outage; 0 = never.
+  std::chrono::milliseconds tcp_stall_timeout{1000};
+
+  // Liveness (docs/transport.md "Liveness"). GEOCCL_HEARTBEAT_MS: every rank sends every peer a
+  // heartbeat this often (0 = none: a stopped process is then found only by deadlines).
+  std::chrono::milliseconds heartbeat_interval{1000};
+  // GEOCCL_LIVENESS_WINDOW_MS: a peer silent this long while its host acknowledges what we send
+  // fails the group with kPeerUnresponsive; silent with its host gone too, and no rank hearing
+  // it, with kPeerLost. A link that is down (others hear the peer) is given the resume timeout.
+  std::chrono::milliseconds liveness_window{10000};
 
   // The bulk priority class (Priority::kBulk, docs/transport.md "Channels"): a scavenger.
   // GEOCCL_BULK_RATE: most bit/s the bulk class may send on one WAN path ("200M", "1G", "0" =

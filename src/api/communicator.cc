@@ -188,6 +188,7 @@ CommunicatorImpl::CommunicatorImpl(Config cfg) : cfg_(std::move(cfg)) {
     if (r != cfg_.rank)
       router_->set_wan_peer(r, topo_.domain_of[static_cast<size_t>(r)] !=
                                    topo_.domain_of[static_cast<size_t>(cfg_.rank)]);
+  router_->set_domains(topo_.domain_of, topo_.names);
   topo_info_.domain_of = topo_.domain_of;
   topo_info_.names = topo_.names;
   topo_info_.source = topo_.source;

@@ -122,6 +122,15 @@ void Config::apply_env() {
   apply({"GEOCCL_TCP_RESUME_TIMEOUT_MS"}, [&](auto n, auto v) {
     tcp_resume_timeout = std::chrono::milliseconds(parse_int<int64_t>(n, v));
   });
+  apply({"GEOCCL_TCP_STALL_MS"}, [&](auto n, auto v) {
+    tcp_stall_timeout = std::chrono::milliseconds(parse_int<int64_t>(n, v));
+  });
+  apply({"GEOCCL_HEARTBEAT_MS"}, [&](auto n, auto v) {
+    heartbeat_interval = std::chrono::milliseconds(parse_int<int64_t>(n, v));
+  });
+  apply({"GEOCCL_LIVENESS_WINDOW_MS"}, [&](auto n, auto v) {
+    liveness_window = std::chrono::milliseconds(parse_int<int64_t>(n, v));
+  });
   apply({"GEOCCL_BULK_RATE"}, [&](auto n, auto v) { bulk_rate_bps = parse_rate(n, v); });
   apply({"GEOCCL_BULK_TARGET_DELAY_MS"}, [&](auto n, auto v) {
     bulk_target_delay = std::chrono::milliseconds(parse_int<int64_t>(n, v));
@@ -160,6 +169,10 @@ void Config::validate() const {
   if (tcp_resume != "auto" && tcp_resume != "on" && tcp_resume != "off")
     bad("GEOCCL_TCP_RESUME must be auto, on or off, got '" + tcp_resume + "'");
   if (tcp_resume_timeout.count() <= 0) bad("GEOCCL_TCP_RESUME_TIMEOUT_MS must be > 0");
+  if (tcp_stall_timeout.count() < 0) bad("GEOCCL_TCP_STALL_MS must be >= 0 (0: never replace a stalled connection)");
+  if (heartbeat_interval.count() < 0) bad("GEOCCL_HEARTBEAT_MS must be >= 0 (0: no heartbeats)");
+  if (heartbeat_interval.count() > 0 && liveness_window < 3 * heartbeat_interval)
+    bad("GEOCCL_LIVENESS_WINDOW_MS must be at least 3 heartbeat intervals (GEOCCL_HEARTBEAT_MS)");
   if (!valid_transport_choice(transport))
     bad("GEOCCL_TRANSPORT must be auto, tcp or a list of class=name "
         "(host=shm,remote=tcp), got '" + transport + "'");

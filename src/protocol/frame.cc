@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "protocol/liveness.h"
 #include "protocol/wire.h"
 
 namespace geoccl::protocol {
@@ -40,7 +41,7 @@ namespace {
 
 bool is_known(uint8_t type) {
   return type >= static_cast<uint8_t>(FrameType::kData) &&
-         type <= static_cast<uint8_t>(FrameType::kAck);
+         type <= static_cast<uint8_t>(FrameType::kHeartbeat);
 }
 
 }  // namespace
@@ -59,7 +60,7 @@ FrameHeaderBytes encode_frame_header(const FrameHeader& h) {
   w.u64(h.seq);
   w.u64(h.op_bytes);
   w.u64(h.offset);
-  w.u64(h.type == FrameType::kAbort || h.type == FrameType::kGoodbye ? 0 : h.frame);
+  w.u64(h.type == FrameType::kAbort || h.type == FrameType::kGoodbye || h.type == FrameType::kHeartbeat ? 0 : h.frame);
   w.u8(h.flags);
   w.u8(h.channel);
   w.u16(0);
@@ -108,7 +109,9 @@ DecodeStatus decode_frame_header(std::span<const uint8_t, kFrameHeaderSize> in, 
     return DecodeStatus::kBadLength;
   if ((h.type == FrameType::kGoodbye || h.type == FrameType::kAck) && h.payload_len != 0)
     return DecodeStatus::kBadLength;
-  if ((h.type == FrameType::kAbort || h.type == FrameType::kGoodbye) && h.frame != 0)
+  if (h.type == FrameType::kHeartbeat && h.payload_len > max_heartbeat_payload()) return DecodeStatus::kBadLength;
+  if ((h.type == FrameType::kAbort || h.type == FrameType::kGoodbye || h.type == FrameType::kHeartbeat) &&
+      h.frame != 0)
     return DecodeStatus::kBadReserved;
   if ((h.flags & ~kFrameFlagsKnown) != 0 || reserved50 != 0 || reserved56 != 0)
     return DecodeStatus::kBadReserved;

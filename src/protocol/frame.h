@@ -14,7 +14,7 @@
 //    40    8 frame        data frames: per-pair data frame number (0, 1, 2, ... in posting order
 //                         on the sender), which lets the receiver take frame k of a peer from any
 //                         of its striped data streams; ack frames: the number of data frames
-//                         received in full (every frame below it); abort/goodbye: must be zero
+//                         received in full (every frame below it); abort/goodbye/heartbeat: zero
 //    48    1 flags        per-frame bits (kFrameFlagsKnown); none are defined yet
 //    49    1 channel      priority class of the traffic, 0 = gradients
 //    50    2 reserved     zero
@@ -26,10 +26,10 @@
 // corrupting data.
 //
 // Frame types and what comes next:
-//   1..4     data, abort, goodbye, ack: strict. Unknown flag bits or non-zero reserved bytes are
+//   1..5     data, abort, goodbye, ack, heartbeat: strict. Unknown flag bits or non-zero reserved bytes are
 //            kBadReserved: a sender uses a new flag or field only when the peer's minor version
 //            (exchanged in the handshake) announced it.
-//   5..15    reserved for frame types a receiver must understand; sent only to a peer whose minor
+//   6..15    reserved for frame types a receiver must understand; sent only to a peer whose minor
 //            version knows them, so a decoder of this version rejects them (kBadType).
 //   16..127  control frames of a newer minor version that may be ignored: decode returns
 //            kUnknownControl with the header filled in (type holds the raw value); the payload is
@@ -62,6 +62,7 @@ enum class FrameType : uint8_t {
   kGoodbye = 3,  // no payload: the sender is shutting down cleanly; its EOF is not a failure
   kAck = 4,      // no payload: `frame` = data frames of this pair received in full, in order. The
                  // sender may forget them; until then it keeps a copy to re-send if a stream breaks
+  kHeartbeat = 5,  // payload: the sender's silent peers (protocol/liveness.h); sent every interval
   // A header decoded as kUnknownControl holds its raw type value (16..127), named by none of these.
 };
 

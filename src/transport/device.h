@@ -75,6 +75,16 @@ class Device {
   // After topology discovery: `peer` is in another domain (a WAN path) or in this rank's own
   // (a LAN path). Both ends of a pair decide alike, as every rank knows the same domains.
   virtual void set_wan_peer(int peer, bool wan) = 0;
+  // ---- Liveness (transport/liveness_monitor.h), loop thread. The device reports everything it
+  // receives from a peer to Group::heard, and heartbeats to Group::heartbeat.
+  // Sends `peer` a heartbeat frame with `payload` (protocol/liveness.h), on its control path.
+  virtual void send_heartbeat(int peer, std::span<const uint8_t> payload) = 0;
+  // Whether `peer`'s host acknowledges what this rank sends it (TCP: the control connection has
+  // nothing unacknowledged, or an acknowledgement came within `recent`; shm: the same host).
+  virtual bool host_answers(int peer, std::chrono::milliseconds recent) const = 0;
+  // Runs every liveness tick: a device that re-establishes links checks their progress.
+  virtual void tick(Clock::time_point /*now*/) {}
+
   // Fills the device's part of `ps` (ps->peer is set): counters, and the device's own detail.
   virtual void stats(PeerStats* ps) const = 0;
   // Says goodbye to every peer and closes, with a bounded wait for what is queued to leave.

@@ -44,6 +44,15 @@ void Group::peer_aborted(int peer, std::span<const uint8_t> payload) {
   fail(static_cast<ErrorCode>(code), "rank " + std::to_string(peer) + " reports: " + msg, false);
 }
 
+void Group::heartbeat(int peer, std::span<const uint8_t> payload) {
+  std::vector<protocol::SilentPeer> silent;
+  if (!protocol::decode_heartbeat(payload, static_cast<uint32_t>(size_), &silent)) {
+    fail(ErrorCode::kProtocol, "malformed heartbeat from rank " + std::to_string(peer), true);
+    return;
+  }
+  if (liveness_) liveness_->report(peer, std::move(silent), std::chrono::steady_clock::now());
+}
+
 std::optional<Failure> Group::failure() const {
   if (!failed()) return std::nullopt;
   std::lock_guard lk(mu_);

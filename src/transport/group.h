@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "protocol/frame.h"
+#include "protocol/liveness.h"
 #include "runtime/event_loop.h"
 #include "transport/transport.h"
 
@@ -83,6 +84,15 @@ class Group {
   bool check_frame(int peer, const protocol::FrameHeader& expect, const protocol::FrameHeader& got,
                    size_t max_bytes, bool exact = false);
 
+  // Liveness (loop thread). The monitor (liveness_monitor.h) installs its detector; devices call
+  // heard() for everything that arrives from a peer and heartbeat() for its heartbeat frames (a
+  // malformed one fails the group with kProtocol).
+  void set_liveness(protocol::Liveness* l) { liveness_ = l; }
+  void heard(int peer) {
+    if (liveness_) liveness_->heard(peer, std::chrono::steady_clock::now());
+  }
+  void heartbeat(int peer, std::span<const uint8_t> payload);
+
   // Any thread: wakes whoever waits for requests.
   void notify() const { on_progress_(); }
 
@@ -106,6 +116,7 @@ class Group {
   std::array<bool, kPriorityClasses> watching_{};  // loop thread
   // By channel (priority class): each has its own operation sequence.
   std::array<std::optional<protocol::FrameHeader>, kPriorityClasses> current_op_;
+  protocol::Liveness* liveness_ = nullptr;  // loop thread
 };
 
 }  // namespace geoccl::transport

@@ -4,6 +4,7 @@
 
 #include "core/logging.h"
 #include "geoccl/error.h"
+#include "transport/liveness_monitor.h"
 #include "transport/shm/device.h"
 #include "transport/tcp/device.h"
 
@@ -110,6 +111,16 @@ Router::Router(Group& group, const Config& cfg, int data_streams, const std::str
     close_devices();
     throw;
   }
+  if (cfg.heartbeat_interval.count() > 0) {
+    protocol::LivenessOptions lo;
+    lo.interval = cfg.heartbeat_interval;
+    lo.window = cfg.liveness_window;
+    lo.link_bound = cfg.tcp_resume_timeout;
+    std::vector<Device*> every;
+    for (auto& ch : channels_)
+      for (auto& d : ch.devices) every.push_back(d.get());
+    liveness_ = std::make_unique<LivenessMonitor>(group_, lo, channels_[0].by_peer, std::move(every));
+  }
 }
 
 Router::~Router() { close_devices(); }
@@ -121,6 +132,7 @@ Device& Router::of(int peer, uint8_t channel) const {
 }
 
 void Router::close_devices() {
+  liveness_.reset();
   // Every device stops talking first (goodbyes, no more failure handling of its own), then they
   // go, the last built first.
   for (auto& ch : channels_)
@@ -187,6 +199,10 @@ std::vector<PeerStats> Router::stats() const {
     out.push_back(std::move(ps));
   }
   return out;
+}
+
+void Router::set_domains(std::vector<int> domain_of, std::vector<std::string> names) {
+  if (liveness_) liveness_->set_domains(std::move(domain_of), std::move(names));
 }
 
 void Router::set_wan_peer(int peer, bool wan) {

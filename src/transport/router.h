@@ -40,6 +40,8 @@ struct PathChoice {
   static PathChoice parse(const std::string& s);
 };
 
+class LivenessMonitor;
+
 class Router final : public Transport {
  public:
   using Clock = std::chrono::steady_clock;
@@ -75,6 +77,8 @@ class Router final : public Transport {
 
   // After topology discovery: `peer` is across a WAN (another domain) or not.
   void set_wan_peer(int peer, bool wan);
+  // After topology discovery: the domain of every rank (the failure detector's witnesses).
+  void set_domains(std::vector<int> domain_of, std::vector<std::string> names);
 
  private:
   struct Channel {
@@ -87,6 +91,8 @@ class Router final : public Transport {
 
   Group& group_;
   std::array<Channel, kPriorityClasses> channels_;
+  // Heartbeats and the failure detector (GEOCCL_HEARTBEAT_MS > 0); goes before the devices.
+  std::unique_ptr<LivenessMonitor> liveness_;
 };
 
 }  // namespace geoccl::transport

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "protocol/frame.h"
+#include "protocol/liveness.h"
 #include "protocol/handshake.h"
 #include "protocol/store_codec.h"
 
@@ -67,12 +68,28 @@ TEST(Frame, RejectsBadInput) {
   h.payload_len = 1;  // ... and no payload
   b = encode_frame_header(h);
   EXPECT_EQ(decode_frame_header(b, &d), DecodeStatus::kBadLength);
-  b[4] = 5;  // no frame type beyond ack
+  b[4] = 6;  // no frame type beyond heartbeat
   EXPECT_EQ(decode_frame_header(b, &d), DecodeStatus::kBadType);
 }
 
+TEST(Frame, HeartbeatIsAControlFrameWithABoundedPayload) {
+  FrameHeader h, d;
+  h.type = FrameType::kHeartbeat;
+  h.frame = 5;  // encoding a heartbeat drops it
+  h.payload_len = 4 + 8 * 3;
+  auto b = encode_frame_header(h);
+  ASSERT_EQ(decode_frame_header(b, &d), DecodeStatus::kOk);
+  EXPECT_EQ(d.type, FrameType::kHeartbeat);
+  EXPECT_EQ(d.frame, 0u);
+  b[40] = 1;  // a frame number is not allowed
+  EXPECT_EQ(decode_frame_header(b, &d), DecodeStatus::kBadReserved);
+  h.payload_len = static_cast<uint32_t>(max_heartbeat_payload() + 1);
+  b = encode_frame_header(h);
+  EXPECT_EQ(decode_frame_header(b, &d), DecodeStatus::kBadLength);
+}
+
 TEST(Frame, UnknownFlagsAndReservedBytesAreRejected) {
-  for (FrameType t : {FrameType::kData, FrameType::kAbort, FrameType::kGoodbye, FrameType::kAck}) {
+  for (FrameType t : {FrameType::kData, FrameType::kAbort, FrameType::kGoodbye, FrameType::kAck, FrameType::kHeartbeat}) {
     FrameHeader h, d;
     h.type = t;
     for (size_t i : {48, 50, 51, 56, 63}) {

@@ -326,6 +326,7 @@ bool Connection::read_some(size_t* budget) {
       bool wake = pad > 0 && in_.consume(pad);
       protocol::FrameHeaderBytes hb;
       in_.copy(hb.data(), hb.size());
+      group_.heard(peer_);
       wake = in_.consume(hb.size()) || wake;
       if (wake) wake_peer();
       counters_.bytes_received.fetch_add(kFrameHeaderSize, std::memory_order_relaxed);
@@ -449,6 +450,7 @@ void Connection::read_control() {
       fail_protocol("undecodable control frame");
       return close_socket();
     }
+    group_.heard(peer_);
     if (st == protocol::DecodeStatus::kUnknownControl) continue;  // of a newer minor version
     const std::span<const uint8_t> payload(buf.data() + kFrameHeaderSize, h.payload_len);
     switch (h.type) {
@@ -457,6 +459,9 @@ void Connection::read_control() {
         break;
       case FrameType::kAbort:
         group_.peer_aborted(peer_, payload);
+        break;
+      case FrameType::kHeartbeat:
+        group_.heartbeat(peer_, payload);
         break;
       default:
         fail_protocol(std::string("unexpected frame type ") + std::to_string(static_cast<int>(h.type)) +

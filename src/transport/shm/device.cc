@@ -377,6 +377,10 @@ void ShmDevice::recheck_early_frames() {
     if (c) c->recheck_early_frame();
 }
 
+void ShmDevice::send_heartbeat(int peer, std::span<const uint8_t> payload) {
+  if (Connection* c = conns_[static_cast<size_t>(peer)].get()) c->post_control(protocol::FrameType::kHeartbeat, payload);
+}
+
 void ShmDevice::stats(PeerStats* ps) const {
   if (ps->peer < 0 || ps->peer >= group_.size()) return;
   const Counters& c = *counters_[static_cast<size_t>(ps->peer)];

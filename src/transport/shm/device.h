@@ -62,6 +62,9 @@ class ShmDevice final : public Device {
   void recheck_early_frames() override;
   // A peer on the same host is never a WAN peer: nothing to tune.
   void set_wan_peer(int /*peer*/, bool /*wan*/) override {}
+  void send_heartbeat(int peer, std::span<const uint8_t> payload) override;
+  // A peer on this host: its host is ours, so a silent peer is a stopped or hung process.
+  bool host_answers(int /*peer*/, std::chrono::milliseconds /*recent*/) const override { return true; }
   void stats(PeerStats* ps) const override;
   // Bounded wait (2 s) for queued frames to be in the rings, goodbye to every peer, then closes
   // everything; requests still pending complete with kAborted. Idempotent.

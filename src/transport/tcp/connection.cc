@@ -17,6 +17,7 @@
 
 #include "core/logging.h"
 #include "transport/tcp/device.h"
+#include "transport/tcp/socket_util.h"
 
 namespace geoccl::transport::tcp {
 
@@ -45,6 +46,10 @@ TcpConnection::TcpConnection(TcpDevice& owner, TcpPeer& peer, int fd, int stream
 }
 
 void TcpConnection::configure_socket() {
+  {
+    const auto& o = owner_.options();
+    set_liveness_options(fd_, o.user_timeout, o.keepalive_idle, o.keepalive_interval);
+  }
   if (stream_ != TcpDevice::kControlStream) {
     const auto& o = owner_.options();
     set_notsent_lowat(fd_, peer_.wan ? o.wan_notsent_lowat : o.notsent_lowat);
@@ -88,7 +93,7 @@ void TcpConnection::post_send(SendOp op) {
   write_some();
 }
 
-void TcpConnection::enter_reconnecting(const std::string& why) {
+void TcpConnection::enter_reconnecting(const std::string& why, bool recover) {
   close_fd();
   reconnecting_ = true;
   // Whatever part of a frame came in on the broken socket is forgotten: the peer sends that
@@ -134,15 +139,16 @@ void TcpConnection::enter_reconnecting(const std::string& why) {
   queued_ = 0;
   for (const auto& op : sendq_) queued_ += kFrameHeaderSize + op.payload.size();
   frames_resent_ += copies;
-  GEOCCL_LOG(kWarn, "data stream " << stream_ << " to rank " << peer_.rank << " broke (" << why
+  GEOCCL_LOG(kWarn, (stream_ == TcpDevice::kControlStream ? "control" : "data") << " stream " << stream_
+                                   << " to rank " << peer_.rank << " broke (" << why
                                    << "); re-establishing it, " << copies
                                    << " unacknowledged frame(s) to re-send");
   if (any_zc) owner_.group().notify();
-  owner_.stream_broken(peer_, stream_);
+  if (recover) owner_.stream_broken(peer_, stream_);
 }
 
 void TcpConnection::resume(int fd) {
-  if (fd_ >= 0) enter_reconnecting("the peer replaced it");
+  if (fd_ >= 0) enter_reconnecting("the peer replaced it", /*recover=*/false);
   if (resume_timer_) {
     owner_.group().loop().cancel_timer(resume_timer_);
     resume_timer_ = 0;
@@ -152,10 +158,39 @@ void TcpConnection::resume(int fd) {
   goodbye_ = false;
   ++reconnects_;
   configure_socket();
-  GEOCCL_LOG(kInfo, "data stream " << stream_ << " to rank " << peer_.rank << " re-established; "
-                                   << sendq_.size() << " frame(s) queued on it");
+  GEOCCL_LOG(kWarn, "stream " << stream_ << " to rank " << peer_.rank << " re-established; "
+                               << sendq_.size() << " frame(s) queued on it");
   write_some();
+  if (stream_ == TcpDevice::kControlStream) owner_.control_resumed(peer_);
   owner_.group().notify();
+}
+
+void TcpConnection::replace(const std::string& why) {
+  if (fd_ < 0) return;
+  const linger lg{1, 0};  // the old socket ends with an RST, not a FIN that waits in backoff
+  setsockopt(fd_, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+  enter_reconnecting(why);
+}
+
+bool TcpConnection::stalled(std::chrono::milliseconds ms) const {
+  tcp_info ti{};
+  socklen_t len = sizeof ti;
+  if (fd_ < 0 || getsockopt(fd_, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return false;
+  return ti.tcpi_unacked > 0 && ti.tcpi_last_ack_recv >= static_cast<uint32_t>(ms.count());
+}
+
+bool TcpConnection::acked_within(std::chrono::milliseconds ms) const {
+  tcp_info ti{};
+  socklen_t len = sizeof ti;
+  if (fd_ < 0 || getsockopt(fd_, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return false;
+  return ti.tcpi_unacked == 0 || ti.tcpi_last_ack_recv < static_cast<uint32_t>(ms.count());
+}
+
+std::chrono::microseconds TcpConnection::srtt() const {
+  tcp_info ti{};
+  socklen_t len = sizeof ti;
+  if (fd_ < 0 || getsockopt(fd_, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return {};
+  return std::chrono::microseconds(ti.tcpi_rtt);
 }
 
 void TcpConnection::await_resume(std::chrono::milliseconds timeout) {
@@ -163,8 +198,8 @@ void TcpConnection::await_resume(std::chrono::milliseconds timeout) {
   resume_timer_ = owner_.group().loop().add_timer(std::chrono::steady_clock::now() + timeout, [this, timeout] {
     resume_timer_ = 0;
     if (!reconnecting_) return;
-    owner_.group().fail(ErrorCode::kPeerLost,
-                "data stream " + std::to_string(stream_) + " to rank " + std::to_string(peer_.rank) +
+    owner_.group().fail(ErrorCode::kPeerUnreachable,
+                "stream " + std::to_string(stream_) + " to rank " + std::to_string(peer_.rank) +
                     " broke and the peer did not re-establish it within " +
                     std::to_string(timeout.count()) + " ms",
                 true);
@@ -346,8 +381,7 @@ void TcpConnection::on_events(uint32_t events) {
 }
 
 void TcpConnection::on_closed(const std::string& why) {
-  if (stream_ != TcpDevice::kControlStream && !goodbye_ && owner_.can_resume(peer_))
-    return enter_reconnecting(why);
+  if (!goodbye_ && owner_.can_resume(peer_, stream_)) return enter_reconnecting(why);
   // A stream that ended after its goodbye has delivered every frame put on it; receives of the
   // peer still pending may be filled by its other data streams, so they matter only when this
   // was the last one open (or when a frame on this stream was cut short).
@@ -407,6 +441,7 @@ ssize_t TcpConnection::receive(uint8_t* dst, size_t n) {
   const ssize_t got = ::recv(fd_, dst, n, MSG_DONTWAIT);
   if (got > 0) {
     peer_.bytes_received.fetch_add(static_cast<uint64_t>(got), std::memory_order_relaxed);
+    owner_.group().heard(peer_.rank);
     return got;
   }
   if (got == 0)
@@ -492,6 +527,9 @@ void TcpConnection::read_some() {
         break;
       case FrameType::kAbort:
         owner_.group().peer_aborted(peer_.rank, control_payload_);
+        break;
+      case FrameType::kHeartbeat:
+        owner_.group().heartbeat(peer_.rank, control_payload_);
         break;
     }
   }

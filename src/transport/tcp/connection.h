@@ -75,8 +75,17 @@ class TcpConnection {
   // open, as when a NAT forgets the flow); the abandoned socket is returned, for the caller to
   // close later (-1 if none).
   int reset_for_test(bool silent);
+  // The dialler replaces a stalled connection (TcpOptions::stall_timeout): the old socket is
+  // reset and the stream re-established as if it had broken.
+  void replace(const std::string& why);
+  // TCP's view of the socket: data unacknowledged for at least `ms` (stalled), and whether the
+  // peer's host acknowledged everything or something within `ms` (answers). False when closed.
+  bool stalled(std::chrono::milliseconds ms) const;
+  bool acked_within(std::chrono::milliseconds ms) const;
+  // Smoothed RTT of the socket (0 when closed or unknown).
+  std::chrono::microseconds srtt() const;
   // The lower rank of a broken stream waits for the peer to connect it again: the group fails
-  // with peer-lost if that takes longer than `timeout`.
+  // with peer-unreachable if that takes longer than `timeout`.
   void await_resume(std::chrono::milliseconds timeout);
   // Queues an acknowledgement: every data frame below `upto` from the peer is in.
   void post_ack(uint64_t upto);
@@ -116,7 +125,8 @@ class TcpConnection {
   // Closes the broken socket, forgets the partial frame being read, and queues every frame the
   // peer has not acknowledged (copies kept after writing, then frames not yet fully written) for
   // the next socket of this stream.
-  void enter_reconnecting(const std::string& why);
+  // `recover`: start recovering it (TcpDevice::stream_broken); not when a new socket is at hand.
+  void enter_reconnecting(const std::string& why, bool recover = true);
   void configure_socket();
   void close_fd();
   bool handle_header();

@@ -51,6 +51,10 @@ TcpOptions TcpOptions::from_config(const Config& cfg, int data_streams) {
   o.resume = cfg.tcp_resume == "on";
   o.wan_resume = cfg.tcp_resume == "on" || cfg.tcp_resume == "auto";
   o.resume_timeout = cfg.tcp_resume_timeout;
+  o.stall_timeout = cfg.tcp_stall_timeout;
+  o.user_timeout = cfg.tcp_resume_timeout;
+  o.keepalive_idle = cfg.liveness_window;
+  o.keepalive_interval = cfg.heartbeat_interval;
   return o;
 }
 
@@ -98,9 +102,11 @@ TcpDevice::~TcpDevice() {
   shutdown();
   group_.remove_failure_listener(failure_listener_);
   // Stream re-dialers stop at their next attempt (each is bounded by a few seconds).
-  for (auto& p : peers_)
+  for (auto& p : peers_) {
     for (auto& t : p->dialers)
       if (t.joinable()) t.join();
+    if (p->prober.joinable()) p->prober.join();
+  }
   group_.loop().run_owned([this] {
     if (scavenge_) {
       group_.loop().cancel_timer(scavenge_->tick);
@@ -210,8 +216,7 @@ void TcpDevice::on_pending_readable(int fd) {
   TcpConnection* existing = nullptr;
   if (st == protocol::HandshakeStatus::kAccepted) {
     existing = from > group_.rank() ? conn(from, hello.stream) : nullptr;
-    const bool replaces_resumable =
-        existing && hello.stream != kControlStream && can_resume(peer(from));
+    const bool replaces_resumable = existing && can_resume(peer(from), hello.stream);
     if (from <= group_.rank() || (existing && !replaces_resumable))
       st = protocol::HandshakeStatus::kBadRank;
   }
@@ -289,17 +294,26 @@ void TcpDevice::connect(const std::vector<int>& peers, const AddressOf& address_
           missing += (missing.empty() ? "" : ",") + std::to_string(r);
       }
     });
-    if (missing.empty()) return;
+    if (missing.empty()) break;
     if (Clock::now() > deadline)
       throw Error(ErrorCode::kTimeout, "rank(s) " + missing + " did not connect in time");
     maybe_poll();
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
+  // Where the higher peers listen (they published it before dialling us): when a stream to one
+  // of them breaks, a connection refused there tells that its process is gone.
+  if (!options_.resume && !options_.wan_resume) return;
+  for (int r : peers) {
+    if (r < group_.rank()) continue;
+    std::string ep;
+    if (decode_address(address_of(r), &ep)) group_.loop().run_owned([&] { peer(r).endpoint = ep; });
+  }
 }
 
 int TcpDevice::dial(const TcpPeer& p, bool wan, int stream, Clock::time_point deadline,
-                    std::string* why, bool* rejected) {
+                    std::string* why, bool* rejected, bool* refused) {
   *rejected = false;
+  if (refused) *refused = false;
   std::string host;
   uint16_t port = 0;
   split_host_port(p.endpoint, &host, &port);
@@ -314,7 +328,8 @@ int TcpDevice::dial(const TcpPeer& p, bool wan, int stream, Clock::time_point de
     if (b > 0) set_buffer_sizes(s, b);
   });
   if (fd < 0) {
-    *why = "cannot connect to " + where;
+    if (refused) *refused = errno == ECONNREFUSED;
+    *why = "cannot connect to " + where + ": " + std::strerror(errno);
     return -1;
   }
   set_nodelay(fd);
@@ -347,31 +362,102 @@ int TcpDevice::dial(const TcpPeer& p, bool wan, int stream, Clock::time_point de
   return fd;
 }
 
-bool TcpDevice::can_resume(const TcpPeer& p) const {
+bool TcpDevice::can_resume(const TcpPeer& p, int stream) const {
   const TcpConnection* control = p.streams[kControlStream].get();
-  return p.resume && !group_.failed() && !closing_.load() && control && control->open() &&
-         !control->said_goodbye();
+  if (!p.resume || group_.failed() || closing_.load() || !control || control->said_goodbye()) return false;
+  return stream == kControlStream || control->usable();
 }
 
 void TcpDevice::stream_broken(TcpPeer& p, int stream) {
   if (group_.rank() > p.rank) {  // we connected it: connect it again
+    // One attempt sends one SYN: it waits a few round trips (the handshake takes two), so that a
+    // path that comes back is found within about that.
+    const auto rtt = std::chrono::duration_cast<std::chrono::milliseconds>(p.streams[kControlStream]->srtt());
+    const auto attempt = std::clamp(3 * rtt + std::chrono::milliseconds(200), std::chrono::milliseconds(300),
+                                    std::chrono::milliseconds(2000));
     std::thread& t = p.dialers[static_cast<size_t>(stream)];
     if (t.joinable()) t.join();
-    t = std::thread([this, &p, stream, wan = p.wan] { redial(p, wan, stream); });
+    t = std::thread([this, &p, stream, wan = p.wan, attempt] { redial(p, wan, stream, attempt); });
     return;
   }
   p.streams[static_cast<size_t>(stream)]->await_resume(options_.resume_timeout);
+  // The peer re-establishes it unless its process is gone: then its address refuses connections.
+  if (p.endpoint.empty() || p.probing.exchange(true)) return;
+  if (p.prober.joinable()) p.prober.join();
+  p.prober = std::thread([this, &p] { probe(p); });
 }
 
-void TcpDevice::redial(TcpPeer& p, bool wan, int stream) {
+void TcpDevice::probe(TcpPeer& p) {
+  std::string host;
+  uint16_t port = 0;
+  split_host_port(p.endpoint, &host, &port);
+  const int fd = connect_with_timeout(host, port, std::chrono::seconds(2), {});
+  const bool refused = fd < 0 && errno == ECONNREFUSED;
+  if (fd >= 0) ::close(fd);
+  p.probing.store(false);
+  if (!refused || closing_.load()) return;
+  group_.loop().post([this, &p] {
+    if (closing_.load() || group_.failed()) return;
+    group_.fail(ErrorCode::kPeerLost,
+                "rank " + std::to_string(p.rank) + " closed its connections and its address " + p.endpoint +
+                    " refuses new ones: its process is gone",
+                true);
+  });
+}
+
+void TcpDevice::control_resumed(TcpPeer& p) {
+  if (const uint64_t upto = p.session.window().base(); upto > 0) p.streams[kControlStream]->post_ack(upto);
+  if (!p.control_stalled) return;
+  p.control_stalled = false;
+  for (int s = 1; s < streams_; ++s)
+    if (TcpConnection* c = p.streams[static_cast<size_t>(s)].get(); c && c->open())
+      c->replace("replaced after an outage: its peer's side may sit in TCP's retransmission backoff");
+}
+
+void TcpDevice::tick(Clock::time_point) {
+  if (options_.stall_timeout.count() <= 0 || group_.failed() || closing_.load()) return;
+  for (auto& pp : peers_) {
+    TcpPeer& p = *pp;
+    // The rank that dials replaces a stalled stream; the other waits for the new connection.
+    if (p.rank >= group_.rank() || !p.resume) continue;
+    for (int s = 0; s < streams_; ++s) {
+      TcpConnection* c = p.streams[static_cast<size_t>(s)].get();
+      if (!c || !c->open() || !c->stalled(options_.stall_timeout) || !can_resume(p, s)) continue;
+      if (s == kControlStream) p.control_stalled = true;
+      c->replace("no acknowledgement for " + std::to_string(options_.stall_timeout.count()) + " ms: stalled");
+    }
+  }
+}
+
+void TcpDevice::send_heartbeat(int peer_rank, std::span<const uint8_t> payload) {
+  TcpConnection* c = conn(peer_rank, kControlStream);
+  if (c && c->open() && !c->said_goodbye())
+    c->post_control(protocol::FrameType::kHeartbeat, std::vector<uint8_t>(payload.begin(), payload.end()));
+}
+
+bool TcpDevice::host_answers(int peer_rank, std::chrono::milliseconds recent) const {
+  const TcpConnection* c = conn(peer_rank, kControlStream);
+  return c && c->acked_within(recent);
+}
+
+void TcpDevice::redial(TcpPeer& p, bool wan, int stream, std::chrono::milliseconds attempt) {
   const auto deadline = Clock::now() + options_.resume_timeout;
-  auto backoff = std::chrono::milliseconds(10);
   std::string why;
   while (!closing_.load() && !group_.failed()) {
-    bool rejected = false;
-    // Each attempt is bounded so that shutting down never waits long for this thread.
-    const int fd = dial(p, wan, stream, std::min(deadline, Clock::now() + std::chrono::seconds(2)), &why,
-                        &rejected);
+    bool rejected = false, refused = false;
+    const auto started = Clock::now();
+    const int fd = dial(p, wan, stream, std::min(deadline, started + attempt), &why, &rejected, &refused);
+    if (refused) {
+      // Nobody listens where the peer did: its process is gone.
+      group_.loop().post([this, &p, why] {
+        if (closing_.load() || group_.failed()) return;
+        group_.fail(ErrorCode::kPeerLost,
+                    "rank " + std::to_string(p.rank) + " closed its connections and " + why +
+                        ": its process is gone",
+                    true);
+      });
+      return;
+    }
     if (fd >= 0) {
       set_nonblocking(fd, true);
       const bool posted = group_.loop().post([this, &p, stream, fd] {
@@ -385,14 +471,15 @@ void TcpDevice::redial(TcpPeer& p, bool wan, int stream) {
       if (!posted) ::close(fd);  // the loop is dead: nobody takes it
       return;
     }
-    if (rejected || Clock::now() + backoff >= deadline) break;
-    std::this_thread::sleep_for(backoff);
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+    if (rejected || Clock::now() >= deadline) break;
+    // A failure that came at once (no route yet) is retried after a short pause; a timed-out
+    // attempt has waited already.
+    if (Clock::now() - started < attempt / 2) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   if (closing_.load() || group_.failed()) return;
-  group_.loop().post([this, &p, stream, why] {
-    group_.fail(ErrorCode::kPeerLost,
-                "data stream " + std::to_string(stream) + " to rank " + std::to_string(p.rank) +
+  group_.loop().post([this, &p, stream, why, rejected_last = why.find("rejected") != std::string::npos] {
+    group_.fail(rejected_last ? ErrorCode::kPeerLost : ErrorCode::kPeerUnreachable,
+                "stream " + std::to_string(stream) + " to rank " + std::to_string(p.rank) +
                     " broke and could not be re-established within " +
                     std::to_string(options_.resume_timeout.count()) + " ms: " + why,
                 true);

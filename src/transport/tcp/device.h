@@ -63,6 +63,14 @@ struct TcpOptions {
   // WAN peers (GEOCCL_TCP_RESUME on / auto).
   bool resume = false, wan_resume = false;
   std::chrono::milliseconds resume_timeout{30000};
+  // A resumable connection with data unacknowledged for this long is stalled (the path is down,
+  // or TCP sits in retransmission backoff): the rank that dials replaces it with a fresh one
+  // (GEOCCL_TCP_STALL_MS; 0: never).
+  std::chrono::milliseconds stall_timeout{1000};
+  // Kernel-side liveness of every peer socket: TCP_USER_TIMEOUT (unacknowledged data for longer
+  // ends the connection; the resume timeout) and keepalive probes of idle sockets (idle, interval).
+  std::chrono::milliseconds user_timeout{30000};
+  std::chrono::milliseconds keepalive_idle{10000}, keepalive_interval{1000};
   uint8_t channel = 0;  // the priority class this device carries (logs)
   // Resolves the configuration's "auto" values. `data_streams`: rank 0's choice.
   static TcpOptions from_config(const Config& cfg, int data_streams);
@@ -82,6 +90,13 @@ struct TcpPeer {
   size_t rotate = 0;    // tie-break for the stream choice
   std::atomic<uint64_t> bytes_sent{0}, bytes_received{0};
   std::vector<std::thread> dialers;  // re-dialler of each stream (at most one at a time)
+  // The lower rank of a pair whose stream broke: checks that the peer's process is still there
+  // (its listening address refuses connections once it is gone). One at a time.
+  std::thread prober;
+  std::atomic<bool> probing{false};
+  // The dialler replaced the control stream because it stalled (an outage): once it is back,
+  // every data stream is replaced too (the peer's side of them may sit in TCP's backoff).
+  bool control_stalled = false;
   // Bulk class (TcpDevice::yield_to), WAN peers: the scavenger's rate on the path to this peer.
   std::unique_ptr<ScavengerRate> bulk_rate;
 };
@@ -102,6 +117,9 @@ class TcpDevice final : public Device {
   RequestPtr send(int peer, const protocol::FrameHeader& h, std::span<const uint8_t> payload) override;
   RequestPtr recv(int peer, const protocol::FrameHeader& expect, std::span<uint8_t> dst) override;
   void recheck_early_frames() override;
+  void send_heartbeat(int peer, std::span<const uint8_t> payload) override;
+  bool host_answers(int peer, std::chrono::milliseconds recent) const override;
+  void tick(Clock::time_point now) override;
   void set_wan_peer(int peer, bool wan) override;
   void stats(PeerStats* ps) const override;
   void shutdown() override;
@@ -120,12 +138,17 @@ class TcpDevice final : public Device {
   Group& group() const { return group_; }
   const TcpOptions& options() const { return options_; }
   TcpPeer& peer(int rank) { return *peers_[static_cast<size_t>(rank)]; }
-  // A data stream to the peer broke while the peer's control stream is open: whether it is
-  // re-established instead of failing the group.
-  bool can_resume(const TcpPeer& p) const;
-  // The higher rank dials it again (own thread, backoff, until resume_timeout); the lower rank
-  // waits for that.
+  // Stream `stream` to the peer broke (or stalled): whether it is re-established instead of
+  // failing the group. Resume is on for the peer, the group stands, the peer has not said
+  // goodbye, and for a data stream the control stream is open or being re-established.
+  bool can_resume(const TcpPeer& p, int stream) const;
+  // The higher rank dials it again (own thread, fast attempts until resume_timeout; a refused
+  // connection means the peer's process is gone: kPeerLost); the lower rank waits for that and
+  // checks that the peer's process is still there.
   void stream_broken(TcpPeer& p, int stream);
+  // The control stream to the peer was re-established: the latest acknowledgement goes again, and
+  // after an outage (control_stalled) the dialler replaces every data stream.
+  void control_resumed(TcpPeer& p);
   // Whether a data stream of the peer other than `except` is open or being re-established.
   bool data_stream_open(const TcpPeer& p, const TcpConnection* except = nullptr) const;
   // A data frame of the peer was received in full: acknowledges it when one is due.
@@ -164,9 +187,12 @@ class TcpDevice final : public Device {
   // Opens stream `stream` to lower rank `peer` and introduces us (Hello/Reply). Returns the
   // connected blocking socket, or -1 with *why set (*rejected when the peer refused us).
   // `wan`: the WAN socket options from the start (read on the loop thread by the caller).
+  // *refused: nobody listens at the peer's address (its process is gone).
   int dial(const TcpPeer& p, bool wan, int stream, Clock::time_point deadline, std::string* why,
-           bool* rejected);
-  void redial(TcpPeer& p, bool wan, int stream);
+           bool* rejected, bool* refused = nullptr);
+  void redial(TcpPeer& p, bool wan, int stream, std::chrono::milliseconds attempt);
+  // Lower rank: connects to the peer's listening address without a handshake (prober thread).
+  void probe(TcpPeer& p);
   // The group failed: every pending request completes with `f`; peers are told if asked.
   void on_group_failure(const Failure& f, bool tell_peers);
   // The data stream with the least backlog to the peer. Frames below kSmallFrame go on the

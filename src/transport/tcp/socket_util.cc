@@ -224,6 +224,20 @@ void set_nodelay(int fd) {
     throw Error(ErrorCode::kIo, "TCP_NODELAY on fd " + std::to_string(fd) + ": " + std::strerror(errno));
 }
 
+void set_liveness_options(int fd, std::chrono::milliseconds user_timeout, std::chrono::milliseconds idle,
+                          std::chrono::milliseconds interval) {
+  auto clamp_int = [](int64_t v) { return static_cast<int>(std::clamp<int64_t>(v, 1, INT32_MAX)); };
+  if (user_timeout.count() > 0)
+    tune_socket(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, clamp_int(user_timeout.count()), "TCP_USER_TIMEOUT");
+  if (idle.count() <= 0 || interval.count() <= 0) return;
+  const int secs_idle = clamp_int((idle.count() + 999) / 1000), secs_intvl = clamp_int((interval.count() + 999) / 1000);
+  tune_socket(fd, SOL_SOCKET, SO_KEEPALIVE, 1, "SO_KEEPALIVE");
+  tune_socket(fd, IPPROTO_TCP, TCP_KEEPIDLE, secs_idle, "TCP_KEEPIDLE");
+  tune_socket(fd, IPPROTO_TCP, TCP_KEEPINTVL, secs_intvl, "TCP_KEEPINTVL");
+  // Probes until the user timeout ends the connection (it takes precedence over the count).
+  tune_socket(fd, IPPROTO_TCP, TCP_KEEPCNT, clamp_int(std::max<int64_t>(1, user_timeout.count() / 1000 / secs_intvl)), "TCP_KEEPCNT");
+}
+
 bool tune_socket(int fd, int level, int option, int value, const char* name) {
   if (setsockopt(fd, level, option, &value, sizeof value) == 0) return true;
   const int e = errno;

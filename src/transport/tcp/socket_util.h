@@ -45,6 +45,11 @@ void set_nodelay(int fd);
 // kernel took the option (errno set when not). The first refusal of each `name` is logged as a
 // warning, later ones are not.
 bool tune_socket(int fd, int level, int option, int value, const char* name);
+// The kernel's own liveness bounds of a peer socket (best effort, zero leaves one alone):
+// TCP_USER_TIMEOUT (data unacknowledged longer ends the connection with ETIMEDOUT) and keepalive
+// probes after `idle` without traffic, every `interval`, until the user timeout.
+void set_liveness_options(int fd, std::chrono::milliseconds user_timeout, std::chrono::milliseconds idle,
+                          std::chrono::milliseconds interval);
 // Requests congestion control `name` (e.g. "bbr") on a socket. Returns the algorithm the kernel
 // reports afterwards ("" if it cannot be read), which differs from `name` when it was refused.
 std::string set_congestion_control(int fd, const std::string& name);

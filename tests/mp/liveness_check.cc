@@ -1,0 +1,167 @@
+// One rank of the liveness multi-process tests (liveness_mp_test.cc starts N of them, real
+// processes on loopback sockets). Modes:
+//   freeze       every rank runs allreduces; the victim (GEOCCL_TEST_VICTIM) writes the time to
+//                GEOCCL_TEST_STAMP and stops itself (SIGSTOP). The others must fail with
+//                kPeerUnresponsive within the liveness window (plus a margin), not before it.
+//   random-kill  every rank runs the same random sequence of collectives and point-to-point
+//                transfers (GEOCCL_TEST_SEED); the victim, a random rank, dies (SIGKILL) at a
+//                random point of a random operation. Every survivor must end with kPeerLost
+//                within 10 s of the death.
+// GEOCCL_TEST_DOMAINS="a,a,b,b" gives rank r the r-th domain label.
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "check.h"
+#include "geoccl/geoccl.h"
+
+using namespace geoccl;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+int64_t wall_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void write_stamp(int64_t ns) {
+  const char* path = std::getenv("GEOCCL_TEST_STAMP");
+  if (!path) return;
+  const std::string tmp = std::string(path) + ".tmp";
+  if (FILE* f = std::fopen(tmp.c_str(), "w")) {
+    std::fprintf(f, "%lld\n", static_cast<long long>(ns));
+    std::fclose(f);
+    std::rename(tmp.c_str(), path);
+  }
+}
+
+int64_t read_stamp() {
+  const char* path = std::getenv("GEOCCL_TEST_STAMP");
+  long long v = 0;
+  if (FILE* f = path ? std::fopen(path, "r") : nullptr) {
+    if (std::fscanf(f, "%lld", &v) != 1) v = 0;
+    std::fclose(f);
+  }
+  return v;
+}
+
+int env_int(const char* name, int dflt) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : dflt;
+}
+
+// Runs `f` and checks that it throws Error(code); prints how long after the stamp it came.
+int expect_after_stamp(const std::function<void()>& f, ErrorCode code, double min_ms, double max_ms, int me,
+                       const char* what) {
+  try {
+    f();
+  } catch (const Error& e) {
+    const int64_t at = wall_ns(), stamp = read_stamp();
+    const double ms = stamp > 0 ? static_cast<double>(at - stamp) / 1e6 : -1;
+    std::printf("rank %d: %s %.0f ms after the victim %s: %s\n", me, std::string(error_code_name(e.code())).c_str(),
+                ms, what, e.what());
+    CHECK(e.code() == code, "wanted %s", std::string(error_code_name(code)).c_str());
+    CHECK(stamp > 0, "the victim left no stamp");
+    CHECK(ms >= min_ms && ms <= max_ms, "detected after %.0f ms, wanted [%.0f, %.0f]", ms, min_ms, max_ms);
+    return g_failures ? 1 : 0;
+  }
+  std::fprintf(stderr, "rank %d: no error\n", me);
+  return 1;
+}
+
+int mode_freeze(Config cfg) {
+  const int me = cfg.rank, victim = env_int("GEOCCL_TEST_VICTIM", cfg.world_size - 1);
+  const double window = static_cast<double>(cfg.liveness_window.count());
+  std::vector<float> buf(256 << 10, 1.f);
+  return expect_after_stamp(
+      [&] {
+        Communicator c(cfg);
+        for (int i = 0;; ++i) {
+          if (me == victim && i == 20) {
+            write_stamp(wall_ns());
+            raise(SIGSTOP);  // the test kills us once the others are done
+          }
+          c.allreduce(buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum).wait();
+        }
+      },
+      // Silence counts from the last heartbeat, up to one interval before the stop.
+      ErrorCode::kPeerUnresponsive, window - static_cast<double>(cfg.heartbeat_interval.count()) - 100,
+      window + 2500, me, "stopped");
+}
+
+int mode_random_kill(Config cfg) {
+  const int me = cfg.rank, n = cfg.world_size;
+  const uint64_t seed = static_cast<uint64_t>(env_int("GEOCCL_TEST_SEED", 1));
+  std::mt19937_64 g(seed);  // the same sequence on every rank
+  const int victim = static_cast<int>(g() % static_cast<uint64_t>(n));
+  const int kill_at = static_cast<int>(g() % 12);
+  const int kill_after_us = static_cast<int>(g() % 20000);
+  struct Step {
+    int kind;
+    size_t count;
+  };
+  std::vector<Step> steps(200);
+  for (auto& s : steps) s = {static_cast<int>(g() % 7), size_t{256} << (g() % 13)};  // 1 KiB .. 4 MiB of f32
+  std::vector<float> a(size_t{4} << 20), b(static_cast<size_t>(n) * (size_t{4} << 20));
+  cfg.op_timeout = std::chrono::seconds(30);
+  return expect_after_stamp(
+      [&] {
+        Communicator c(cfg);
+        for (int i = 0; i < static_cast<int>(steps.size()); ++i) {
+          const Step& s = steps[static_cast<size_t>(i)];
+          const size_t k = s.count;
+          Work w;
+          switch (s.kind) {
+            case 0: w = c.allreduce(a.data(), k, DataType::kFloat32, ReduceOp::kSum); break;
+            case 1: w = c.broadcast(a.data(), k, DataType::kFloat32, i % n); break;
+            case 2: w = c.allgather(a.data(), b.data(), k, DataType::kFloat32); break;
+            case 3: w = c.reduce_scatter(b.data(), a.data(), k, DataType::kFloat32, ReduceOp::kSum); break;
+            case 4: w = c.alltoall(b.data(), a.data(), k / static_cast<size_t>(n) + 1, DataType::kFloat32); break;
+            case 5: w = c.barrier(); break;
+            default: {  // a ring of sends and receives
+              Work r = c.recv(b.data(), k, DataType::kFloat32, (me + n - 1) % n);
+              c.send(a.data(), k, DataType::kFloat32, (me + 1) % n).wait();
+              w = std::move(r);
+            }
+          }
+          if (me == victim && i == kill_at) {
+            std::this_thread::sleep_for(std::chrono::microseconds(kill_after_us));
+            write_stamp(wall_ns());
+            raise(SIGKILL);
+          }
+          w.wait();
+        }
+      },
+      ErrorCode::kPeerLost, -1e9, 10000, me, "was killed");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "freeze";
+  if (const char* doms = std::getenv("GEOCCL_TEST_DOMAINS")) {
+    std::vector<std::string> list(1);
+    for (const char* p = doms; *p; ++p)
+      if (*p == ',') list.emplace_back();
+      else list.back() += *p;
+    const int r = std::atoi(std::getenv("RANK"));
+    setenv("GEOCCL_DOMAIN", list.at(static_cast<size_t>(r)).c_str(), 1);
+  }
+  try {
+    Config cfg = Config::from_env();
+    if (mode == "freeze") return mode_freeze(cfg);
+    if (mode == "random-kill") return mode_random_kill(cfg);
+    std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %s: %s\n", std::getenv("RANK"), e.what());
+    return 3;
+  }
+}

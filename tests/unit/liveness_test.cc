@@ -1,0 +1,209 @@
+// The failure detector (protocol/liveness.h) driven with invented timestamps: no sockets, no
+// sleeps. Each test is one case the detector must tell apart.
+#include <gtest/gtest.h>
+
+#include "protocol/liveness.h"
+
+using namespace geoccl;
+using namespace geoccl::protocol;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+LivenessOptions opts() {
+  LivenessOptions o;
+  o.interval = 1000ms;
+  o.window = 10000ms;
+  o.link_bound = 30000ms;
+  o.warn_every = 5000ms;
+  return o;
+}
+
+// Runs the detector of `rank` from t0 in 250 ms ticks until `until`, with `each` called before
+// every tick to deliver what arrives; returns the first failure (or none) and when it came.
+struct Outcome {
+  std::optional<Liveness::Action> fail;
+  Clock::duration at{};
+  int warnings = 0;
+  int recoveries = 0;
+};
+
+template <class F>
+Outcome run(Liveness& l, Clock::time_point t0, Clock::duration until, F&& each) {
+  Outcome out;
+  for (auto t = 250ms; t <= until; t += 250ms) {
+    const auto now = t0 + t;
+    each(now, t);
+    for (auto& a : l.tick(now)) {
+      if (a.kind == Liveness::Action::Kind::kWarn) ++out.warnings;
+      if (a.kind == Liveness::Action::Kind::kRecovered) ++out.recoveries;
+      if (a.kind == Liveness::Action::Kind::kFail && !out.fail) {
+        out.fail = a;
+        out.at = t;
+      }
+    }
+    if (out.fail) break;
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(Liveness, HeartbeatPayloadRoundTripsAndRejectsMalformedInput) {
+  std::vector<SilentPeer> in = {{3, 2500}, {0, UINT32_MAX}};
+  const auto bytes = encode_heartbeat(in);
+  std::vector<SilentPeer> out;
+  ASSERT_TRUE(decode_heartbeat(bytes, 4, &out));
+  EXPECT_EQ(out, in);
+  EXPECT_FALSE(decode_heartbeat(bytes, 3, &out));  // rank 3 is outside a group of 3
+  auto trailing = bytes;
+  trailing.push_back(0);
+  EXPECT_FALSE(decode_heartbeat(trailing, 4, &out));
+  EXPECT_FALSE(decode_heartbeat(std::span<const uint8_t>(bytes).first(bytes.size() - 1), 4, &out));
+  std::vector<SilentPeer> twice = {{1, 5}, {1, 6}};
+  EXPECT_FALSE(decode_heartbeat(encode_heartbeat(twice), 4, &out));
+  ASSERT_TRUE(decode_heartbeat(encode_heartbeat({}), 1, &out));
+  EXPECT_TRUE(out.empty());
+}
+
+TEST(Liveness, PeersThatKeepTalkingAreNeverSuspected) {
+  const auto t0 = Clock::now();
+  Liveness l(0, 3, opts(), t0);
+  auto o = run(l, t0, 60s, [&](Clock::time_point now, Clock::duration) {
+    l.report(1, {}, now);
+    l.report(2, {}, now);
+  });
+  EXPECT_FALSE(o.fail);
+  EXPECT_EQ(o.warnings, 0);
+  EXPECT_TRUE(l.silent_peers(t0 + 60s).empty());
+}
+
+TEST(Liveness, SilentPeerWhoseHostAnswersIsUnresponsiveAfterTheWindow) {
+  const auto t0 = Clock::now();
+  Liveness l(0, 3, opts(), t0);
+  auto o = run(l, t0, 30s, [&](Clock::time_point now, Clock::duration t) {
+    l.report(2, {}, now);
+    if (t < 5s) l.report(1, {}, now);
+    l.host_answers(1, true);  // its kernel acknowledges our heartbeats: TCP is up
+  });
+  ASSERT_TRUE(o.fail);
+  EXPECT_EQ(o.fail->code, ErrorCode::kPeerUnresponsive);
+  EXPECT_EQ(o.fail->peer, 1);
+  // Last heard at 4.75 s; the window is 10 s.
+  EXPECT_GE(o.at, 14500ms);
+  EXPECT_LE(o.at, 15000ms);
+  EXPECT_GE(o.warnings, 1);  // it said so while waiting for the window
+  EXPECT_NE(o.fail->message.find("unresponsive"), std::string::npos);
+}
+
+TEST(Liveness, LinkDownWhileAThirdRankHearsThePeerIsUnreachableUntilTheBound) {
+  const auto t0 = Clock::now();
+  Liveness l(0, 3, opts(), t0);
+  l.set_domains({0, 1, 2});
+  auto o = run(l, t0, 60s, [&](Clock::time_point now, Clock::duration) {
+    l.report(2, {}, now);  // rank 2 hears everybody, rank 1 included
+    l.host_answers(1, false);
+  });
+  ASSERT_TRUE(o.fail);
+  EXPECT_EQ(o.fail->code, ErrorCode::kPeerUnreachable);
+  EXPECT_GE(o.at, 30s);
+  EXPECT_LE(o.at, 30250ms);
+  EXPECT_NE(o.fail->message.find("rank 2 still hears it"), std::string::npos) << o.fail->message;
+  // A warning every 5 s from 3 s of silence on: 3, 8, 13, 18, 23, 28.
+  EXPECT_EQ(o.warnings, 6);
+}
+
+TEST(Liveness, AnOutageShorterThanTheBoundIsSurvivedAndReported) {
+  const auto t0 = Clock::now();
+  Liveness l(0, 3, opts(), t0);
+  l.set_domains({0, 1, 2});
+  auto o = run(l, t0, 40s, [&](Clock::time_point now, Clock::duration t) {
+    l.report(2, {}, now);
+    const bool down = t >= 5s && t < 25s;
+    l.host_answers(1, !down);
+    if (!down) l.report(1, {}, now);
+  });
+  EXPECT_FALSE(o.fail);
+  EXPECT_GE(o.warnings, 1);
+  EXPECT_EQ(o.recoveries, 1);
+  EXPECT_EQ(l.state(1), Liveness::State::kAlive);
+}
+
+TEST(Liveness, NobodyHearsAPeerWhoseDomainIsHeardItIsLost) {
+  const auto t0 = Clock::now();
+  Liveness l(0, 4, opts(), t0);
+  l.set_domains({0, 1, 1, 2});  // ranks 1 and 2 share a domain
+  auto o = run(l, t0, 30s, [&](Clock::time_point now, Clock::duration) {
+    // Rank 1's host is gone: nobody hears it; its domain mate 2 and rank 3 are fine.
+    const auto silent = static_cast<uint32_t>(std::chrono::duration_cast<std::chrono::milliseconds>(now - t0).count());
+    std::vector<SilentPeer> view;
+    if (now - t0 > 2s) view.push_back({1, silent});
+    l.report(2, view, now);
+    l.report(3, view, now);
+    l.host_answers(1, false);
+  });
+  ASSERT_TRUE(o.fail);
+  EXPECT_EQ(o.fail->code, ErrorCode::kPeerLost);
+  EXPECT_EQ(o.fail->peer, 1);
+  EXPECT_GE(o.at, 10s);
+  EXPECT_LE(o.at, 10250ms);
+}
+
+TEST(Liveness, AWholeDomainCutOffCountsAsAPartitionNotADeath) {
+  const auto t0 = Clock::now();
+  Liveness l(0, 4, opts(), t0);
+  l.set_domains({0, 0, 1, 1});  // two regions of two; the link between them is down
+  auto o = run(l, t0, 20s, [&](Clock::time_point now, Clock::duration) {
+    const auto ms = static_cast<uint32_t>(std::chrono::duration_cast<std::chrono::milliseconds>(now - t0).count());
+    std::vector<SilentPeer> view;
+    if (now - t0 > 2s) view = {{2, ms}, {3, ms}};
+    l.report(1, view, now);  // our domain mate cannot hear the other region either
+    l.host_answers(2, false);
+    l.host_answers(3, false);
+  });
+  EXPECT_FALSE(o.fail);  // 20 s < the 30 s bound: an outage that ends is survived
+  EXPECT_EQ(l.state(2), Liveness::State::kUnreachable);
+  EXPECT_EQ(l.state(3), Liveness::State::kUnreachable);
+}
+
+TEST(Liveness, TwoRanksWithoutWitnessesWaitForTheBound) {
+  const auto t0 = Clock::now();
+  Liveness l(1, 2, opts(), t0);
+  l.set_domains({0, 1});  // two regions, one rank each
+  auto o = run(l, t0, 40s, [&](Clock::time_point, Clock::duration) { l.host_answers(0, false); });
+  ASSERT_TRUE(o.fail);
+  EXPECT_EQ(o.fail->code, ErrorCode::kPeerUnreachable);
+  EXPECT_GE(o.at, 30s);
+  EXPECT_NE(o.fail->message.find("no rank this one hears"), std::string::npos);
+  // On one site (one domain) a peer whose host stops answering is lost after the window.
+  Liveness lan(1, 2, opts(), t0);
+  auto o2 = run(lan, t0, 40s, [&](Clock::time_point, Clock::duration) { lan.host_answers(0, false); });
+  ASSERT_TRUE(o2.fail);
+  EXPECT_EQ(o2.fail->code, ErrorCode::kPeerLost);
+  EXPECT_LE(o2.at, 10250ms);
+}
+
+TEST(Liveness, ALateTickMeansThisProcessStoppedAndDecidesNothingForAWindow) {
+  const auto t0 = Clock::now();
+  Liveness l(0, 2, opts(), t0);
+  l.host_answers(1, true);
+  EXPECT_TRUE(l.tick(t0 + 250ms).empty());
+  // We were stopped for 60 s: everyone looks silent, but the silence is ours.
+  auto acts = l.tick(t0 + 60s);
+  for (auto& a : acts) EXPECT_NE(a.kind, Liveness::Action::Kind::kFail);
+  l.report(1, {}, t0 + 60s + 500ms);  // its heartbeats come in again
+  for (auto t = 61s; t < 70s; t += 1s)
+    for (auto& a : l.tick(t0 + t)) EXPECT_NE(a.kind, Liveness::Action::Kind::kFail);
+}
+
+TEST(Liveness, SilentPeersAreListedAfterTwoIntervals) {
+  const auto t0 = Clock::now();
+  Liveness l(0, 3, opts(), t0);
+  l.heard(1, t0 + 1s);
+  EXPECT_TRUE(l.silent_peers(t0 + 2s).empty());
+  const auto s = l.silent_peers(t0 + 2500ms);
+  ASSERT_EQ(s.size(), 1u);  // rank 2, last heard at t0
+  EXPECT_EQ(s[0].rank, 2u);
+  EXPECT_EQ(s[0].silent_ms, 2500u);
+}
