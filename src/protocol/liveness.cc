@@ -68,7 +68,11 @@ void Liveness::report(int peer, std::vector<SilentPeer> silent, TimePoint now) {
   p.silent = std::move(silent);
 }
 
-void Liveness::host_answers(int peer, bool answers) { peers_[static_cast<size_t>(peer)].host_answers = answers; }
+void Liveness::host_answers(int peer, bool answers, TimePoint now) {
+  auto& since = peers_[static_cast<size_t>(peer)].answering_since;
+  if (!answers) since.reset();
+  else if (!since) since = now;
+}
 
 std::vector<SilentPeer> Liveness::silent_peers(TimePoint now) const {
   std::vector<SilentPeer> out;
@@ -133,7 +137,9 @@ std::vector<Liveness::Action> Liveness::tick(TimePoint now) {
     }
     int witness = -1;
     State kind;
-    if (p.host_answers)
+    const bool answers = p.answering_since.has_value();
+    const bool answered_long = answers && now - *p.answering_since >= o_.window / 2;
+    if (answers)
       kind = State::kUnresponsive;
     else if ((witness = witness_hearing(i, now)) >= 0)
       kind = State::kUnreachable;
@@ -162,7 +168,7 @@ std::vector<Liveness::Action> Liveness::tick(TimePoint now) {
         break;
     }
     ErrorCode code = ErrorCode::kOk;
-    if (kind == State::kUnresponsive && past_window) code = ErrorCode::kPeerUnresponsive;
+    if (kind == State::kUnresponsive && past_window && answered_long) code = ErrorCode::kPeerUnresponsive;
     if (kind == State::kLost && past_window) code = ErrorCode::kPeerLost;
     if (kind == State::kUnreachable && silent >= o_.link_bound) {
       code = ErrorCode::kPeerUnreachable;

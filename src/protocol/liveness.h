@@ -7,8 +7,8 @@
 // counts. A peer silent for the `window` is then told apart three ways:
 //
 //  - unresponsive: its host still acknowledges what we send (the transport reports that: TCP's
-//    own acknowledgements on the control connection, or a peer on this host), but its process
-//    sends nothing: stopped (SIGSTOP), hung, a host that stopped scheduling it. The group fails
+//    own acknowledgements on the control connection, or a peer on this host; for at least half
+//    a window), but its process sends nothing: stopped (SIGSTOP), hung, a host that stopped scheduling it. The group fails
 //    with kPeerUnresponsive.
 //  - unreachable: its host does not answer, but a third rank we hear does hear it (its heartbeat
 //    does not list the peer as silent): the link between us is down (a partition, an outage).
@@ -79,7 +79,10 @@ class Liveness {
   // `peer`'s heartbeat arrived, with the peers it does not hear.
   void report(int peer, std::vector<SilentPeer> silent, TimePoint now);
   // Whether `peer`'s host acknowledges what this rank sends it (the transport's view, sampled).
-  void host_answers(int peer, bool answers);
+  // A peer counts as unresponsive only once its host has answered for half a window without a
+  // word from the process: just after a link comes back the host answers before the process's
+  // heartbeats are through.
+  void host_answers(int peer, bool answers, TimePoint now);
 
   // The peers this rank has not heard from for more than two intervals: the next heartbeat.
   std::vector<SilentPeer> silent_peers(TimePoint now) const;
@@ -107,7 +110,7 @@ class Liveness {
     TimePoint last_heard{};
     std::optional<TimePoint> report_at;  // when its last heartbeat arrived
     std::vector<SilentPeer> silent;      // what that heartbeat said
-    bool host_answers = false;
+    std::optional<TimePoint> answering_since;  // its host answers, continuously since then
     State state = State::kAlive;
     TimePoint warned_at{};  // last warning about this peer
     bool warned = false;

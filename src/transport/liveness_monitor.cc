@@ -48,7 +48,7 @@ void LivenessMonitor::tick() {
   // A host answers when it acknowledged something within three intervals: a heartbeat left in
   // each of them.
   for (size_t p = 0; p < carrier_.size(); ++p)
-    if (carrier_[p]) liveness_.host_answers(static_cast<int>(p), carrier_[p]->host_answers(static_cast<int>(p), 3 * options_.interval));
+    if (carrier_[p]) liveness_.host_answers(static_cast<int>(p), carrier_[p]->host_answers(static_cast<int>(p), 3 * options_.interval), now);
   for (auto& a : liveness_.tick(now)) {
     using Kind = protocol::Liveness::Action::Kind;
     if (a.kind == Kind::kWarn) GEOCCL_LOG(kWarn, a.message);

@@ -7,9 +7,14 @@
 //                transfers (GEOCCL_TEST_SEED); the victim, a random rank, dies (SIGKILL) at a
 //                random point of a random operation. Every survivor must end with kPeerLost
 //                within 10 s of the death.
+//   outage       allreduces of GEOCCL_TEST_MIB MiB in a loop for GEOCCL_TEST_RUN_S seconds while
+//                the scenario cuts a WAN link (the test bed's [[events]]); every result is
+//                checked exactly. Prints the iteration times; fails when the slowest one exceeds
+//                GEOCCL_TEST_MAX_ITER_MS.
 // GEOCCL_TEST_DOMAINS="a,a,b,b" gives rank r the r-th domain label.
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -142,6 +147,40 @@ int mode_random_kill(Config cfg) {
       ErrorCode::kPeerLost, -1e9, 10000, me, "was killed");
 }
 
+int mode_outage(const Config& cfg) {
+  const int me = cfg.rank, n = cfg.world_size;
+  const size_t count = static_cast<size_t>(env_int("GEOCCL_TEST_MIB", 16)) << 18;
+  const auto run_for = std::chrono::seconds(env_int("GEOCCL_TEST_RUN_S", 30));
+  const double max_ms = env_int("GEOCCL_TEST_MAX_ITER_MS", 0);
+  Communicator c(cfg);
+  std::vector<float> buf(count);
+  std::vector<double> ms;
+  const auto t0 = Clock::now();
+  for (int i = 0; Clock::now() - t0 < run_for; ++i) {
+    // Small integers: every sum is exact, so any lost, doubled or misplaced byte shows.
+    const float mine = static_cast<float>((me + 1) * (i % 7 + 1));
+    for (size_t k = 0; k < count; ++k) buf[k] = mine + static_cast<float>(k % 3);
+    const auto s0 = Clock::now();
+    c.allreduce(buf.data(), count, DataType::kFloat32, ReduceOp::kSum).wait();
+    ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - s0).count());
+    const float want_base = static_cast<float>((i % 7 + 1) * n * (n + 1) / 2);
+    size_t bad = 0;
+    for (size_t k = 0; k < count; ++k) bad += buf[k] != want_base + static_cast<float>(n * (k % 3));
+    CHECK(bad == 0, "iteration %d: %zu wrong elements", i, bad);
+  }
+  std::vector<double> sorted = ms;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted[sorted.size() / 2], worst = sorted.back();
+  size_t worst_at = 0;
+  for (size_t i = 0; i < ms.size(); ++i)
+    if (ms[i] == worst) worst_at = i;
+  std::printf("rank %d: %zu iterations of %zu MiB, median %.0f ms, slowest %.0f ms (iteration %zu), outage cost %.0f ms\n",
+              me, ms.size(), count >> 18, median, worst, worst_at, worst - median);
+  if (max_ms > 0) CHECK(worst <= max_ms, "slowest iteration %.0f ms, limit %.0f ms", worst, max_ms);
+  c.barrier().wait();
+  return g_failures ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -158,6 +197,7 @@ int main(int argc, char** argv) {
     Config cfg = Config::from_env();
     if (mode == "freeze") return mode_freeze(cfg);
     if (mode == "random-kill") return mode_random_kill(cfg);
+    if (mode == "outage") return mode_outage(cfg);
     std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
     return 2;
   } catch (const std::exception& e) {

@@ -85,7 +85,7 @@ TEST(Liveness, SilentPeerWhoseHostAnswersIsUnresponsiveAfterTheWindow) {
   auto o = run(l, t0, 30s, [&](Clock::time_point now, Clock::duration t) {
     l.report(2, {}, now);
     if (t < 5s) l.report(1, {}, now);
-    l.host_answers(1, true);  // its kernel acknowledges our heartbeats: TCP is up
+    l.host_answers(1, true, now);  // its kernel acknowledges our heartbeats: TCP is up
   });
   ASSERT_TRUE(o.fail);
   EXPECT_EQ(o.fail->code, ErrorCode::kPeerUnresponsive);
@@ -103,7 +103,7 @@ TEST(Liveness, LinkDownWhileAThirdRankHearsThePeerIsUnreachableUntilTheBound) {
   l.set_domains({0, 1, 2});
   auto o = run(l, t0, 60s, [&](Clock::time_point now, Clock::duration) {
     l.report(2, {}, now);  // rank 2 hears everybody, rank 1 included
-    l.host_answers(1, false);
+    l.host_answers(1, false, now);
   });
   ASSERT_TRUE(o.fail);
   EXPECT_EQ(o.fail->code, ErrorCode::kPeerUnreachable);
@@ -121,7 +121,7 @@ TEST(Liveness, AnOutageShorterThanTheBoundIsSurvivedAndReported) {
   auto o = run(l, t0, 40s, [&](Clock::time_point now, Clock::duration t) {
     l.report(2, {}, now);
     const bool down = t >= 5s && t < 25s;
-    l.host_answers(1, !down);
+    l.host_answers(1, !down, now);
     if (!down) l.report(1, {}, now);
   });
   EXPECT_FALSE(o.fail);
@@ -141,7 +141,7 @@ TEST(Liveness, NobodyHearsAPeerWhoseDomainIsHeardItIsLost) {
     if (now - t0 > 2s) view.push_back({1, silent});
     l.report(2, view, now);
     l.report(3, view, now);
-    l.host_answers(1, false);
+    l.host_answers(1, false, now);
   });
   ASSERT_TRUE(o.fail);
   EXPECT_EQ(o.fail->code, ErrorCode::kPeerLost);
@@ -159,8 +159,8 @@ TEST(Liveness, AWholeDomainCutOffCountsAsAPartitionNotADeath) {
     std::vector<SilentPeer> view;
     if (now - t0 > 2s) view = {{2, ms}, {3, ms}};
     l.report(1, view, now);  // our domain mate cannot hear the other region either
-    l.host_answers(2, false);
-    l.host_answers(3, false);
+    l.host_answers(2, false, now);
+    l.host_answers(3, false, now);
   });
   EXPECT_FALSE(o.fail);  // 20 s < the 30 s bound: an outage that ends is survived
   EXPECT_EQ(l.state(2), Liveness::State::kUnreachable);
@@ -171,14 +171,14 @@ TEST(Liveness, TwoRanksWithoutWitnessesWaitForTheBound) {
   const auto t0 = Clock::now();
   Liveness l(1, 2, opts(), t0);
   l.set_domains({0, 1});  // two regions, one rank each
-  auto o = run(l, t0, 40s, [&](Clock::time_point, Clock::duration) { l.host_answers(0, false); });
+  auto o = run(l, t0, 40s, [&](Clock::time_point now, Clock::duration) { l.host_answers(0, false, now); });
   ASSERT_TRUE(o.fail);
   EXPECT_EQ(o.fail->code, ErrorCode::kPeerUnreachable);
   EXPECT_GE(o.at, 30s);
   EXPECT_NE(o.fail->message.find("no rank this one hears"), std::string::npos);
   // On one site (one domain) a peer whose host stops answering is lost after the window.
   Liveness lan(1, 2, opts(), t0);
-  auto o2 = run(lan, t0, 40s, [&](Clock::time_point, Clock::duration) { lan.host_answers(0, false); });
+  auto o2 = run(lan, t0, 40s, [&](Clock::time_point now, Clock::duration) { lan.host_answers(0, false, now); });
   ASSERT_TRUE(o2.fail);
   EXPECT_EQ(o2.fail->code, ErrorCode::kPeerLost);
   EXPECT_LE(o2.at, 10250ms);
@@ -187,7 +187,7 @@ TEST(Liveness, TwoRanksWithoutWitnessesWaitForTheBound) {
 TEST(Liveness, ALateTickMeansThisProcessStoppedAndDecidesNothingForAWindow) {
   const auto t0 = Clock::now();
   Liveness l(0, 2, opts(), t0);
-  l.host_answers(1, true);
+  l.host_answers(1, true, t0);
   EXPECT_TRUE(l.tick(t0 + 250ms).empty());
   // We were stopped for 60 s: everyone looks silent, but the silence is ours.
   auto acts = l.tick(t0 + 60s);
@@ -206,4 +206,29 @@ TEST(Liveness, SilentPeersAreListedAfterTwoIntervals) {
   ASSERT_EQ(s.size(), 1u);  // rank 2, last heard at t0
   EXPECT_EQ(s[0].rank, 2u);
   EXPECT_EQ(s[0].silent_ms, 2500u);
+}
+
+TEST(Liveness, AHostThatAnswersAgainAfterAnOutageIsNotCalledUnresponsive) {
+  const auto t0 = Clock::now();
+  auto o90 = opts();
+  o90.link_bound = 90s;  // the bound raised above the outage
+  Liveness l(0, 3, o90, t0);
+  l.set_domains({0, 1, 2});
+  // 60 s outage of the link to rank 1 (rank 2 hears it); the link comes back at 61 s and the
+  // host answers at once, the process's heartbeats 3 s later (TCP still catching up).
+  auto o = run(l, t0, 80s, [&](Clock::time_point now, Clock::duration t) {
+    l.report(2, {}, now);
+    l.host_answers(1, t >= 61s, now);
+    if (t < 1s || t >= 64s) l.report(1, {}, now);
+  });
+  EXPECT_FALSE(o.fail) << o.fail->message;
+  // The same host answering for the whole silence: a stopped process, after the window.
+  Liveness s(0, 3, opts(), t0);
+  auto o2 = run(s, t0, 30s, [&](Clock::time_point now, Clock::duration) {
+    s.report(2, {}, now);
+    s.host_answers(1, true, now);
+  });
+  ASSERT_TRUE(o2.fail);
+  EXPECT_EQ(o2.fail->code, ErrorCode::kPeerUnresponsive);
+  EXPECT_LE(o2.at, 10250ms);
 }
