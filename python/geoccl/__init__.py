@@ -21,6 +21,7 @@ from ._C import Communicator, GeocclError, ProcessGroupGeoccl, StoreServer, Work
 from .torch_backend import (  # noqa: F401
     BACKEND_NAME,
     ProcessGroupOptions,
+    abort,
     create_process_group,
     new_bulk_group,
     register,
@@ -37,6 +38,7 @@ __all__ = [
     "ProcessGroupOptions",
     "StoreServer",
     "Work",
+    "abort",
     "allreduce_hook",
     "create_process_group",
     "hooks",

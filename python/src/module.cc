@@ -54,6 +54,17 @@ Priority parse_priority(const std::string& name) {
 
 const char* priority_name(Priority p) { return p == Priority::kBulk ? "bulk" : "gradient"; }
 
+Config group_config(int rank, int world_size, const std::string& master_addr, int master_port,
+                    const std::string& session) {
+  Config c = Config::from_env();
+  c.rank = rank;
+  c.world_size = world_size;
+  c.master_addr = master_addr;
+  c.master_port = static_cast<uint16_t>(master_port);
+  if (!session.empty()) c.session = session;
+  return c;
+}
+
 }  // namespace geoccl::python
 
 PYBIND11_MODULE(_C, m) {
