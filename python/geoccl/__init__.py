@@ -26,12 +26,14 @@ from .torch_backend import (  # noqa: F401
     new_bulk_group,
     register,
 )
-from . import hooks  # noqa: F401
+from . import elastic, hooks  # noqa: F401
+from ._C import ElasticGroup  # noqa: F401
 from .hooks import GeocclHookState, allreduce_hook  # noqa: F401
 
 __all__ = [
     "BACKEND_NAME",
     "Communicator",
+    "ElasticGroup",
     "GeocclError",
     "GeocclHookState",
     "ProcessGroupGeoccl",
@@ -41,6 +43,7 @@ __all__ = [
     "abort",
     "allreduce_hook",
     "create_process_group",
+    "elastic",
     "hooks",
     "new_bulk_group",
     "register",

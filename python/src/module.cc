@@ -11,7 +11,8 @@ namespace py = pybind11;
 
 namespace geoccl::python {
 
-void bind_blob(py::module_& m);  // blob_bindings.cc
+void bind_blob(py::module_& m);     // blob_bindings.cc
+void bind_elastic(py::module_& m);  // elastic_bindings.cc
 
 std::optional<DataType> to_geoccl_dtype(at::ScalarType t) {
   switch (t) {
@@ -78,4 +79,5 @@ PYBIND11_MODULE(_C, m) {
   geoccl::python::bind_communicator(m);
   geoccl::python::bind_process_group(m);
   geoccl::python::bind_blob(m);
+  geoccl::python::bind_elastic(m);
 }
