@@ -75,7 +75,11 @@ class Manager:
         self.joined_late = self.group.joined
         if self.group.joined:
             # A restarted or late process: it is in the group now, with stale state.
-            self._transition("join", t0)
+            try:
+                self._transition("join", t0)
+            except RuntimeError as e:  # the epoch failed during the transfer
+                self._failed = e
+                self._recover()
         self._say(f"epoch {self.epoch}: rank {self.rank} of {self.size}")
 
     # ---- what the training loop reads ----
@@ -118,7 +122,11 @@ class Manager:
                 continue
             if not grew:
                 return
-            self._transition("grow", t0)
+            try:
+                self._transition("grow", t0)
+            except RuntimeError as e:  # the new epoch failed during the transfer
+                self._failed = e
+                self._recover()
 
     def allreduce_gradients(self):
         """Averages the gradients of every parameter over the epoch's members (one allreduce of
@@ -155,11 +163,19 @@ class Manager:
     # ---- transitions ----
 
     def _recover(self):
-        t0 = time.monotonic()
-        before = self.epoch
-        self.group.next_epoch()
-        self._failed = None
-        self._transition("shrink" if self.size else "next", t0, before)
+        """The next epoch among the survivors (and waiting joiners), with their state made equal.
+        A failure during the state transfer costs that epoch too; failing to form one at all
+        (GeocclError timeout, past the group's bounds) is raised."""
+        while True:
+            t0 = time.monotonic()
+            before = self.epoch
+            self.group.next_epoch()
+            try:
+                self._transition("shrink", t0, before)
+                self._failed = None
+                return
+            except RuntimeError as e:
+                self._say(f"epoch {self.epoch}: failed during the state transfer ({e}); forming the next")
 
     def _transition(self, kind, t0, before=None):
         nbytes = self._sync_state()
