@@ -108,6 +108,16 @@ class Communicator {
   int rank() const;
   int size() const;
   const Config& config() const;
+  // The membership epoch this communicator belongs to (Config::epoch): every frame it sends
+  // carries it, and a frame of another epoch is a mismatch, never applied.
+  uint32_t epoch() const;
+
+  // Fails the group on purpose: every pending Work, on this rank and on every peer it can reach,
+  // ends with Error(kAborted) naming this rank and `reason`, within about a round trip (the
+  // peers are told by an abort frame). Operations queued behind them, and every operation issued
+  // later, fail at once with the same error; destroying the communicator afterwards does not
+  // wait for peers. Any thread, any number of times (only the first failure is kept).
+  void abort(const std::string& reason = "");
 
   // In place: `buf` holds `count` elements in, the reduction of all ranks' buffers out.
   Work allreduce(void* buf, size_t count, DataType dtype, ReduceOp op, const OpOptions& o = {});

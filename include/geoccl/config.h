@@ -16,6 +16,9 @@ struct Config {
   uint16_t master_port = 29500;           // MASTER_PORT / GEOCCL_MASTER_PORT
   std::string domain;                     // GEOCCL_DOMAIN: region label of this rank
   std::string session = "default";        // GEOCCL_SESSION: key prefix in the store
+  // Membership epoch (no variable: set by ElasticGroup, geoccl/elastic.h): every frame carries it,
+  // so frames of another epoch never match. Each epoch is its own communicator and session.
+  uint32_t epoch = 0;
 
   // Networking.
   std::string bind_addr;  // GEOCCL_BIND_ADDR: address peers connect to (default: auto)

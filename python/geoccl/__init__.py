@@ -21,24 +21,29 @@ from ._C import Communicator, GeocclError, ProcessGroupGeoccl, StoreServer, Work
 from .torch_backend import (  # noqa: F401
     BACKEND_NAME,
     ProcessGroupOptions,
+    abort,
     create_process_group,
     new_bulk_group,
     register,
 )
-from . import hooks  # noqa: F401
+from . import elastic, hooks  # noqa: F401
+from ._C import ElasticGroup  # noqa: F401
 from .hooks import GeocclHookState, allreduce_hook  # noqa: F401
 
 __all__ = [
     "BACKEND_NAME",
     "Communicator",
+    "ElasticGroup",
     "GeocclError",
     "GeocclHookState",
     "ProcessGroupGeoccl",
     "ProcessGroupOptions",
     "StoreServer",
     "Work",
+    "abort",
     "allreduce_hook",
     "create_process_group",
+    "elastic",
     "hooks",
     "new_bulk_group",
     "register",

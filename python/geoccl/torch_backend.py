@@ -115,3 +115,19 @@ def register():
     if BACKEND_NAME.upper() in getattr(dist.Backend, "_plugins", {}):
         return
     dist.Backend.register_backend(BACKEND_NAME, create_process_group, extended_api=True)
+
+
+def abort(group=None, reason=""):
+    """Aborts a "geoccl" process group (default: the default group) or a ``geoccl.Communicator``.
+
+    torch 1.13's c10d has no abort hook, so this is geoccl's: every pending and later operation of
+    the group fails with ``GeocclError`` (aborted, naming this rank and ``reason``) on this rank and
+    on every member it can reach, within about a round trip. ``dist.destroy_process_group()``
+    afterwards returns without waiting for peers.
+    """
+    if group is None:
+        group = dist.distributed_c10d._get_default_group()
+    if not isinstance(group, (_C.ProcessGroupGeoccl, _C.Communicator)):
+        raise TypeError(f"geoccl.abort: expected a \"geoccl\" process group or a geoccl.Communicator, "
+                        f"got {type(group).__name__}")
+    group.abort(reason)

@@ -21,6 +21,10 @@ ReduceOp parse_op(const std::string& name);
 // Parses "gradient", "bulk" (the priority classes); throws std::invalid_argument.
 Priority parse_priority(const std::string& name);
 const char* priority_name(Priority p);
+// Config::from_env() (GEOCCL_* settings) with the identity and rendezvous given from Python; an
+// empty session keeps the environment's.
+Config group_config(int rank, int world_size, const std::string& master_addr, int master_port,
+                    const std::string& session);
 
 // Registers the module-level functions and classes (one function per translation unit).
 }  // namespace geoccl::python

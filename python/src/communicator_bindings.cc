@@ -241,12 +241,7 @@ void bind_communicator(py::module_& m) {
       "every rank must use the same class for an operation.")
       .def(py::init([](int rank, int world_size, const std::string& master_addr, int master_port,
                        const std::string& session, std::optional<double> timeout_s) {
-             Config c = Config::from_env();
-             c.rank = rank;
-             c.world_size = world_size;
-             c.master_addr = master_addr;
-             c.master_port = static_cast<uint16_t>(master_port);
-             if (!session.empty()) c.session = session;
+             Config c = group_config(rank, world_size, master_addr, master_port, session);
              if (timeout_s) c.op_timeout = std::chrono::milliseconds(static_cast<int64_t>(*timeout_s * 1000.0));
              py::gil_scoped_release nogil;
              return CommHolder(new Comm(std::move(c)));
@@ -259,6 +254,13 @@ void bind_communicator(py::module_& m) {
            }, "RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and GEOCCL_* variables.")
       .def_property_readonly("rank", &Comm::rank)
       .def_property_readonly("size", &Comm::size)
+      .def_property_readonly("epoch", &Comm::epoch, "The membership epoch (geoccl.elastic).")
+      .def("abort", [](Comm& c, const std::string& reason) {
+             py::gil_scoped_release nogil;
+             c.abort(reason);
+           }, py::arg("reason") = "",
+           "Fails every pending operation here and on every reachable peer with GeocclError "
+           "(aborted: rank and reason) within about a round trip; later operations fail at once.")
       .def("allreduce", [](Comm& c, py::object buf, const std::string& op, std::optional<double> t, const std::string& algo, const std::string& pr) {
              View v = view_of(buf, true, "buf");
              ReduceOp o = parse_op(op);

@@ -11,7 +11,8 @@ namespace py = pybind11;
 
 namespace geoccl::python {
 
-void bind_blob(py::module_& m);  // blob_bindings.cc
+void bind_blob(py::module_& m);     // blob_bindings.cc
+void bind_elastic(py::module_& m);  // elastic_bindings.cc
 
 std::optional<DataType> to_geoccl_dtype(at::ScalarType t) {
   switch (t) {
@@ -54,6 +55,17 @@ Priority parse_priority(const std::string& name) {
 
 const char* priority_name(Priority p) { return p == Priority::kBulk ? "bulk" : "gradient"; }
 
+Config group_config(int rank, int world_size, const std::string& master_addr, int master_port,
+                    const std::string& session) {
+  Config c = Config::from_env();
+  c.rank = rank;
+  c.world_size = world_size;
+  c.master_addr = master_addr;
+  c.master_port = static_cast<uint16_t>(master_port);
+  if (!session.empty()) c.session = session;
+  return c;
+}
+
 }  // namespace geoccl::python
 
 PYBIND11_MODULE(_C, m) {
@@ -67,4 +79,5 @@ PYBIND11_MODULE(_C, m) {
   geoccl::python::bind_communicator(m);
   geoccl::python::bind_process_group(m);
   geoccl::python::bind_blob(m);
+  geoccl::python::bind_elastic(m);
 }

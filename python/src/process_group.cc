@@ -177,6 +177,12 @@ ProcessGroupGeoccl::ProcessGroupGeoccl(int rank, int size, Config cfg,
   comm_ = std::make_unique<Communicator>(std::move(cfg));
 }
 
+ProcessGroupGeoccl::ProcessGroupGeoccl(std::shared_ptr<Communicator> comm, Priority priority)
+    : c10d::ProcessGroup(comm->rank(), comm->size()),
+      comm_(std::move(comm)),
+      timeout_(comm_->config().op_timeout),
+      priority_(priority) {}
+
 ProcessGroupGeoccl::~ProcessGroupGeoccl() {
   // Pending futures may have Python callbacks that need the GIL on a completion thread: do not
   // hold it while the communicator shuts down (it runs the callbacks still queued).
@@ -639,7 +645,19 @@ void bind_process_group(py::module_& m) {
           "priority", [](const ProcessGroupGeoccl& pg) { return priority_name(pg.priority()); },
           "Priority class of every operation of the group: \"gradient\" or \"bulk\".")
       .def_property_readonly("op_timeout", &ProcessGroupGeoccl::timeout,
-                             "Deadline of every operation (the group's timeout).");
+                             "Deadline of every operation (the group's timeout).")
+      .def_property_readonly(
+          "epoch", [](ProcessGroupGeoccl& pg) { return pg.communicator().epoch(); },
+          "The membership epoch of the group's communicator (geoccl.elastic).")
+      .def(
+          "abort",
+          [](ProcessGroupGeoccl& pg, const std::string& reason) {
+            py::gil_scoped_release nogil;
+            pg.abort(reason);
+          },
+          py::arg("reason") = "",
+          "Fails every pending and later operation of the group, here and on every reachable "
+          "member, with GeocclError (aborted, naming this rank and the reason).");
 }
 
 }  // namespace geoccl::python

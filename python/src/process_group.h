@@ -52,12 +52,19 @@ class ProcessGroupGeoccl : public c10d::ProcessGroup {
   // runs on priority class `priority` (a group for checkpoints and other bulk traffic: kBulk).
   ProcessGroupGeoccl(int rank, int size, Config cfg, std::shared_ptr<StoreServer> server,
                      Priority priority = Priority::kGradient);
+  // A group on a communicator that exists already (an elastic epoch's: geoccl/elastic.h), shared
+  // with its owner; its rank and size are the communicator's.
+  explicit ProcessGroupGeoccl(std::shared_ptr<Communicator> comm, Priority priority = Priority::kGradient);
   ~ProcessGroupGeoccl() override;
 
   const std::string getBackendName() const override { return "geoccl"; }
   Communicator& communicator() { return *comm_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
   Priority priority() const { return priority_; }
+  // Communicator::abort: every pending and later operation of the group fails (here and on every
+  // reachable member) with kAborted; destroying the group afterwards does not wait for peers.
+  // torch 1.13's c10d has no abort hook: geoccl.abort(pg) calls this.
+  void abort(const std::string& reason) { comm_->abort(reason); }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
@@ -113,7 +120,7 @@ class ProcessGroupGeoccl : public c10d::ProcessGroup {
   Receive prepare_recv(std::vector<at::Tensor>& tensors, int tag, c10d::OpType type);
 
   std::shared_ptr<StoreServer> server_;  // destroyed after comm_
-  std::unique_ptr<Communicator> comm_;
+  std::shared_ptr<Communicator> comm_;
   std::chrono::milliseconds timeout_;
   Priority priority_;
 };

@@ -45,6 +45,7 @@ class CommunicatorImpl {
   const std::string& algo(const OpOptions& o) const { return o.algo.empty() ? cfg_.algo : o.algo; }
   const topology::Topology& topo() const { return topo_; }
   const TopologyInfo& topology_info() const { return topo_info_; }
+  void abort(const std::string& reason);
 
  private:
   struct Op {
@@ -246,6 +247,14 @@ CommunicatorImpl::~CommunicatorImpl() {
   router_.reset();
 }
 
+void CommunicatorImpl::abort(const std::string& reason) {
+  // The transport fails every pending request and tells every peer; the workers wake up, and an
+  // operation that starts from now on fails before it posts anything (start()).
+  router_->abort(ErrorCode::kAborted, "rank " + std::to_string(cfg_.rank) + " aborted the communicator" +
+                                          (reason.empty() ? "" : ": " + reason));
+  progress_.notify();
+}
+
 void CommunicatorImpl::stop_workers() {
   {
     std::lock_guard lk(progress_.mutex());
@@ -264,6 +273,7 @@ Work CommunicatorImpl::enqueue(Op op, Priority priority) {
   auto state = std::make_shared<detail::WorkState>();
   op.work = state;
   op.header.channel = ch.id;
+  op.header.epoch = cfg_.epoch;
   {
     std::lock_guard lk(progress_.mutex());
     if (stop_) throw Error(ErrorCode::kAborted, "communicator is shutting down");
@@ -336,6 +346,14 @@ void CommunicatorImpl::start(Channel& ch, Op& op) {
   InFlight f;
   f.work = op.work;
   f.deadline = Clock::now() + op.timeout;
+  // A failed group (an abort, a lost peer) runs nothing more: the operation ends with the
+  // group's failure at once, in issue order, instead of posting requests that fail one by one.
+  if (const auto failure = router_->failure()) {
+    f.error = std::make_exception_ptr(Error(failure->code, failure->message));
+    f.what = protocol::op_kind_name(op.header.kind);
+    ch.inflight.push_back(std::move(f));
+    return;
+  }
   if (op.p2p && !op.is_send) {
     if (op.any_source && !find_source(ch, op, f.deadline)) {
       const auto failure = router_->failure();
@@ -468,6 +486,8 @@ std::unique_ptr<Communicator> Communicator::from_env() {
 int Communicator::rank() const { return impl_->rank(); }
 int Communicator::size() const { return impl_->size(); }
 const Config& Communicator::config() const { return impl_->config(); }
+uint32_t Communicator::epoch() const { return impl_->config().epoch; }
+void Communicator::abort(const std::string& reason) { impl_->abort(reason); }
 std::vector<PeerStats> Communicator::peer_stats() const { return impl_->transport().stats(); }
 const TopologyInfo& Communicator::topology() const { return impl_->topology_info(); }
 

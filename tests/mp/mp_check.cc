@@ -698,6 +698,83 @@ int failure_mode(const std::string& mode, Config cfg) {
   }, ErrorCode::kMismatch, std::chrono::seconds(10));
 }
 
+// Communicator::abort: the last rank aborts while every other rank is blocked: rank 0 in an
+// allreduce with a second one queued behind it, the others in a receive from the aborting rank
+// and an allreduce. Every pending Work on every rank must end with kAborted, naming the aborting
+// rank and the reason, within GEOCCL_TEST_ABORT_MS of the abort (measured against the time the
+// aborting rank wrote to GEOCCL_TEST_ABORT_STAMP just before it called abort); later calls fail
+// at once, and destroying the communicator is quick.
+int mode_abort(Config cfg) {
+  cfg.op_timeout = std::chrono::seconds(30);
+  const int me = cfg.rank, n = cfg.world_size, aborter = n - 1;
+  const char* stamp = std::getenv("GEOCCL_TEST_ABORT_STAMP");
+  const double limit_ms = std::getenv("GEOCCL_TEST_ABORT_MS") ? std::atof(std::getenv("GEOCCL_TEST_ABORT_MS")) : 1500;
+  CHECK(stamp != nullptr, "GEOCCL_TEST_ABORT_STAMP must be set");
+  if (!stamp) return 1;
+  auto now_ns = [] {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  };
+  auto c = std::make_unique<Communicator>(cfg);
+  c->barrier().wait();
+  std::vector<float> a(1 << 20, 1.f), b(1 << 20, 1.f), r(1000, 0.f);
+  std::vector<Work> pending;
+  if (me == aborter) {
+    // Its own pending operation: a receive nobody sends (on the bulk class, where nothing else
+    // runs, so that no frame of the others' operations meets it).
+    pending.push_back(c->recv(r.data(), r.size(), DataType::kFloat32, 0, 7, {.priority = Priority::kBulk}));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the others are blocked by now
+    if (FILE* f = std::fopen(stamp, "w")) {
+      std::fprintf(f, "%lld\n", static_cast<long long>(now_ns()));
+      std::fclose(f);
+    }
+    c->abort("test abort");
+  } else if (me == 0) {
+    pending.push_back(c->allreduce(a.data(), a.size(), DataType::kFloat32, ReduceOp::kSum));
+    pending.push_back(c->allreduce(b.data(), b.size(), DataType::kFloat32, ReduceOp::kSum));  // queued
+  } else {
+    pending.push_back(c->recv(r.data(), r.size(), DataType::kFloat32, aborter, 1));
+    pending.push_back(c->allreduce(a.data(), a.size(), DataType::kFloat32, ReduceOp::kSum));
+  }
+  int64_t last = 0;
+  for (size_t i = 0; i < pending.size(); ++i) {
+    try {
+      pending[i].wait(std::chrono::seconds(10));
+      CHECK(false, "rank %d: pending work %zu succeeded after an abort", me, i);
+    } catch (const Error& e) {
+      last = now_ns();
+      const std::string what = e.what();
+      CHECK(e.code() == ErrorCode::kAborted, "rank %d: work %zu: wanted kAborted, got %s", me, i, e.what());
+      CHECK(what.find("rank " + std::to_string(aborter)) != std::string::npos && what.find("test abort") != std::string::npos,
+            "rank %d: the error does not name the aborting rank and the reason: %s", me, e.what());
+    }
+  }
+  long long aborted_at = 0;
+  if (FILE* f = std::fopen(stamp, "r")) {
+    if (std::fscanf(f, "%lld", &aborted_at) != 1) aborted_at = 0;
+    std::fclose(f);
+  }
+  CHECK(aborted_at > 0, "rank %d: no abort stamp", me);
+  const double ms = static_cast<double>(last - aborted_at) / 1e6;
+  std::printf("rank %d: every pending work ended with kAborted %.1f ms after the abort\n", me, ms);
+  CHECK(ms < limit_ms, "rank %d: took %.1f ms, limit %.0f ms", me, ms, limit_ms);
+  // Later calls fail fast, with the same error.
+  const auto t0 = Clock::now();
+  try {
+    c->allreduce(a.data(), a.size(), DataType::kFloat32, ReduceOp::kSum).wait(std::chrono::seconds(5));
+    CHECK(false, "rank %d: an allreduce after the abort succeeded", me);
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kAborted, "rank %d: after the abort: %s", me, e.what());
+  }
+  const double later_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  CHECK(later_ms < 200, "rank %d: a call after the abort took %.1f ms", me, later_ms);
+  const auto t1 = Clock::now();
+  c.reset();
+  const double destroy_ms = std::chrono::duration<double, std::milli>(Clock::now() - t1).count();
+  std::printf("rank %d: later call failed in %.2f ms, destruction took %.1f ms\n", me, later_ms, destroy_ms);
+  CHECK(destroy_ms < limit_ms, "rank %d: destruction after the abort took %.1f ms", me, destroy_ms);
+  return g_failures ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -724,6 +801,7 @@ int main(int argc, char** argv) {
         mode == "mismatch-op" || mode == "mismatch-bulk")
       return failure_mode(mode, cfg);
     if (mode == "callbacks-shutdown") return mode_callbacks_shutdown(cfg);
+    if (mode == "abort") return mode_abort(cfg);
     Communicator c(cfg);
     const int me = c.rank(), n = c.size();
     if (mode == "callbacks") return mode_callbacks(c);

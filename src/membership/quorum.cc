@@ -1,0 +1,174 @@
+#include "membership/quorum.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+#include "protocol/wire.h"
+
+namespace geoccl::membership {
+namespace {
+
+void put_fields(protocol::Writer& w, const Candidate& c) {
+  w.u64(c.uid);
+  w.u32(static_cast<uint32_t>(c.prev_rank));
+  w.str(c.label);
+}
+
+bool get_fields(protocol::Reader& r, Candidate* c, std::string* why) {
+  uint32_t prev = 0;
+  if (!r.u64(&c->uid) || !r.u32(&prev) || !r.str(&c->label, kMaxLabel)) {
+    *why = "truncated member record or label longer than " + std::to_string(kMaxLabel);
+    return false;
+  }
+  c->prev_rank = static_cast<int32_t>(prev);
+  if (c->prev_rank < -1) {
+    *why = "previous rank " + std::to_string(c->prev_rank) + " below -1";
+    return false;
+  }
+  return true;
+}
+
+bool get_version(protocol::Reader& r, std::string* why) {
+  uint16_t v = 0;
+  if (!r.u16(&v)) {
+    *why = "truncated version";
+    return false;
+  }
+  if (v != kQuorumVersion) {
+    *why = "membership record version " + std::to_string(v) + ", this build reads " +
+           std::to_string(kQuorumVersion);
+    return false;
+  }
+  return true;
+}
+
+template <class T>
+std::optional<T> finish(protocol::Reader& r, T value, std::string* why, std::string& mine) {
+  if (mine.empty() && r.remaining() != 0) mine = std::to_string(r.remaining()) + " trailing bytes";
+  if (!mine.empty()) {
+    if (why) *why = mine;
+    return std::nullopt;
+  }
+  return value;
+}
+
+}  // namespace
+
+int Decision::rank_of(uint64_t uid) const {
+  for (size_t r = 0; r < members.size(); ++r)
+    if (members[r].uid == uid) return static_cast<int>(r);
+  return -1;
+}
+
+int Decision::first_survivor() const {
+  for (size_t r = 0; r < members.size(); ++r)
+    if (members[r].prev_rank >= 0) return static_cast<int>(r);
+  return -1;
+}
+
+std::vector<uint8_t> encode_candidate(const Candidate& c) {
+  std::vector<uint8_t> out;
+  protocol::Writer w(&out);
+  w.u16(kQuorumVersion);
+  put_fields(w, c);
+  return out;
+}
+
+std::optional<Candidate> decode_candidate(std::span<const uint8_t> in, std::string* why) {
+  protocol::Reader r(in);
+  Candidate c;
+  std::string mine;
+  if (get_version(r, &mine)) get_fields(r, &c, &mine);
+  return finish(r, std::move(c), why, mine);
+}
+
+std::vector<uint8_t> encode_decision(const Decision& d) {
+  std::vector<uint8_t> out;
+  protocol::Writer w(&out);
+  w.u16(kQuorumVersion);
+  w.u32(d.epoch);
+  w.u32(static_cast<uint32_t>(d.members.size()));
+  for (const auto& m : d.members) put_fields(w, m);
+  return out;
+}
+
+std::optional<Decision> decode_decision(std::span<const uint8_t> in, std::string* why) {
+  protocol::Reader r(in);
+  Decision d;
+  std::string mine;
+  uint32_t n = 0;
+  if (get_version(r, &mine)) {
+    if (!r.u32(&d.epoch) || !r.u32(&n))
+      mine = "truncated decision";
+    else if (n > kMaxMembers)
+      mine = std::to_string(n) + " members, more than " + std::to_string(kMaxMembers);
+  }
+  std::unordered_set<uint64_t> uids;
+  // Each member takes at least 16 bytes: a count larger than the input allows is rejected before
+  // anything is reserved.
+  if (mine.empty() && n > r.remaining() / 16) mine = "truncated member list";
+  for (uint32_t i = 0; mine.empty() && i < n; ++i) {
+    Candidate c;
+    if (!get_fields(r, &c, &mine)) break;
+    if (!uids.insert(c.uid).second) mine = "two members with one uid";
+    d.members.push_back(std::move(c));
+  }
+  return finish(r, std::move(d), why, mine);
+}
+
+QuorumDecider::QuorumDecider(uint32_t epoch, QuorumParams p, Clock::time_point now)
+    : epoch_(epoch), p_(p), start_(now), prev_seen_(static_cast<size_t>(std::max(p.prev_size, 0)), false) {}
+
+bool QuorumDecider::observe(const Candidate& c) {
+  if (decided_) return false;
+  for (const auto& s : seen_)
+    if (s.uid == c.uid) return false;
+  if (c.prev_rank >= 0) {
+    if (c.prev_rank >= p_.prev_size || prev_seen_[static_cast<size_t>(c.prev_rank)]) return false;
+    prev_seen_[static_cast<size_t>(c.prev_rank)] = true;
+    ++survivors_;
+  }
+  seen_.push_back(c);
+  return true;
+}
+
+Decision QuorumDecider::decide() const {
+  Decision d;
+  d.epoch = epoch_;
+  for (const auto& c : seen_)
+    if (c.prev_rank >= 0) d.members.push_back(c);
+  std::sort(d.members.begin(), d.members.end(),
+            [](const Candidate& a, const Candidate& b) { return a.prev_rank < b.prev_rank; });
+  for (const auto& c : seen_)
+    if (c.prev_rank < 0) d.members.push_back(c);
+  return d;
+}
+
+QuorumDecider::Action QuorumDecider::poll(Clock::time_point now) {
+  if (decided_) return *decided_;
+  Action a;
+  const int have = static_cast<int>(seen_.size());
+  const auto window_end = start_ + p_.join_window;
+  if (survivors_ == p_.prev_size && have >= p_.min_members) {
+    a.why = "every member of the previous epoch arrived";
+  } else if (now >= window_end && have >= p_.min_members) {
+    a.why = "join window closed with " + std::to_string(survivors_) + " of " +
+            std::to_string(p_.prev_size) + " previous members";
+  } else if (now >= start_ + p_.give_up) {
+    a.kind = Action::kFail;
+    a.why = "epoch " + std::to_string(epoch_) + ": only " + std::to_string(have) + " candidates after " +
+            std::to_string(p_.give_up.count()) + " ms, fewer than the minimum of " +
+            std::to_string(p_.min_members);
+    return a;
+  } else {
+    a.until = now < window_end ? window_end : start_ + p_.give_up;
+    return a;
+  }
+  a.kind = Action::kDecide;
+  a.decision = decide();
+  a.why += " (" + std::to_string(a.decision.members.size() - static_cast<size_t>(survivors_)) + " joiners)";
+  decided_ = a;
+  return a;
+}
+
+}  // namespace geoccl::membership

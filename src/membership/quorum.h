@@ -1,0 +1,109 @@
+// Quorum: who is in the next membership epoch. I/O-free: the shell (membership/elastic.cc) reads
+// the candidates of epoch N from the store and feeds them in with a timestamp; the decider
+// answers wait (until a deadline), decide (the member list, the same for everyone because one
+// process publishes it) or fail. Unit tests drive it with time as an input (tests/unit/).
+//
+// Who decides: the first member of epoch N-1 to arrive at epoch N (elected through an atomic
+// counter in the store). Joiners (new or restarted processes, and members that arrived after the
+// previous decision) never decide: a group whose old members are all gone cannot be continued.
+// Nothing depends on any particular old rank being alive, rank 0 included.
+//
+// The rule: the decider closes the epoch as soon as every member of N-1 has arrived (a grow at a
+// step boundary, or a transition nobody died in), or `join_window` after its own arrival,
+// whichever is first, with every candidate it has seen by then: survivors (shrink) and joiners
+// (grow). Below `min_members` it keeps waiting until `give_up`, then fails. New ranks: the
+// survivors in the order of their old ranks, then the joiners in arrival order. A candidate that
+// arrives after the decision is not in it and waits for the next epoch.
+//
+// Wire format of the records (little-endian, protocol/wire.h):
+//   candidate: u16 version | u64 uid | i32 prev_rank | str label (<= kMaxLabel)
+//   decision:  u16 version | u32 epoch | u32 count (<= kMaxMembers) | count x candidate fields
+//              (u64 uid | i32 prev_rank | str label)
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace geoccl::membership {
+
+inline constexpr uint16_t kQuorumVersion = 1;
+inline constexpr size_t kMaxLabel = 256;
+inline constexpr uint32_t kMaxMembers = 1 << 16;
+
+// One process asking to be in an epoch.
+struct Candidate {
+  uint64_t uid = 0;        // random, chosen once per process
+  int32_t prev_rank = -1;  // its rank in the previous epoch; -1: a joiner
+  std::string label;       // "host:pid", for logs and error messages
+
+  bool operator==(const Candidate&) const = default;
+};
+
+// The member list of one epoch: members[r] has rank r.
+struct Decision {
+  uint32_t epoch = 0;
+  std::vector<Candidate> members;
+
+  bool operator==(const Decision&) const = default;
+  // The rank of `uid` in this epoch, or -1 when it is not a member (it came too late).
+  int rank_of(uint64_t uid) const;
+  // The lowest rank that continues from the previous epoch (its state is current), or -1 when
+  // every member is a joiner.
+  int first_survivor() const;
+};
+
+std::vector<uint8_t> encode_candidate(const Candidate& c);
+// nullopt for truncated input, trailing bytes, an over-long label, a prev_rank below -1 or
+// another version; *why (if given) says which.
+std::optional<Candidate> decode_candidate(std::span<const uint8_t> in, std::string* why = nullptr);
+std::vector<uint8_t> encode_decision(const Decision& d);
+// As decode_candidate; also more than kMaxMembers members, or two with one uid.
+std::optional<Decision> decode_decision(std::span<const uint8_t> in, std::string* why = nullptr);
+
+struct QuorumParams {
+  int prev_size = 0;  // members of the previous epoch
+  std::chrono::milliseconds join_window{3000};
+  std::chrono::milliseconds give_up{30000};  // after the decider's arrival, below min_members
+  int min_members = 1;
+};
+
+class QuorumDecider {
+ public:
+  using Clock = std::chrono::steady_clock;
+  struct Action {
+    enum Kind { kWait, kDecide, kFail } kind = kWait;
+    Decision decision;        // kDecide
+    Clock::time_point until;  // kWait: poll again by then (or when a candidate arrives)
+    std::string why;          // kDecide: why now; kFail: the error message
+  };
+
+  // The decider of `epoch`, arrived at `now`.
+  QuorumDecider(uint32_t epoch, QuorumParams p, Clock::time_point now);
+
+  // A candidate read from the store, in arrival order. Ignored (false): a second record of one
+  // uid or of one previous rank, a previous rank outside the previous epoch, or anything after
+  // the decision.
+  bool observe(const Candidate& c);
+  // What to do at `now`. Once it has returned kDecide, it returns the same decision again.
+  [[nodiscard]] Action poll(Clock::time_point now);
+
+  int survivors() const { return survivors_; }
+  size_t candidates() const { return seen_.size(); }
+
+ private:
+  Decision decide() const;
+
+  uint32_t epoch_;
+  QuorumParams p_;
+  Clock::time_point start_;
+  std::vector<Candidate> seen_;
+  std::vector<bool> prev_seen_;
+  int survivors_ = 0;
+  std::optional<Action> decided_;
+};
+
+}  // namespace geoccl::membership

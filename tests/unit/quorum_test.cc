@@ -1,0 +1,137 @@
+// The membership decider driven by hand: candidates and timestamps in, decisions out. No store,
+// no sockets, no sleeps.
+#include "membership/quorum.h"
+
+#include <gtest/gtest.h>
+
+using namespace geoccl::membership;
+using namespace std::chrono_literals;
+using Clock = QuorumDecider::Clock;
+using Action = QuorumDecider::Action;
+
+namespace {
+
+Candidate member(int prev_rank) {
+  return {static_cast<uint64_t>(1000 + prev_rank), prev_rank, "m" + std::to_string(prev_rank)};
+}
+Candidate joiner(int k) { return {static_cast<uint64_t>(5000 + k), -1, "j" + std::to_string(k)}; }
+
+QuorumParams params(int prev_size, int min_members = 1) {
+  QuorumParams p;
+  p.prev_size = prev_size;
+  p.join_window = 2s;
+  p.give_up = 10s;
+  p.min_members = min_members;
+  return p;
+}
+
+std::vector<int> prev_ranks(const Decision& d) {
+  std::vector<int> out;
+  for (const auto& m : d.members) out.push_back(m.prev_rank);
+  return out;
+}
+
+}  // namespace
+
+TEST(Quorum, ShrinkWaitsForTheJoinWindowThenKeepsTheSurvivorsInOrder) {
+  const auto t0 = Clock::now();
+  QuorumDecider q(5, params(4), t0);
+  // Rank 0 of the old epoch is dead; 3 and 1 survive and arrive out of order.
+  ASSERT_TRUE(q.observe(member(3)));
+  ASSERT_TRUE(q.observe(member(1)));
+  ASSERT_TRUE(q.observe(member(2)));
+  auto a = q.poll(t0 + 100ms);
+  ASSERT_EQ(a.kind, Action::kWait);
+  EXPECT_EQ(a.until, t0 + 2s);  // the window's end
+  a = q.poll(t0 + 1999ms);
+  EXPECT_EQ(a.kind, Action::kWait);
+  a = q.poll(t0 + 2s);
+  ASSERT_EQ(a.kind, Action::kDecide) << a.why;
+  EXPECT_EQ(a.decision.epoch, 5u);
+  EXPECT_EQ(prev_ranks(a.decision), (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(a.decision.first_survivor(), 0);
+  EXPECT_EQ(a.decision.rank_of(member(3).uid), 2);
+  EXPECT_EQ(a.decision.rank_of(member(0).uid), -1);
+}
+
+TEST(Quorum, EveryOldMemberArrivedDecidesAtOnceWithTheJoinersSeen) {
+  const auto t0 = Clock::now();
+  QuorumDecider q(2, params(2), t0);
+  ASSERT_TRUE(q.observe(joiner(1)));  // a restarted process waits at the boundary
+  ASSERT_TRUE(q.observe(member(1)));
+  EXPECT_EQ(q.poll(t0).kind, Action::kWait);
+  ASSERT_TRUE(q.observe(member(0)));
+  ASSERT_TRUE(q.observe(joiner(2)));
+  const auto a = q.poll(t0 + 10ms);
+  ASSERT_EQ(a.kind, Action::kDecide);
+  // Survivors by old rank, then joiners in arrival order.
+  EXPECT_EQ(prev_ranks(a.decision), (std::vector<int>{0, 1, -1, -1}));
+  EXPECT_EQ(a.decision.members[2].uid, joiner(1).uid);
+  EXPECT_EQ(a.decision.members[3].uid, joiner(2).uid);
+  // A joiner that comes after the decision is not let in; it waits for the next epoch.
+  EXPECT_FALSE(q.observe(joiner(3)));
+  const auto again = q.poll(t0 + 5s);
+  EXPECT_EQ(again.kind, Action::kDecide);
+  EXPECT_EQ(again.decision, a.decision);
+  EXPECT_EQ(again.decision.rank_of(joiner(3).uid), -1);
+}
+
+TEST(Quorum, DuplicatesAndRanksOutsideThePreviousEpochAreIgnored) {
+  const auto t0 = Clock::now();
+  QuorumDecider q(1, params(2), t0);
+  EXPECT_TRUE(q.observe(member(0)));
+  EXPECT_FALSE(q.observe(member(0)));                      // the same uid twice
+  EXPECT_FALSE(q.observe({77, 0, "impostor of rank 0"}));  // a second claim on old rank 0
+  EXPECT_FALSE(q.observe(member(2)));                      // epoch 0 had ranks 0 and 1
+  EXPECT_EQ(q.survivors(), 1);
+  EXPECT_EQ(q.candidates(), 1u);
+  const auto a = q.poll(t0 + 2s);
+  ASSERT_EQ(a.kind, Action::kDecide);
+  EXPECT_EQ(a.decision.members.size(), 1u);
+}
+
+TEST(Quorum, BelowTheMinimumWaitsUntilGiveUpThenFails) {
+  const auto t0 = Clock::now();
+  QuorumDecider q(3, params(3, 2), t0);
+  ASSERT_TRUE(q.observe(member(2)));
+  auto a = q.poll(t0 + 2s);
+  ASSERT_EQ(a.kind, Action::kWait);
+  EXPECT_EQ(a.until, t0 + 10s);
+  a = q.poll(t0 + 10s);
+  ASSERT_EQ(a.kind, Action::kFail);
+  EXPECT_NE(a.why.find("fewer than the minimum of 2"), std::string::npos) << a.why;
+  // A second candidate before give-up would have made it.
+  QuorumDecider q2(3, params(3, 2), t0);
+  ASSERT_TRUE(q2.observe(member(2)));
+  ASSERT_TRUE(q2.observe(joiner(0)));
+  EXPECT_EQ(q2.poll(t0 + 2s).kind, Action::kDecide);
+}
+
+TEST(Quorum, RecordsRoundTripAndMalformedOnesAreRejectedWithAReason) {
+  const Candidate c{0x1122334455667788ull, 7, "host:123"};
+  EXPECT_EQ(decode_candidate(encode_candidate(c)), c);
+  Decision d;
+  d.epoch = 9;
+  d.members = {member(0), joiner(1)};
+  EXPECT_EQ(decode_decision(encode_decision(d)), d);
+
+  std::string why;
+  auto bytes = encode_decision(d);
+  bytes.push_back(0);
+  EXPECT_FALSE(decode_decision(bytes, &why));
+  EXPECT_NE(why.find("trailing"), std::string::npos) << why;
+  bytes.resize(bytes.size() - 3);
+  EXPECT_FALSE(decode_decision(bytes, &why));
+  Decision twice = d;
+  twice.members.push_back(member(0));
+  EXPECT_FALSE(decode_decision(encode_decision(twice), &why));
+  EXPECT_NE(why.find("uid"), std::string::npos) << why;
+  auto wrong_version = encode_candidate(c);
+  wrong_version[0] = 9;
+  EXPECT_FALSE(decode_candidate(wrong_version, &why));
+  EXPECT_NE(why.find("version 9"), std::string::npos) << why;
+  EXPECT_FALSE(decode_candidate(encode_candidate({1, -2, ""}), &why));
+  // A member count far beyond the bytes present is refused before anything is allocated.
+  std::vector<uint8_t> huge = {1, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0};
+  EXPECT_FALSE(decode_decision(huge, &why));
+}
