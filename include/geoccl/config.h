@@ -16,6 +16,10 @@ struct Config {
   uint16_t master_port = 29500;           // MASTER_PORT / GEOCCL_MASTER_PORT
   std::string domain;                     // GEOCCL_DOMAIN: region label of this rank
   std::string session = "default";        // GEOCCL_SESSION: key prefix in the store
+  // GEOCCL_STORE: the rendezvous store, outside every rank: "tcp://host:port" (`geoccl store`)
+  // or "etcd://host:port/prefix". "" = rank 0 hosts one at master_addr:master_port (unless one
+  // already serves there), which dies with rank 0.
+  std::string store;
 
   // Networking.
   std::string bind_addr;  // GEOCCL_BIND_ADDR: address peers connect to (default: auto)
