@@ -40,9 +40,11 @@ EtcdStore::EtcdStore(const std::string& host, uint16_t port, std::string prefix,
     range(prefix_, Clock::now() + timeout);
   } catch (const Error& e) {
     if (e.code() != ErrorCode::kTimeout) throw;
-    throw Error(ErrorCode::kTimeout, "cannot reach the rendezvous store (" + address_ +
-                                         ") within " + std::to_string(timeout.count()) +
-                                         " ms: " + e.what());
+    // e.what() without its "timeout: " (the code is said once).
+    const std::string why = std::string(e.what()).substr(error_code_name(e.code()).size() + 2);
+    throw Error(ErrorCode::kTimeout, "cannot reach the rendezvous store within " +
+                                         std::to_string(timeout.count()) +
+                                         " ms (is etcd up?): " + why);
   }
 }
 
@@ -65,12 +67,13 @@ std::string EtcdStore::call(const char* path, const std::string& body, Clock::ti
     bool may_retry = false;
     if (!res) {
       const auto err = res.error();
-      last = httplib::to_string(err);
       const bool unsent =
           err == httplib::Error::Connection || err == httplib::Error::ConnectionTimeout;
+      last = (unsent ? "could not connect (" : "the connection failed (") +
+             httplib::to_string(err) + ")";
       if (!unsent && retry == Retry::kUnsent)
-        throw Error(ErrorCode::kIo, address_ + ": " + path + " failed (" + last +
-                                        "); it may or may not have been applied");
+        throw Error(ErrorCode::kIo, address_ + ": " + path + " failed: " + last +
+                                        "; it may or may not have been applied");
       may_retry = true;
     } else if (res->status == 200) {
       return std::move(res->body);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <iostream>
 #include <memory>
 #include <set>
 #include <string>
@@ -42,6 +43,7 @@ Error error_of(F&& f, std::chrono::milliseconds within) {
     f();
   } catch (const Error& e) {
     EXPECT_LT(Clock::now() - t0, within) << "the error took too long: " << e.what();
+    std::cerr << "error: " << e.what() << "\n";
     return e;
   }
   ADD_FAILURE() << "no error";
