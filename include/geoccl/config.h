@@ -19,6 +19,10 @@ struct Config {
   // Membership epoch (no variable: set by ElasticGroup, geoccl/elastic.h): every frame carries it,
   // so frames of another epoch never match. Each epoch is its own communicator and session.
   uint32_t epoch = 0;
+  // GEOCCL_STORE: the rendezvous store, outside every rank: "tcp://host:port" (`geoccl store`)
+  // or "etcd://host:port/prefix". "" = rank 0 hosts one at master_addr:master_port (unless one
+  // already serves there), which dies with rank 0.
+  std::string store;
 
   // Networking.
   std::string bind_addr;  // GEOCCL_BIND_ADDR: address peers connect to (default: auto)

@@ -1,5 +1,7 @@
-// Rendezvous key-value store: an embedded TCP server (rank 0 hosts one by default, or
-// `geoccl store --port P`) and its client. Values are opaque bytes.
+// Rendezvous key-value store. `Store` is what rendezvous (and elastic membership) needs; two
+// backends implement it: the embedded TCP store (rank 0 hosts a StoreServer by default, or
+// `geoccl store --port P` runs a standalone one) through StoreClient, and etcd v3 (open_store).
+// Values are opaque bytes.
 #pragma once
 
 #include <chrono>
@@ -27,29 +29,60 @@ class StoreServer {
   std::unique_ptr<StoreServerImpl> impl_;
 };
 
-// A blocking client; one TCP connection; safe to use from one thread at a time.
-class StoreClient {
+// A blocking key-value store shared by the ranks of a group. Every call either succeeds or
+// throws a typed Error (kTimeout, kIo, kProtocol; kInvalidArgument for a key or value the
+// backend cannot hold), whose message names the store's address.
+//
+// First writer wins: add(key, 1) returns 1 to exactly one caller, on every backend, which is
+// how a group elects one rank for a task (a leader of an epoch, the writer of a record) without
+// a separate compare-and-set primitive.
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  virtual void set(const std::string& key, const std::vector<uint8_t>& value) = 0;
+  // Blocks until the key exists or `timeout` passes (Error(kTimeout)).
+  virtual std::vector<uint8_t> get(const std::string& key, std::chrono::milliseconds timeout) = 0;
+  // Blocks until every key exists, or Error(kTimeout).
+  virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
+  // Atomically (across every client of the store) adds `delta` to a counter (created at 0) and
+  // returns the new value. The counter's value, read with get(), is 8 bytes: i64 little-endian.
+  virtual int64_t add(const std::string& key, int64_t delta) = 0;
+  // Returns whether the key existed.
+  virtual bool remove(const std::string& key) = 0;
+  // Returns whether the key exists now.
+  virtual bool check(const std::string& key) = 0;
+};
+
+// Connects to the store a URL names, retrying until `timeout` (which also bounds each later
+// request's I/O):
+//   tcp://host:port          a StoreServer (`geoccl store`, or a rank 0 hosting one)
+//   etcd://host:port/prefix  etcd v3 through its HTTP/JSON gateway; every key lives under
+//                            /prefix/ (several jobs share one etcd with distinct prefixes)
+// An IPv6 host is written in brackets: tcp://[::1]:29500.
+// Throws Error(kInvalidArgument) naming the malformed part of the URL, Error(kTimeout) when the
+// store does not answer within `timeout`, Error(kIo) / Error(kProtocol) on other failures.
+std::unique_ptr<Store> open_store(const std::string& url, std::chrono::milliseconds timeout);
+
+// The TCP store's client: one TCP connection; safe to use from one thread at a time.
+class StoreClient final : public Store {
  public:
   // Retries the connection until `timeout`; throws Error(kTimeout) / Error(kIo).
   StoreClient(const std::string& host, uint16_t port, std::chrono::milliseconds timeout);
-  ~StoreClient();
+  ~StoreClient() override;
   StoreClient(const StoreClient&) = delete;
   StoreClient& operator=(const StoreClient&) = delete;
 
-  void set(const std::string& key, const std::vector<uint8_t>& value);
-  // Blocks until the key exists or `timeout` passes (Error(kTimeout)).
-  std::vector<uint8_t> get(const std::string& key, std::chrono::milliseconds timeout);
-  // Blocks until every key exists, or Error(kTimeout).
-  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
-  // Atomically adds `delta` to a counter (created at 0) and returns the new value.
-  int64_t add(const std::string& key, int64_t delta);
-  // Returns whether the key existed.
-  bool remove(const std::string& key);
-  // Returns whether the key exists now.
-  bool check(const std::string& key);
+  void set(const std::string& key, const std::vector<uint8_t>& value) override;
+  std::vector<uint8_t> get(const std::string& key, std::chrono::milliseconds timeout) override;
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  bool remove(const std::string& key) override;
+  bool check(const std::string& key) override;
 
  private:
   int fd_ = -1;
+  std::string address_;  // host:port, named in every error
   std::chrono::milliseconds io_timeout_;
   std::vector<uint8_t> call(const std::vector<uint8_t>& request, std::chrono::milliseconds timeout);
 };

@@ -105,6 +105,7 @@ void Config::apply_env() {
         [&](auto n, auto v) { master_port = parse_int<uint16_t>(n, v); });
   apply({"GEOCCL_DOMAIN"}, [&](auto, auto v) { domain = v; });
   apply({"GEOCCL_SESSION"}, [&](auto, auto v) { session = v; });
+  apply({"GEOCCL_STORE"}, [&](auto, auto v) { store = v; });
   apply({"GEOCCL_BIND_ADDR"}, [&](auto, auto v) { bind_addr = v; });
   apply({"GEOCCL_TRANSPORT"}, [&](auto, auto v) { transport = v; });
   apply({"GEOCCL_SHM_RING_BYTES"}, [&](auto n, auto v) { shm_ring_bytes = parse_size(n, v); });

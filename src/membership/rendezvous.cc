@@ -6,6 +6,7 @@
 
 #include "core/logging.h"
 #include "geoccl/error.h"
+#include "membership/store_url.h"
 #include "protocol/store_codec.h"
 #include "protocol/wire.h"
 #include "transport/tcp/socket_util.h"
@@ -20,8 +21,9 @@ uint64_t random_u64() {
   return (uint64_t{rd()} << 32) ^ rd() ^ 0x9e3779b97f4a7c15ull;
 }
 
+// Where the store is, for messages: the URL of an external store, else host:port.
 std::string store_address(const Config& cfg) {
-  return cfg.master_addr + ":" + std::to_string(cfg.master_port);
+  return cfg.store.empty() ? cfg.master_addr + ":" + std::to_string(cfg.master_port) : cfg.store;
 }
 
 // The group's parameters, chosen by rank 0:
@@ -75,7 +77,7 @@ void check_group(const Config& cfg, uint32_t world_size, const std::string& sess
 // A store hosted by a job's rank 0 names its owner (see protocol/store_codec.h). A rank 0 that
 // could not host its own store refuses any owned one: it belongs to another job's rank 0. Other
 // ranks refuse one owned by a group they do not belong to. Standalone stores are shared.
-void check_owner(const Config& cfg, StoreClient& store) {
+void check_owner(const Config& cfg, Store& store) {
   const std::string key(protocol::kOwnerKey);
   if (!store.check(key)) return;
   const auto owner = protocol::decode_store_owner(store.get(key, cfg.connect_timeout));
@@ -84,15 +86,26 @@ void check_owner(const Config& cfg, StoreClient& store) {
   if (cfg.rank == 0) {
     char token[32];
     std::snprintf(token, sizeof token, "%016llx", static_cast<unsigned long long>(owner->token));
+    const std::string other = "the store at " + where + " belongs to another job (session '" +
+                              owner->session + "', world size " + std::to_string(owner->world_size) +
+                              ", job token " + token + "): this job's rank 0 (session '" + cfg.session +
+                              "', world size " + std::to_string(cfg.world_size) + ")";
+    if (!cfg.store.empty())
+      throw Error(ErrorCode::kProtocol, other + " was told to use it by GEOCCL_STORE, but that store is "
+                                                "hosted by another job's rank 0 and dies with it. Point "
+                                                "GEOCCL_STORE at a standalone `geoccl store` or etcd");
     throw Error(ErrorCode::kProtocol,
-                "the store at " + where + " belongs to another job (session '" + owner->session +
-                    "', world size " + std::to_string(owner->world_size) + ", job token " + token +
-                    "): this job's rank 0 (session '" + cfg.session + "', world size " +
-                    std::to_string(cfg.world_size) +
-                    ") could not host its own store there because the port is taken. Use a free "
-                    "MASTER_PORT, or a standalone `geoccl store` for groups that share one store");
+                other + " could not host its own store there because the port is taken. Use a free "
+                        "MASTER_PORT, or a standalone `geoccl store` for groups that share one store");
   }
   check_group(cfg, owner->world_size, owner->session, "the job that owns the store at " + where);
+}
+
+// The store cfg.store names, else the TCP store at master_addr:master_port.
+std::unique_ptr<Store> connect_store(const Config& cfg) {
+  if (cfg.store.empty()) return std::make_unique<StoreClient>(cfg.master_addr, cfg.master_port, cfg.connect_timeout);
+  parse_store_url(cfg.store, "GEOCCL_STORE");  // a malformed URL is named by its variable
+  return open_store(cfg.store, cfg.connect_timeout);
 }
 
 }  // namespace
@@ -105,7 +118,7 @@ std::string choose_bind_address(const Config& cfg) {
 
 RendezvousInfo join_store(const Config& cfg) {
   RendezvousInfo info;
-  if (cfg.rank == 0) {
+  if (cfg.rank == 0 && cfg.store.empty()) {
     // Host the store unless something already serves master_addr:master_port.
     const StoreOwner me{cfg.session, static_cast<uint32_t>(cfg.world_size), random_u64()};
     try {
@@ -115,7 +128,7 @@ RendezvousInfo join_store(const Config& cfg) {
       GEOCCL_LOG(kInfo, "not hosting the store (" << e.what() << "); connecting to the existing one");
     }
   }
-  info.store = std::make_unique<StoreClient>(cfg.master_addr, cfg.master_port, cfg.connect_timeout);
+  info.store = connect_store(cfg);
   if (!info.server) check_owner(cfg, *info.store);
   // Several communicators may share one store (new groups, tests): every rank counts the ones it
   // created in this session, and all ranks create them in the same order.

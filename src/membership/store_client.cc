@@ -24,14 +24,14 @@ constexpr auto kIoSlack = std::chrono::seconds(30);
 }  // namespace
 
 StoreClient::StoreClient(const std::string& host, uint16_t port, std::chrono::milliseconds timeout)
-    : io_timeout_(timeout) {
+    : address_(host + ":" + std::to_string(port)), io_timeout_(timeout) {
   const auto deadline = Clock::now() + timeout;
   // The server may not be up yet (rank 0 starting): retry until the deadline.
   while (fd_ < 0) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0)
-      throw Error(ErrorCode::kTimeout, "cannot reach the rendezvous store at " + host + ":" +
-                                           std::to_string(port) + " (is rank 0 / MASTER_ADDR up?)");
+      throw Error(ErrorCode::kTimeout, "cannot reach the rendezvous store at " + address_ +
+                                           " (is rank 0 / MASTER_ADDR up?)");
     fd_ = transport::tcp::connect_with_timeout(host, port, std::min(left, std::chrono::milliseconds(1000)));
     if (fd_ < 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -51,41 +51,42 @@ std::vector<uint8_t> StoreClient::call(const std::vector<uint8_t>& request,
                                        std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout + kIoSlack;
   if (!transport::tcp::write_all(fd_, request, deadline))
-    throw Error(ErrorCode::kIo, std::string("store write failed: ") + std::strerror(errno));
+    throw Error(ErrorCode::kIo, "store " + address_ + ": write failed: " + std::strerror(errno));
   uint8_t lenb[4];
   if (!transport::tcp::read_all(fd_, lenb, deadline))
-    throw Error(ErrorCode::kIo, std::string("store read failed: ") + std::strerror(errno));
+    throw Error(ErrorCode::kIo, "store " + address_ + ": read failed: " + std::strerror(errno));
   protocol::Reader r(lenb);
   uint32_t len = 0;
   r.u32(&len);
-  if (len > protocol::kMaxStoreMessage) throw Error(ErrorCode::kProtocol, "store response too large");
+  if (len > protocol::kMaxStoreMessage) throw Error(ErrorCode::kProtocol, "store " + address_ + ": response too large");
   std::vector<uint8_t> body(len);
   if (!transport::tcp::read_all(fd_, body, deadline))
-    throw Error(ErrorCode::kIo, std::string("store read failed: ") + std::strerror(errno));
+    throw Error(ErrorCode::kIo, "store " + address_ + ": read failed: " + std::strerror(errno));
   return body;
 }
 
 namespace {
-protocol::StoreResponse decode(const std::vector<uint8_t>& body) {
+protocol::StoreResponse decode(const std::vector<uint8_t>& body, const std::string& address) {
   auto r = protocol::decode_store_response(body);
-  if (!r) throw Error(ErrorCode::kProtocol, "malformed store response");
-  if (r->status == StoreStatus::kBadRequest) throw Error(ErrorCode::kInvalidArgument, "store rejected the request");
+  if (!r) throw Error(ErrorCode::kProtocol, "malformed response from the store at " + address);
+  if (r->status == StoreStatus::kBadRequest)
+    throw Error(ErrorCode::kInvalidArgument, "the store at " + address + " rejected the request");
   return std::move(*r);
 }
 }  // namespace
 
 void StoreClient::set(const std::string& key, const std::vector<uint8_t>& value) {
   if (key.size() > protocol::kMaxKey || value.size() > protocol::kMaxValue)
-    throw Error(ErrorCode::kInvalidArgument, "store key or value too large");
+    throw Error(ErrorCode::kInvalidArgument, "store key or value too large for the store at " + address_);
   StoreRequest q{StoreCommand::kSet, key, value, 0, 0};
-  decode(call(protocol::encode_store_request(q), io_timeout_));
+  decode(call(protocol::encode_store_request(q), io_timeout_), address_);
 }
 
 std::vector<uint8_t> StoreClient::get(const std::string& key, std::chrono::milliseconds timeout) {
   StoreRequest q{StoreCommand::kGet, key, {}, 0, static_cast<uint64_t>(std::max<int64_t>(timeout.count(), 1))};
-  auto r = decode(call(protocol::encode_store_request(q), timeout));
+  auto r = decode(call(protocol::encode_store_request(q), timeout), address_);
   if (r.status != StoreStatus::kOk)
-    throw Error(ErrorCode::kTimeout, "store key '" + key + "' did not appear within " +
+    throw Error(ErrorCode::kTimeout, "store key '" + key + "' did not appear at " + address_ + " within " +
                                          std::to_string(timeout.count()) + " ms");
   return std::move(r.value);
 }
@@ -100,17 +101,17 @@ void StoreClient::wait(const std::vector<std::string>& keys, std::chrono::millis
 
 int64_t StoreClient::add(const std::string& key, int64_t delta) {
   StoreRequest q{StoreCommand::kAdd, key, {}, delta, 0};
-  return decode(call(protocol::encode_store_request(q), io_timeout_)).number;
+  return decode(call(protocol::encode_store_request(q), io_timeout_), address_).number;
 }
 
 bool StoreClient::remove(const std::string& key) {
   StoreRequest q{StoreCommand::kDelete, key, {}, 0, 0};
-  return decode(call(protocol::encode_store_request(q), io_timeout_)).status == StoreStatus::kOk;
+  return decode(call(protocol::encode_store_request(q), io_timeout_), address_).status == StoreStatus::kOk;
 }
 
 bool StoreClient::check(const std::string& key) {
   StoreRequest q{StoreCommand::kCheck, key, {}, 0, 0};
-  return decode(call(protocol::encode_store_request(q), io_timeout_)).status == StoreStatus::kOk;
+  return decode(call(protocol::encode_store_request(q), io_timeout_), address_).status == StoreStatus::kOk;
 }
 
 }  // namespace geoccl

@@ -63,3 +63,10 @@ TEST(Config, BulkRateTakesDecimalUnits) {
   EXPECT_THROW(c.validate(), Error);
   unsetenv("GEOCCL_BULK_TARGET_DELAY_MS");
 }
+
+TEST(Config, StoreComesFromGeocclStore) {
+  EXPECT_EQ(Config{}.store, "") << "by default rank 0 hosts the store";
+  setenv("GEOCCL_STORE", "etcd://10.0.0.7:2379/jobs/42", 1);
+  EXPECT_EQ(Config::from_env().store, "etcd://10.0.0.7:2379/jobs/42");
+  unsetenv("GEOCCL_STORE");
+}

@@ -7,6 +7,7 @@
 #include <iostream>
 #include <string>
 
+#include "etcd_server.h"
 #include "geoccl/config.h"
 #include "geoccl/error.h"
 #include "geoccl/store.h"
@@ -86,4 +87,45 @@ TEST(Rendezvous, StandaloneStoreIsSharedByTwoGroups) {
   // With no owner to ask, a rank checks rank 0's group parameters.
   auto z0 = join_store(member(0, 2, port, "z"));
   expect_refused(member(1, 3, port, "z"), ErrorCode::kInvalidArgument, {"world size", "3", "2", z0.prefix});
+}
+
+namespace {
+Config external(int rank, int world, const std::string& url, const std::string& session = "default") {
+  Config c = member(rank, world, transport::tcp::pick_free_port(), session);  // nobody listens on master_port
+  c.store = url;
+  return c;
+}
+}  // namespace
+
+TEST(Rendezvous, ExternalStoresNeedNoRankToHostThem) {
+  test::EtcdServer etcd;
+  StoreServer standalone("127.0.0.1", 0);
+  for (const std::string& url : {etcd.url("job"), "tcp://127.0.0.1:" + std::to_string(standalone.port())}) {
+    auto r0 = join_store(external(0, 2, url));
+    auto r1 = join_store(external(1, 2, url));
+    EXPECT_FALSE(r0.server) << url;
+    EXPECT_EQ(r1.prefix, r0.prefix) << url;
+    EXPECT_EQ(r1.session_id, r0.session_id) << url;
+    // The next group of the session (the survivors' next epoch) gets a prefix of its own.
+    auto n0 = join_store(external(0, 2, url));
+    auto n1 = join_store(external(1, 2, url));
+    EXPECT_NE(n0.prefix, r0.prefix) << url;
+    EXPECT_EQ(n1.session_id, n0.session_id) << url;
+    // A rank of another session size is refused by rank 0's parameters.
+    join_store(external(0, 2, url, "z"));
+    expect_refused(external(1, 3, url, "z"), ErrorCode::kInvalidArgument, {"world size", "3", "2", url});
+  }
+}
+
+TEST(Rendezvous, MalformedStoreUrlIsNamedByItsVariable) {
+  expect_refused(external(1, 2, "etcd://127.0.0.1/job"), ErrorCode::kInvalidArgument,
+                 {"GEOCCL_STORE", "etcd://127.0.0.1/job", "missing port"});
+}
+
+TEST(Rendezvous, ExternalStoreHostedByAnotherJobsRankZeroIsRefused) {
+  const uint16_t port = transport::tcp::pick_free_port();
+  auto a0 = join_store(member(0, 2, port));  // job A's rank 0 hosts (and owns) the store
+  ASSERT_TRUE(a0.server);
+  expect_refused(external(0, 2, "tcp://127.0.0.1:" + std::to_string(port)), ErrorCode::kProtocol,
+                 {"GEOCCL_STORE", "another job", std::to_string(port)});
 }

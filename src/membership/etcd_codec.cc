@@ -1,0 +1,252 @@
+#include "membership/etcd_codec.h"
+
+#include <charconv>
+#include <nlohmann/json.hpp>
+
+namespace geoccl::membership::etcd {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+int8_t sextet(char c) {
+  if (c >= 'A' && c <= 'Z') return static_cast<int8_t>(c - 'A');
+  if (c >= 'a' && c <= 'z') return static_cast<int8_t>(c - 'a' + 26);
+  if (c >= '0' && c <= '9') return static_cast<int8_t>(c - '0' + 52);
+  if (c == '+') return 62;
+  if (c == '/') return 63;
+  return -1;
+}
+
+std::string b64(const std::string& s) {
+  return base64_encode(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.data()), s.size()));
+}
+
+// Nesting depth outside strings, counted before the parser (which builds a tree of any depth)
+// sees the body.
+bool shallow(std::string_view body) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : body) {
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      if (++depth > kMaxDepth) return false;
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  return true;
+}
+
+// The body as a JSON object, or a discarded value.
+json parse_object(std::string_view body) {
+  if (body.size() > kMaxResponse || !shallow(body)) return json(json::value_t::discarded);
+  json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return json(json::value_t::discarded);
+  return j;
+}
+
+// A member of an object, or null when absent.
+const json* member(const json& obj, const char* name) {
+  auto it = obj.find(name);
+  return it == obj.end() ? nullptr : &*it;
+}
+
+// An int64 field: absent = 0, a JSON integer, or a decimal string (the gateway's form).
+std::optional<int64_t> int64_field(const json& obj, const char* name) {
+  const json* f = member(obj, name);
+  if (!f) return 0;
+  if (f->is_number_integer()) return f->get<int64_t>();
+  if (f->is_number_unsigned()) {
+    const auto u = f->get<uint64_t>();
+    if (u > static_cast<uint64_t>(INT64_MAX)) return std::nullopt;
+    return static_cast<int64_t>(u);
+  }
+  if (!f->is_string()) return std::nullopt;
+  const auto& s = f->get_ref<const std::string&>();
+  int64_t v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+// A bytes field (base64): absent = empty.
+std::optional<std::vector<uint8_t>> bytes_field(const json& obj, const char* name) {
+  const json* f = member(obj, name);
+  if (!f) return std::vector<uint8_t>{};
+  if (!f->is_string()) return std::nullopt;
+  return base64_decode(f->get_ref<const std::string&>());
+}
+
+bool bool_field(const json& obj, const char* name, bool* out) {
+  const json* f = member(obj, name);
+  if (!f) return (*out = false), true;
+  if (!f->is_boolean()) return false;
+  *out = f->get<bool>();
+  return true;
+}
+
+// Every answer carries a header; its revision is the store's revision at that point.
+std::optional<int64_t> header_revision(const json& obj) {
+  const json* h = member(obj, "header");
+  if (!h || !h->is_object()) return std::nullopt;
+  return int64_field(*h, "revision");
+}
+
+// A RangeResponse (top level, or inside a txn's responses) for a range of exactly `key`.
+std::optional<std::optional<KeyValue>> range_result(const json& r, const std::string& key) {
+  if (!r.is_object()) return std::nullopt;
+  const auto count = int64_field(r, "count");
+  if (!count || *count < 0) return std::nullopt;
+  const json* kvs = member(r, "kvs");
+  if (!kvs) return std::optional<KeyValue>{};
+  if (!kvs->is_array() || kvs->size() > 1) return std::nullopt;
+  if (kvs->empty()) return std::optional<KeyValue>{};
+  const json& kv = kvs->front();
+  if (!kv.is_object()) return std::nullopt;
+  const auto k = bytes_field(kv, "key");
+  if (!k || std::string(k->begin(), k->end()) != key) return std::nullopt;
+  auto value = bytes_field(kv, "value");
+  const auto mod = int64_field(kv, "mod_revision");
+  if (!value || !mod || *mod <= 0) return std::nullopt;
+  return std::optional<KeyValue>(KeyValue{std::move(*value), *mod});
+}
+
+}  // namespace
+
+std::string base64_encode(std::span<const uint8_t> bytes) {
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  size_t i = 0;
+  for (; i + 3 <= bytes.size(); i += 3) {
+    const uint32_t v = uint32_t{bytes[i]} << 16 | uint32_t{bytes[i + 1]} << 8 | bytes[i + 2];
+    for (int s = 18; s >= 0; s -= 6) out += kAlphabet[(v >> s) & 63];
+  }
+  const size_t left = bytes.size() - i;
+  if (left > 0) {
+    uint32_t v = uint32_t{bytes[i]} << 16;
+    if (left == 2) v |= uint32_t{bytes[i + 1]} << 8;
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += left == 2 ? kAlphabet[(v >> 6) & 63] : '=';
+    out += '=';
+  }
+  return out;
+}
+
+std::optional<std::vector<uint8_t>> base64_decode(std::string_view text) {
+  if (text.size() % 4 != 0) return std::nullopt;
+  std::vector<uint8_t> out;
+  out.reserve(text.size() / 4 * 3);
+  for (size_t i = 0; i < text.size(); i += 4) {
+    const bool last = i + 4 == text.size();
+    const int pad = last ? (text[i + 3] == '=') + (text[i + 2] == '=' && text[i + 3] == '=') : 0;
+    uint32_t v = 0;
+    for (int k = 0; k < 4; ++k) {
+      if (k >= 4 - pad) {
+        v <<= 6;
+        continue;
+      }
+      const int8_t s = sextet(text[i + static_cast<size_t>(k)]);
+      if (s < 0) return std::nullopt;
+      v = v << 6 | static_cast<uint32_t>(s);
+    }
+    // Canonical: the bits that padding drops are zero.
+    if ((pad == 1 && (v & 0xff) != 0) || (pad == 2 && (v & 0xffff) != 0)) return std::nullopt;
+    out.push_back(static_cast<uint8_t>(v >> 16));
+    if (pad < 2) out.push_back(static_cast<uint8_t>(v >> 8));
+    if (pad < 1) out.push_back(static_cast<uint8_t>(v));
+  }
+  return out;
+}
+
+std::string put_request(const std::string& key, std::span<const uint8_t> value) {
+  return json{{"key", b64(key)}, {"value", base64_encode(value)}}.dump();
+}
+
+std::string range_request(const std::string& key) { return json{{"key", b64(key)}}.dump(); }
+
+std::string delete_request(const std::string& key) { return json{{"key", b64(key)}}.dump(); }
+
+std::string cas_request(const std::string& key, int64_t mod_revision,
+                        std::span<const uint8_t> value) {
+  const std::string k = b64(key);
+  // A key that does not exist compares as mod_revision 0.
+  json compare = {{"key", k},
+                  {"target", "MOD"},
+                  {"result", "EQUAL"},
+                  {"mod_revision", std::to_string(mod_revision)}};
+  json put = {{"request_put", {{"key", k}, {"value", base64_encode(value)}}}};
+  json range = {{"request_range", {{"key", k}}}};
+  return json{{"compare", json::array({compare})},
+              {"success", json::array({put})},
+              {"failure", json::array({range})}}
+      .dump();
+}
+
+std::optional<std::optional<KeyValue>> decode_range_response(std::string_view body,
+                                                             const std::string& key) {
+  const json j = parse_object(body);
+  if (j.is_discarded() || !header_revision(j)) return std::nullopt;
+  return range_result(j, key);
+}
+
+std::optional<int64_t> decode_put_response(std::string_view body) {
+  const json j = parse_object(body);
+  if (j.is_discarded()) return std::nullopt;
+  return header_revision(j);
+}
+
+std::optional<int64_t> decode_delete_response(std::string_view body) {
+  const json j = parse_object(body);
+  if (j.is_discarded() || !header_revision(j)) return std::nullopt;
+  const auto deleted = int64_field(j, "deleted");
+  if (!deleted || *deleted < 0) return std::nullopt;
+  return deleted;
+}
+
+std::optional<TxnResult> decode_txn_response(std::string_view body, const std::string& key) {
+  const json j = parse_object(body);
+  if (j.is_discarded() || !header_revision(j)) return std::nullopt;
+  TxnResult out;
+  if (!bool_field(j, "succeeded", &out.succeeded)) return std::nullopt;
+  const json* responses = member(j, "responses");
+  if (!responses || !responses->is_array() || responses->size() != 1 ||
+      !responses->front().is_object())
+    return std::nullopt;
+  const json& only = responses->front();
+  if (out.succeeded) {
+    const json* put = member(only, "response_put");
+    if (!put || !put->is_object()) return std::nullopt;
+    return out;
+  }
+  const json* range = member(only, "response_range");
+  if (!range) return std::nullopt;
+  auto current = range_result(*range, key);
+  if (!current) return std::nullopt;
+  out.current = std::move(*current);
+  return out;
+}
+
+std::optional<std::string> decode_error_response(std::string_view body) {
+  const json j = parse_object(body);
+  if (j.is_discarded()) return std::nullopt;
+  for (const char* name : {"message", "error"}) {
+    const json* f = member(j, name);
+    if (f && f->is_string() && !f->get_ref<const std::string&>().empty())
+      return f->get<std::string>();
+  }
+  return std::nullopt;
+}
+
+}  // namespace geoccl::membership::etcd

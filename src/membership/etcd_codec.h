@@ -1,0 +1,60 @@
+// The JSON of etcd v3's HTTP gateway (/v3/kv/put, range, deleterange, txn): request bodies and
+// response decoders. I/O-free, so that the decoders are fuzzed (fuzz/fuzz_etcd_response.cc).
+//
+// Keys and values travel base64-encoded. The gateway writes int64 fields as JSON strings
+// ("revision": "12") and omits every field at its zero value (an empty value, a false
+// `succeeded`, a zero count); the decoders accept both string and number forms and treat an
+// absent field as zero.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace geoccl::membership::etcd {
+
+// Responses larger than this, or nested deeper than kMaxDepth, are refused before parsing: the
+// gateway's answers for one key are small and flat.
+inline constexpr size_t kMaxResponse = 64u << 20;
+inline constexpr int kMaxDepth = 32;
+
+std::string base64_encode(std::span<const uint8_t> bytes);
+// Canonical base64 only (standard alphabet, padded, no whitespace, zero pad bits); nullopt else.
+std::optional<std::vector<uint8_t>> base64_decode(std::string_view text);
+
+std::string put_request(const std::string& key, std::span<const uint8_t> value);
+std::string range_request(const std::string& key);
+std::string delete_request(const std::string& key);
+// A transaction that puts `value` only while the key's mod_revision is `mod_revision` (0: the
+// key does not exist) and otherwise reads the key, so that each try of a compare-and-set loop
+// is one round trip.
+std::string cas_request(const std::string& key, int64_t mod_revision,
+                        std::span<const uint8_t> value);
+
+struct KeyValue {
+  std::vector<uint8_t> value;
+  int64_t mod_revision = 0;  // > 0 for a key that exists
+};
+
+struct TxnResult {
+  bool succeeded = false;
+  std::optional<KeyValue> current;  // when it failed: the key as the failure branch read it
+};
+
+// Each returns nullopt when `body` is not what the gateway answers to that request for `key`
+// (not JSON, a wrong type, a key other than the one asked for, bad base64, a negative count).
+// The range: the key's value, or an empty optional inside when the key does not exist.
+std::optional<std::optional<KeyValue>> decode_range_response(std::string_view body,
+                                                             const std::string& key);
+// The store revision in the response header.
+std::optional<int64_t> decode_put_response(std::string_view body);
+// The number of keys deleted.
+std::optional<int64_t> decode_delete_response(std::string_view body);
+std::optional<TxnResult> decode_txn_response(std::string_view body, const std::string& key);
+// The message of the gateway's error body ({"error": ..., "code": N, "message": ...}).
+std::optional<std::string> decode_error_response(std::string_view body);
+
+}  // namespace geoccl::membership::etcd

@@ -1,0 +1,189 @@
+#include "membership/etcd_store.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "geoccl/error.h"
+#include "protocol/wire.h"
+
+namespace geoccl::membership {
+namespace {
+
+using std::chrono::milliseconds;
+
+std::span<const uint8_t> bytes_of(const std::vector<uint8_t>& v) { return {v.data(), v.size()}; }
+
+std::string excerpt(const std::string& body) {
+  return body.size() <= 200 ? body : body.substr(0, 200) + "...";
+}
+
+milliseconds until(std::chrono::steady_clock::time_point deadline) {
+  return std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
+}
+
+}  // namespace
+
+EtcdStore::EtcdStore(const std::string& host, uint16_t port, std::string prefix,
+                     milliseconds timeout)
+    : address_("etcd at " + (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
+               std::to_string(port)),
+      prefix_(std::move(prefix)),
+      io_timeout_(timeout),
+      http_(std::make_unique<httplib::Client>(host, port)) {
+  http_->set_keep_alive(true);
+  http_->set_tcp_nodelay(true);
+  // etcd may still be starting (or electing a leader): the first request retries until the
+  // deadline, like the TCP store's connect.
+  try {
+    range(prefix_, Clock::now() + timeout);
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kTimeout) throw;
+    // e.what() without its "timeout: " (the code is said once).
+    const std::string why = std::string(e.what()).substr(error_code_name(e.code()).size() + 2);
+    throw Error(ErrorCode::kTimeout, "cannot reach the rendezvous store within " +
+                                         std::to_string(timeout.count()) +
+                                         " ms (is etcd up?): " + why);
+  }
+}
+
+EtcdStore::~EtcdStore() = default;
+
+std::string EtcdStore::call(const char* path, const std::string& body, Clock::time_point deadline,
+                            Retry retry) {
+  milliseconds backoff(20);
+  std::string last;
+  for (;;) {
+    const milliseconds left = std::max(until(deadline), milliseconds(1));
+    httplib::Result res{nullptr, httplib::Error::Unknown};
+    {
+      std::lock_guard<std::mutex> lock(http_mu_);
+      http_->set_connection_timeout(std::min(left, milliseconds(1000)));
+      http_->set_read_timeout(left);
+      http_->set_write_timeout(left);
+      res = http_->Post(path, body, "application/json");
+    }
+    bool may_retry = false;
+    if (!res) {
+      const auto err = res.error();
+      const bool unsent =
+          err == httplib::Error::Connection || err == httplib::Error::ConnectionTimeout;
+      last = (unsent ? "could not connect (" : "the connection failed (") +
+             httplib::to_string(err) + ")";
+      if (!unsent && retry == Retry::kUnsent)
+        throw Error(ErrorCode::kIo, address_ + ": " + path + " failed: " + last +
+                                        "; it may or may not have been applied");
+      may_retry = true;
+    } else if (res->status == 200) {
+      return std::move(res->body);
+    } else {
+      const auto why = etcd::decode_error_response(res->body);
+      last = "HTTP " + std::to_string(res->status) + ": " + (why ? *why : excerpt(res->body));
+      // 5xx: etcd is there but cannot serve now (no leader yet, overloaded). A rejected request
+      // (4xx) stays rejected.
+      if (res->status < 500)
+        throw Error(ErrorCode::kProtocol, address_ + " refused " + path + ": " + last);
+      if (retry == Retry::kUnsent)
+        throw Error(ErrorCode::kIo, address_ + ": " + path + " failed: " + last);
+      may_retry = true;
+    }
+    const auto now = Clock::now();
+    if (!may_retry || now >= deadline)
+      throw Error(res ? ErrorCode::kIo : ErrorCode::kTimeout,
+                  address_ + ": " + path + " failed: " + last);
+    // The last try is at the deadline, not one backoff before it.
+    std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
+    backoff = std::min(backoff * 2, milliseconds(200));
+  }
+}
+
+void EtcdStore::undecodable(const char* path, const std::string& body) const {
+  throw Error(ErrorCode::kProtocol,
+              "the answer of " + address_ + " to " + path + " does not decode: " + excerpt(body));
+}
+
+std::optional<etcd::KeyValue> EtcdStore::range(const std::string& full_key,
+                                               Clock::time_point deadline) {
+  const std::string body =
+      call("/v3/kv/range", etcd::range_request(full_key), deadline, Retry::kIdempotent);
+  auto kv = etcd::decode_range_response(body, full_key);
+  if (!kv) undecodable("/v3/kv/range", body);
+  return std::move(*kv);
+}
+
+void EtcdStore::set(const std::string& key, const std::vector<uint8_t>& value) {
+  const std::string body = call("/v3/kv/put", etcd::put_request(prefix_ + key, bytes_of(value)),
+                                Clock::now() + io_timeout_, Retry::kIdempotent);
+  if (!etcd::decode_put_response(body)) undecodable("/v3/kv/put", body);
+}
+
+std::vector<uint8_t> EtcdStore::get(const std::string& key, milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  milliseconds backoff(5);
+  for (;;) {
+    // Each try may take the I/O bound, as the TCP store's get may: a short timeout still gets
+    // one answer from a slow etcd.
+    if (auto kv = range(prefix_ + key, Clock::now() + io_timeout_)) return std::move(kv->value);
+    const auto now = Clock::now();
+    if (now >= deadline) break;
+    std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
+    backoff = std::min(backoff * 2, milliseconds(100));
+  }
+  throw Error(ErrorCode::kTimeout, "store key '" + key + "' did not appear at " + address_ +
+                                       " within " + std::to_string(timeout.count()) + " ms");
+}
+
+void EtcdStore::wait(const std::vector<std::string>& keys, milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  for (const auto& k : keys) get(k, std::max(until(deadline), milliseconds(1)));
+}
+
+int64_t EtcdStore::add(const std::string& key, int64_t delta) {
+  const std::string full = prefix_ + key;
+  const auto deadline = Clock::now() + io_timeout_;
+  // Start from "absent, 0": a new counter costs one transaction, and a failed try returns the
+  // current value and revision for the next.
+  int64_t cur = 0, mod_revision = 0;
+  for (;;) {
+    // Two's-complement wrap, as the TCP store's int64 addition on the same counter would give.
+    const int64_t next =
+        static_cast<int64_t>(static_cast<uint64_t>(cur) + static_cast<uint64_t>(delta));
+    std::vector<uint8_t> encoded;
+    protocol::Writer(&encoded).i64(next);
+    const std::string body =
+        call("/v3/kv/txn", etcd::cas_request(full, mod_revision, bytes_of(encoded)), deadline,
+             Retry::kUnsent);
+    auto r = etcd::decode_txn_response(body, full);
+    if (!r) undecodable("/v3/kv/txn", body);
+    if (r->succeeded) return next;
+    if (!r->current) {  // deleted between two tries: start again from 0
+      cur = mod_revision = 0;
+    } else {
+      protocol::Reader reader(r->current->value);
+      if (r->current->value.size() != 8 || !reader.i64(&cur))
+        throw Error(ErrorCode::kInvalidArgument,
+                    "store key '" + key + "' at " + address_ + " holds " +
+                        std::to_string(r->current->value.size()) + " bytes, not a counter (8)");
+      mod_revision = r->current->mod_revision;
+    }
+    if (Clock::now() >= deadline)
+      throw Error(ErrorCode::kTimeout, "store key '" + key + "' at " + address_ +
+                                           ": add() lost every race for " +
+                                           std::to_string(io_timeout_.count()) + " ms");
+  }
+}
+
+bool EtcdStore::remove(const std::string& key) {
+  const std::string body = call("/v3/kv/deleterange", etcd::delete_request(prefix_ + key),
+                                Clock::now() + io_timeout_, Retry::kUnsent);
+  const auto deleted = etcd::decode_delete_response(body);
+  if (!deleted) undecodable("/v3/kv/deleterange", body);
+  return *deleted > 0;
+}
+
+bool EtcdStore::check(const std::string& key) {
+  return range(prefix_ + key, Clock::now() + io_timeout_).has_value();
+}
+
+}  // namespace geoccl::membership

@@ -1,0 +1,126 @@
+// The etcd gateway's JSON, without a server: request bodies, the answers as etcd 3.4 writes them
+// (int64 as strings, zero fields omitted), and answers that must not decode.
+#include "membership/etcd_codec.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+using namespace geoccl::membership::etcd;
+
+namespace {
+std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
+std::string b64(const std::string& s) { return base64_encode(bytes(s)); }
+}  // namespace
+
+TEST(EtcdCodec, Base64MatchesRfc4648AndRefusesNonCanonicalText) {
+  const std::pair<const char*, const char*> vectors[] = {{"", ""},
+                                                         {"f", "Zg=="},
+                                                         {"fo", "Zm8="},
+                                                         {"foo", "Zm9v"},
+                                                         {"foob", "Zm9vYg=="},
+                                                         {"fooba", "Zm9vYmE="},
+                                                         {"foobar", "Zm9vYmFy"}};
+  for (const auto& [plain, text] : vectors) {
+    EXPECT_EQ(b64(plain), text);
+    EXPECT_EQ(base64_decode(text), bytes(plain)) << text;
+  }
+  std::vector<uint8_t> all(256);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint8_t>(i);
+  EXPECT_EQ(base64_decode(base64_encode(all)), all);
+  for (const char* bad :
+       {"Zg", "Zg=", "Zh==", "Zm9=", "Z===", "Zm9v\n", "Zm 9v", "Zg==Zg==", "Zm9-", "=Zm9"})
+    EXPECT_FALSE(base64_decode(bad)) << bad;
+}
+
+TEST(EtcdCodec, RequestsCarryBase64KeysAndValues) {
+  const auto put = nlohmann::json::parse(put_request("/p/k", bytes("v\x01")));
+  EXPECT_EQ(put["key"], b64("/p/k"));
+  EXPECT_EQ(put["value"], b64("v\x01"));
+  EXPECT_EQ(nlohmann::json::parse(range_request("/p/k"))["key"], b64("/p/k"));
+  const auto txn = nlohmann::json::parse(cas_request("/p/n", 7, bytes("12345678")));
+  EXPECT_EQ(txn["compare"][0]["target"], "MOD");
+  EXPECT_EQ(txn["compare"][0]["mod_revision"], "7");
+  EXPECT_EQ(txn["success"][0]["request_put"]["value"], b64("12345678"));
+  EXPECT_EQ(txn["failure"][0]["request_range"]["key"], b64("/p/n"));
+}
+
+TEST(EtcdCodec, RangeAnswersDecodeAsEtcdWritesThem) {
+  const std::string header =
+      R"("header":{"cluster_id":"14841639068965178418","member_id":"10276657743932975437","revision":"9","raft_term":"2"})";
+  const auto found = decode_range_response(
+      "{" + header + R"(,"kvs":[{"key":")" + b64("/p/k") +
+          R"(","create_revision":"5","mod_revision":"8","version":"2","value":")" + b64("hello") +
+          R"("}],"count":"1"})",
+      "/p/k");
+  ASSERT_TRUE(found && *found);
+  EXPECT_EQ((*found)->value, bytes("hello"));
+  EXPECT_EQ((*found)->mod_revision, 8);
+  // A key with an empty value has no "value" field; a missing key no "kvs" and no "count".
+  const auto empty = decode_range_response(
+      "{" + header + R"(,"kvs":[{"key":")" + b64("/p/k") + R"(","mod_revision":8}],"count":1})",
+      "/p/k");
+  ASSERT_TRUE(empty && *empty);
+  EXPECT_TRUE((*empty)->value.empty());
+  const auto missing = decode_range_response("{" + header + "}", "/p/k");
+  ASSERT_TRUE(missing);
+  EXPECT_FALSE(*missing);
+}
+
+TEST(EtcdCodec, TxnPutAndDeleteAnswersDecode) {
+  const std::string header = R"("header":{"revision":"12"})";
+  const auto won = decode_txn_response(
+      "{" + header +
+          R"(,"succeeded":true,"responses":[{"response_put":{"header":{"revision":"12"}}}]})",
+      "/n");
+  ASSERT_TRUE(won);
+  EXPECT_TRUE(won->succeeded);
+  const auto lost = decode_txn_response(
+      "{" + header +
+          R"(,"responses":[{"response_range":{"header":{"revision":"12"},"kvs":[{"key":")" +
+          b64("/n") + R"(","mod_revision":"11","value":")" +
+          base64_encode(std::vector<uint8_t>{5, 0, 0, 0, 0, 0, 0, 0}) + R"("}],"count":"1"}}]})",
+      "/n");
+  ASSERT_TRUE(lost);
+  EXPECT_FALSE(lost->succeeded);
+  ASSERT_TRUE(lost->current);
+  EXPECT_EQ(lost->current->mod_revision, 11);
+  EXPECT_EQ(decode_put_response("{" + header + "}"), 12);
+  EXPECT_EQ(decode_delete_response("{" + header + R"(,"deleted":"1"})"), 1);
+  EXPECT_EQ(decode_delete_response("{" + header + "}"), 0);
+  EXPECT_EQ(
+      decode_error_response(
+          R"({"error":"etcdserver: request is too large","code":3,"message":"etcdserver: request is too large"})"),
+      "etcdserver: request is too large");
+}
+
+TEST(EtcdCodec, AnswersThatAreNotTheGatewaysDoNotDecode) {
+  const std::string h = R"("header":{"revision":"3"})";
+  for (const std::string& bad : {
+           std::string(""),
+           std::string("null"),
+           std::string("[]"),
+           std::string("{"),
+           std::string("<html>"),
+           std::string("{}"),          // no header
+           "{" + h + R"(,"kvs":{}})",  // kvs not an array
+           "{" + h + R"(,"kvs":[{"key":")" + b64("/other") +
+               R"(","mod_revision":"2"}]})",  // another key
+           "{" + h + R"(,"kvs":[{"key":")" + b64("/k") +
+               R"(","mod_revision":"2","value":"!!"}]})",  // bad base64
+           "{" + h + R"(,"kvs":[{"key":")" + b64("/k") + R"(","mod_revision":"x"}]})",  // bad int
+           "{" + h + R"(,"kvs":[{"key":")" + b64("/k") + R"("}]})",  // no revision
+           "{" + h + R"(,"count":"-1"})",
+       })
+    EXPECT_FALSE(decode_range_response(bad, "/k")) << bad;
+  EXPECT_FALSE(decode_txn_response(
+      "{" + h + R"(,"succeeded":"yes","responses":[{"response_put":{}}]})", "/k"));
+  EXPECT_FALSE(decode_txn_response("{" + h + R"(,"succeeded":true})", "/k"));
+  EXPECT_FALSE(decode_delete_response("{" + h + R"(,"deleted":"-2"})"));
+  // Deep nesting is refused before the parser builds it.
+  EXPECT_FALSE(decode_put_response("{" + h + R"(,"x":)" + std::string(10000, '[') +
+                                   std::string(10000, ']') + "}"));
+  EXPECT_FALSE(decode_error_response("{}"));
+}
