@@ -60,13 +60,15 @@ class ElasticGroupImpl {
   ElasticGroupImpl(Config cfg, ElasticOptions o)
       : cfg_(std::move(cfg)), o_(o), base_session_(cfg_.session),
         keys_("geoccl/" + base_session_ + "/elastic/"), uid_(random_uid()), label_(host_pid()) {
+    // GEOCCL_STORE (etcd:// or tcp://) when set, else the standalone store at MASTER_ADDR:PORT.
+    const std::string url =
+        !cfg_.store.empty() ? cfg_.store : "tcp://" + cfg_.master_addr + ":" + std::to_string(cfg_.master_port);
     try {
-      store_ = std::make_unique<StoreClient>(cfg_.master_addr, cfg_.master_port, o_.connect_timeout);
+      store_ = open_store(url, o_.connect_timeout);
     } catch (const Error& e) {
-      throw Error(e.code(), "elastic group: no store at " + cfg_.master_addr + ":" +
-                                std::to_string(cfg_.master_port) +
-                                " (elastic groups need a standalone store: `geoccl store --port P`): " +
-                                e.what());
+      throw Error(e.code(), "elastic group: no store at " + url +
+                                " (elastic groups need a store outside every rank: `geoccl store --port P` or "
+                                "GEOCCL_STORE=etcd://...): " + e.what());
     }
   }
 
@@ -257,7 +259,7 @@ class ElasticGroupImpl {
   std::string base_session_, keys_;
   uint64_t uid_;
   std::string label_;
-  std::unique_ptr<StoreClient> store_;
+  std::unique_ptr<Store> store_;
 };
 
 ElasticGroup::ElasticGroup() = default;
