@@ -41,7 +41,7 @@ void Group::peer_aborted(int peer, std::span<const uint8_t> payload) {
     code = static_cast<uint8_t>(ErrorCode::kAborted);
     msg = "malformed abort frame";
   }
-  fail(static_cast<ErrorCode>(code), "rank " + std::to_string(peer) + " reports: " + msg, false);
+  fail(static_cast<ErrorCode>(code), "rank " + std::to_string(peer) + " reports: " + msg, true);
 }
 
 void Group::heartbeat(int peer, std::span<const uint8_t> payload) {

@@ -54,7 +54,9 @@ class Group {
   // nothing.
   void fail(ErrorCode code, const std::string& message, bool tell_peers);
   // Loop thread: `peer` sent an abort frame with `payload` (protocol::encode_abort): the group
-  // fails with its code and message (a malformed one with kAborted); peers are not told again.
+  // fails with its code and message (a malformed one with kAborted), and this rank passes it on
+  // to every peer: after a partition, the ranks that cannot hear the one that found the failure
+  // hear it from the others (each rank forwards only its first failure, once).
   void peer_aborted(int peer, std::span<const uint8_t> payload);
   std::optional<Failure> failure() const;
   bool failed() const { return failed_.load(std::memory_order_acquire); }

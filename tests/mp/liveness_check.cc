@@ -11,6 +11,9 @@
 //                the scenario cuts a WAN link (the test bed's [[events]]); every result is
 //                checked exactly. Prints the iteration times; fails when the slowest one exceeds
 //                GEOCCL_TEST_MAX_ITER_MS.
+//   partition    allreduces in a loop while the scenario cuts one WAN link for good: every rank
+//                must end with kPeerUnreachable (a partition, not a death: a third region still
+//                hears both sides) within GEOCCL_TEST_RUN_S seconds.
 // GEOCCL_TEST_DOMAINS="a,a,b,b" gives rank r the r-th domain label.
 #include <signal.h>
 
@@ -181,6 +184,24 @@ int mode_outage(const Config& cfg) {
   return g_failures ? 1 : 0;
 }
 
+int mode_partition(const Config& cfg) {
+  const int me = cfg.rank;
+  const auto limit = std::chrono::seconds(env_int("GEOCCL_TEST_RUN_S", 60));
+  std::vector<float> buf(size_t{1} << 18, 1.f);
+  const auto t0 = Clock::now();
+  try {
+    Communicator c(cfg);
+    while (Clock::now() - t0 < limit) c.allreduce(buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum).wait();
+  } catch (const Error& e) {
+    std::printf("rank %d: %s after %.1f s: %s\n", me, std::string(error_code_name(e.code())).c_str(),
+                std::chrono::duration<double>(Clock::now() - t0).count(), e.what());
+    CHECK(e.code() == ErrorCode::kPeerUnreachable, "wanted peer unreachable");
+    return g_failures ? 1 : 0;
+  }
+  std::fprintf(stderr, "rank %d: no error within %lld s\n", me, static_cast<long long>(limit.count()));
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -198,6 +219,7 @@ int main(int argc, char** argv) {
     if (mode == "freeze") return mode_freeze(cfg);
     if (mode == "random-kill") return mode_random_kill(cfg);
     if (mode == "outage") return mode_outage(cfg);
+    if (mode == "partition") return mode_partition(cfg);
     std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
     return 2;
   } catch (const std::exception& e) {

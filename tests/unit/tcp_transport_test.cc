@@ -361,6 +361,51 @@ TEST(TcpTransport, SilentlyForgottenStreamIsReplacedByThePeer) {
   EXPECT_EQ(replaced, 2u);
 }
 
+// The control stream (acks, heartbeats, aborts) breaks while both ranks are alive: reset by
+// either end, or forgotten by the dialler's NAT. It is re-established like a data stream and the
+// group goes on: every frame arrives exactly once and is acknowledged (sends are delivered).
+TEST(TcpTransport, BrokenControlStreamIsReestablishedAndTheGroupGoesOn) {
+  struct Case {
+    bool by_dialler, silent;
+  };
+  for (const Case c : {Case{true, false}, Case{false, false}, Case{true, true}}) {
+    TcpOptions o;
+    o.resume = true;
+    o.resume_timeout = 10s;
+    Pair p(2, o);
+    std::mt19937_64 rng(5);
+    Flow up, down;
+    make_flow(up, 60, rng);
+    make_flow(down, 60, rng);
+    for (size_t i = 0; i < up.src.size(); ++i) {
+      up.sends.push_back(p.t0->send(1, header(i, up.src[i].size()), up.src[i]));
+      down.sends.push_back(p.t1->send(0, header(i, down.src[i].size()), down.src[i]));
+    }
+    for (size_t i = 0; i < up.dst.size(); ++i) {
+      up.recvs.push_back(p.t1->recv(0, header(i, up.dst[i].size()), up.dst[i]));
+      down.recvs.push_back(p.t0->recv(1, header(i, down.dst[i].size()), down.dst[i]));
+      if (i == 20) {
+        if (c.by_dialler) p.t1->reset_stream_for_test(0, 0, c.silent);
+        else p.t0->reset_stream_for_test(1, 0, c.silent);
+      }
+      if (i % 8 == 0) std::this_thread::sleep_for(2ms);
+    }
+    expect_delivered(up);
+    expect_delivered(down);
+    // The acknowledgements travel on the new control stream (the latest goes again on it).
+    auto all_acked = [&] {
+      for (auto* f : {&up, &down})
+        for (const auto& r : f->sends)
+          if (!r->delivered.load()) return false;
+      return true;
+    };
+    for (int i = 0; i < 1000 && !all_acked(); ++i) std::this_thread::sleep_for(10ms);
+    EXPECT_TRUE(all_acked()) << "by_dialler " << c.by_dialler << " silent " << c.silent;
+    EXPECT_FALSE(p.t0->failure().has_value()) << p.t0->failure()->message;
+    EXPECT_FALSE(p.t1->failure().has_value()) << p.t1->failure()->message;
+  }
+}
+
 // The lower rank loses a stream the peer does not know is gone: nobody re-dials, and after
 // the resume timeout both ranks fail with peer-lost instead of waiting.
 TEST(TcpTransport, StreamNotReestablishedInTimeFailsBothRanks) {
