@@ -21,6 +21,8 @@ void for_each_setting(P& p, F&& f) {
   f("GEOCCL_TOPOLOGY", p.topology);
   f("compression", p.compression);
   f("security", p.security);
+  f("GEOCCL_HEARTBEAT_MS", p.heartbeat_ms);
+  f("GEOCCL_LIVENESS_WINDOW_MS", p.liveness_window_ms);
 }
 
 void put(protocol::Writer& w, uint32_t v) { w.u32(v); }
@@ -48,6 +50,8 @@ GroupParams GroupParams::from_config(const Config& cfg, int resolved_streams) {
   p.algo = cfg.algo;
   p.transport = cfg.transport;
   p.topology = cfg.topology;
+  p.heartbeat_ms = static_cast<uint64_t>(cfg.heartbeat_interval.count());
+  p.liveness_window_ms = static_cast<uint64_t>(cfg.liveness_window.count());
   for_each_setting(p, [](const char* name, const auto& v) {
     if constexpr (std::is_same_v<std::decay_t<decltype(v)>, std::string>)
       if (v.size() > kMaxParamString)

@@ -54,8 +54,8 @@ TEST(GroupParams, CanonicalLittleEndianEncoding) {
   EXPECT_EQ(b[1], 0);
   EXPECT_EQ(b[2], 3);  // u32 data streams
   EXPECT_EQ(b[5], 0);
-  // 2 + 4 + 3 * 8 bytes of numbers, then five strings of u32 length + bytes.
-  EXPECT_EQ(b.size(), 30u + 5 * 4 + 2 + 4 + 4 + 3 + 3);
+  // 2 + 4 + 3 * 8 bytes of numbers, five strings of u32 length + bytes, two more u64.
+  EXPECT_EQ(b.size(), 30u + 5 * 4 + 2 + 4 + 4 + 3 + 3 + 16);
   EXPECT_EQ(b[30], 2);  // length of "rd"
   EXPECT_EQ(b[34], 'r');
 }
@@ -93,10 +93,10 @@ TEST(GroupParams, HashIsStableAndSeesEverySetting) {
   const GroupParams p = sample();
   EXPECT_EQ(p.hash(), sample().hash());
   // FNV-1a 64 of the encoding: fixed across builds and hosts, so pinned here (computed apart
-  // from this code, over the 68 bytes of the default encoding).
-  EXPECT_EQ(GroupParams{}.encode().size(), 68u);
-  EXPECT_EQ(GroupParams{}.hash(), 0xea8e93c685d97703ull);
-  std::vector<GroupParams> variants(9, p);
+  // from this code, over the 84 bytes of the default encoding).
+  EXPECT_EQ(GroupParams{}.encode().size(), 84u);
+  EXPECT_EQ(GroupParams{}.hash(), 0x6a70d4ec05cec768ull);
+  std::vector<GroupParams> variants(11, p);
   variants[0].data_streams = 5;
   variants[1].chunk_bytes += 1;
   variants[2].small_msg_bytes += 1;
@@ -106,6 +106,8 @@ TEST(GroupParams, HashIsStableAndSeesEverySetting) {
   variants[6].topology = "flat";
   variants[7].compression = "fp16";
   variants[8].security = "tls";
+  variants[9].heartbeat_ms += 1;
+  variants[10].liveness_window_ms += 1;
   for (const auto& v : variants) EXPECT_NE(v.hash(), p.hash());
   // Length-prefixed strings: moving a byte from one string to the next changes the hash.
   GroupParams a, b;
@@ -135,11 +137,14 @@ TEST(GroupParams, DescribeDifferenceNamesEverySetting) {
   mine.wan_small_msg_bytes = 2;
   mine.compression = "fp16";
   mine.security = "tls";
+  mine.heartbeat_ms = 250;
+  mine.liveness_window_ms = 3000;
   const std::string d = describe_difference(rank0, mine);
   for (const char* name : {"GEOCCL_TRANSPORT: rank 0 has 'host=shm,remote=tcp', this rank 'tcp'",
                            "GEOCCL_TOPOLOGY", "GEOCCL_SMALL_MSG_BYTES: rank 0 has 32768, this rank 1",
                            "GEOCCL_WAN_SMALL_MSG_BYTES", "compression: rank 0 has 'off', this rank 'fp16'",
-                           "security"})
+                           "security", "GEOCCL_HEARTBEAT_MS: rank 0 has 1000, this rank 250",
+                           "GEOCCL_LIVENESS_WINDOW_MS: rank 0 has 10000, this rank 3000"})
     EXPECT_NE(d.find(name), std::string::npos) << name << " in " << d;
 }
 
