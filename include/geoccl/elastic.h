@@ -6,8 +6,9 @@
 // Who is in epoch N+1 is decided through the store (membership/quorum.h): survivors after a
 // failure (shrink), plus the processes waiting to join at an epoch boundary (grow), the same list
 // on every member; a process that arrives after the decision waits for the next one. Nothing
-// depends on a particular rank surviving, rank 0 included, provided the store does: run a
-// standalone store (`geoccl store --port P`, or a StoreServer) at MASTER_ADDR:MASTER_PORT.
+// depends on a particular rank surviving, rank 0 included, provided the store does: etcd
+// (GEOCCL_STORE=etcd://host:port/prefix), or a standalone store (`geoccl store --port P`, or a
+// StoreServer) at GEOCCL_STORE=tcp://host:port or MASTER_ADDR:MASTER_PORT.
 //
 // Typical loop (docs/elastic.md):
 //   ElasticGroup g(Config::from_env());

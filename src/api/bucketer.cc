@@ -38,6 +38,10 @@ struct GradientBucketer::Unpacker {
 
   void unpack_through(const Bucket* last) {
     std::lock_guard lk(mu);
+    // A later bucket's callback may have taken the lock first and unpacked this one already:
+    // then nothing is left to do here. Popping on regardless would free buckets whose allreduce
+    // is still writing into them (seen as heap corruption in the 6- and 8-rank collectives test).
+    if (std::none_of(pending.begin(), pending.end(), [last](const auto& b) { return b.get() == last; })) return;
     while (!pending.empty()) {
       auto b = std::move(pending.front());
       pending.pop_front();

@@ -176,7 +176,9 @@ bool TcpConnection::stalled(std::chrono::milliseconds ms) const {
   tcp_info ti{};
   socklen_t len = sizeof ti;
   if (fd_ < 0 || getsockopt(fd_, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return false;
-  return ti.tcpi_unacked > 0 && ti.tcpi_last_ack_recv >= static_cast<uint32_t>(ms.count());
+  // On a long path, a loss recovered by one retransmission alone takes a few round trips.
+  const auto bound = std::max<int64_t>(ms.count(), 8 * static_cast<int64_t>(ti.tcpi_rtt) / 1000);
+  return ti.tcpi_unacked > 0 && ti.tcpi_last_ack_recv >= static_cast<uint32_t>(bound);
 }
 
 bool TcpConnection::acked_within(std::chrono::milliseconds ms) const {

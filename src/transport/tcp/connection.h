@@ -78,8 +78,9 @@ class TcpConnection {
   // The dialler replaces a stalled connection (TcpOptions::stall_timeout): the old socket is
   // reset and the stream re-established as if it had broken.
   void replace(const std::string& why);
-  // TCP's view of the socket: data unacknowledged for at least `ms` (stalled), and whether the
-  // peer's host acknowledged everything or something within `ms` (answers). False when closed.
+  // TCP's view of the socket: data unacknowledged for at least `ms` and 8 smoothed RTTs
+  // (stalled), and whether the peer's host acknowledged everything or something within `ms`
+  // (answers). False when closed.
   bool stalled(std::chrono::milliseconds ms) const;
   bool acked_within(std::chrono::milliseconds ms) const;
   // Smoothed RTT of the socket (0 when closed or unknown).
