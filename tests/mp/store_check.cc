@@ -50,6 +50,19 @@ int main(int argc, char** argv) {
       for (int it = 0; it < 3; ++it) check_allreduce(c, it);
       c.barrier().wait();
       if (mode == "allreduce") return g_failures ? 1 : 0;
+      // The barrier ends on different ranks at different times: rank 0 dies only once every
+      // other rank is past it (says so in the store), so their peer-lost comes from the
+      // allreduce below, not from the barrier.
+      {
+        auto store = open_store(cfg.store, std::chrono::seconds(10));
+        if (me != 0) {
+          store->set("test/past-barrier/" + std::to_string(me), {1});
+        } else {
+          std::vector<std::string> keys;
+          for (int r = 1; r < n; ++r) keys.push_back("test/past-barrier/" + std::to_string(r));
+          store->wait(keys, std::chrono::seconds(20));
+        }
+      }
       if (me == 0) raise(SIGKILL);
       try {
         check_allreduce(c, 99);
