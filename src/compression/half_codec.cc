@@ -1,0 +1,66 @@
+#include "compression/half_codec.h"
+
+#include "core/half.h"
+#include "geoccl/error.h"
+
+namespace geoccl::compression {
+namespace {
+
+// Plain loops over contiguous arrays: the compiler vectorizes them (-O3, see
+// tests/check_vectorized.sh); the conversions in core/half.h are branch-free after if-conversion.
+template <uint16_t (*FromF)(float)>
+void encode_loop(const float* __restrict src, uint8_t* __restrict out, size_t n) {
+  for (size_t i = 0; i < n; ++i) store_u16(out + 2 * i, FromF(src[i]));  // must vectorize
+}
+
+template <float (*ToF)(uint16_t), bool kAdd>
+void decode_loop(const uint8_t* __restrict in, float* __restrict dst, size_t n) {
+  for (size_t i = 0; i < n; ++i) {  // must vectorize
+    const float v = ToF(load_u16(in + 2 * i));
+    dst[i] = kAdd ? dst[i] + v : v;
+  }
+}
+
+void check_codec(CodecId codec) {
+  if (codec != CodecId::kFp16 && codec != CodecId::kBf16)
+    throw Error(ErrorCode::kInvalidArgument, "half codec: codec must be fp16 or bf16");
+}
+
+template <bool kAdd>
+void decode(CodecId codec, std::span<const uint8_t> in, std::span<float> dst) {
+  check_codec(codec);
+  const Header h = read_header(in);
+  check_payload(h, codec, in.size(), half_encoded_size(h.count));
+  if (h.block != 0 || h.k != 0)
+    throw Error(ErrorCode::kProtocol, "half codec: block and k must be zero");
+  check_destination(h, dst.size());
+  const uint8_t* p = in.data() + kHeaderSize;
+  if (codec == CodecId::kFp16)
+    decode_loop<core::half_to_float, kAdd>(p, dst.data(), dst.size());
+  else
+    decode_loop<core::bf16_to_float, kAdd>(p, dst.data(), dst.size());
+}
+
+}  // namespace
+
+size_t half_encoded_size(size_t count) { return kHeaderSize + 2 * count; }
+
+void half_encode(CodecId codec, std::span<const float> src, std::span<uint8_t> out) {
+  check_codec(codec);
+  check_output(out, half_encoded_size(src.size()));
+  write_header({codec, src.size(), 0, 0}, out);
+  uint8_t* p = out.data() + kHeaderSize;
+  if (codec == CodecId::kFp16)
+    encode_loop<core::float_to_half>(src.data(), p, src.size());
+  else
+    encode_loop<core::float_to_bf16>(src.data(), p, src.size());
+}
+
+void half_decode(CodecId codec, std::span<const uint8_t> in, std::span<float> dst) {
+  decode<false>(codec, in, dst);
+}
+void half_decode_add(CodecId codec, std::span<const uint8_t> in, std::span<float> dst) {
+  decode<true>(codec, in, dst);
+}
+
+}  // namespace geoccl::compression
