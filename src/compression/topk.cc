@@ -1,6 +1,7 @@
 #include "compression/topk.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <functional>
 #include <string>
@@ -35,6 +36,25 @@ size_t count_above(const uint32_t* __restrict mag, size_t n, uint32_t threshold)
   return c;
 }
 
+// The kth largest (1-based) of mag[0, n), exactly what a full std::nth_element gives, at a
+// fraction of its cost: a histogram of the top 11 bits (sign 0, the exponent and 3 mantissa
+// bits of a magnitude) finds the bucket that holds it, and only that bucket's elements (a few
+// percent of a chunk for gradient-like data) are selected among. `scratch`: n entries.
+uint32_t kth_largest(const uint32_t* mag, size_t n, size_t kth, uint32_t* scratch) {
+  constexpr int kShift = 20;  // magnitudes are below 2^31: 2^11 buckets
+  std::array<uint32_t, (1u << (31 - kShift))> hist{};
+  for (size_t i = 0; i < n; ++i) ++hist[mag[i] >> kShift];
+  size_t above = 0;  // elements in buckets above the one that holds the kth largest
+  uint32_t bucket = static_cast<uint32_t>(hist.size()) - 1;
+  while (above + hist[bucket] < kth) above += hist[bucket--];
+  size_t m = 0;
+  for (size_t i = 0; i < n; ++i)
+    if ((mag[i] >> kShift) == bucket) scratch[m++] = mag[i];
+  const size_t rank = kth - above;  // 1-based, within the bucket
+  std::nth_element(scratch, scratch + (rank - 1), scratch + m, std::greater<uint32_t>());
+  return scratch[rank - 1];
+}
+
 // Keeps the `kept` largest magnitudes of x[0, n), ties to the lower index, writing ascending
 // indices then fp16 values. `mag`, `scratch`: n entries of working space.
 void encode_chunk(const float* x, size_t n, size_t kept, uint32_t* mag, uint32_t* scratch,
@@ -45,9 +65,7 @@ void encode_chunk(const float* x, size_t n, size_t kept, uint32_t* mag, uint32_t
   uint32_t threshold = 0;
   size_t equal_left = n;
   if (kept < n) {
-    std::copy_n(mag, n, scratch);
-    std::nth_element(scratch, scratch + (kept - 1), scratch + n, std::greater<uint32_t>());
-    threshold = scratch[kept - 1];
+    threshold = kth_largest(mag, n, kept, scratch);
     equal_left = kept - count_above(mag, n, threshold);
   }
   uint8_t* idx_out = out;

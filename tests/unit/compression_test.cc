@@ -233,12 +233,20 @@ TEST(CompressionBlockQuant, SpecialBlocks) {
 }
 
 TEST(CompressionTopK, KeepsExactlyKLargestTiesToLowerIndex) {
-  // Values from a small set: many ties, so the tie rule decides most of the kept set.
+  // Two inputs. Values from a small set: many ties, so the tie rule decides most of the kept
+  // set, and they all fall in a few buckets of the threshold's histogram. Then magnitudes
+  // spread over 22 binades with denormals and zeros: many buckets, the kth largest anywhere.
   std::mt19937 rng(7);
-  std::vector<float> x(65536 * 2 + 1000);
-  for (auto& v : x) v = static_cast<float>(static_cast<int>(rng() % 9) - 4) * 0.5f;
-  x[70000] = kNaN;  // ranks above every number
-  for (uint32_t k : {1u, 100u, 1000u, 65536u}) {
+  std::vector<float> ties(65536 * 2 + 1000), spread = gaussian(65536 * 2 + 1000, 12);
+  for (auto& v : ties) v = static_cast<float>(static_cast<int>(rng() % 9) - 4) * 0.5f;
+  ties[70000] = kNaN;  // ranks above every number
+  for (size_t i = 0; i < spread.size(); ++i) {
+    spread[i] = std::ldexp(spread[i], static_cast<int>(rng() % 22) - 12);  // within fp16's range
+    if (i % 97 == 0) spread[i] = std::numeric_limits<float>::denorm_min() * static_cast<float>(i % 5);
+  }
+  for (const auto* input : {&ties, &spread})
+  for (uint32_t k : {1u, 100u, 655u, 1000u, 65535u, 65536u}) {
+    const auto& x = *input;
     const auto y = round_trip({CodecId::kTopK, k}, x);
     for (size_t off = 0; off < x.size(); off += kTopKChunk) {
       const size_t n = std::min<size_t>(kTopKChunk, x.size() - off);
@@ -250,7 +258,8 @@ TEST(CompressionTopK, KeepsExactlyKLargestTiesToLowerIndex) {
       std::vector<bool> kept(n, false);
       for (size_t j = 0; j < std::min<size_t>(k, n); ++j) kept[order[j]] = true;
       for (size_t i = 0; i < n; ++i) {
-        const float want = kept[i] ? x[off + i] : 0.0f;
+        // Kept values travel as fp16 (the tie-heavy input is exact in fp16).
+        const float want = kept[i] ? core::half_to_float(core::float_to_half(x[off + i])) : 0.0f;
         if (std::isnan(want))
           ASSERT_TRUE(std::isnan(y[off + i]));
         else
