@@ -265,17 +265,7 @@ int mode_bad_input(Communicator& c) {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "bytes";
   try {
-    if (const char* doms = std::getenv("GEOCCL_TEST_DOMAINS")) {
-      std::vector<std::string> list(1);
-      for (const char* p = doms; *p; ++p) {
-        if (*p == ',')
-          list.emplace_back();
-        else
-          list.back().push_back(*p);
-      }
-      setenv("GEOCCL_DOMAIN", list.at(static_cast<size_t>(std::atoi(std::getenv("RANK")))).c_str(),
-             1);
-    }
+    apply_test_domains();
     Communicator c(Config::from_env());
     if (mode == "bytes") return mode_bytes(c);
     if (mode == "file") return mode_file(c);

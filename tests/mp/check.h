@@ -3,8 +3,12 @@
 // gives up after 20.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 namespace {
 
@@ -18,5 +22,23 @@ int g_failures = 0;
       if (++g_failures > 20) std::exit(1);                                         \
     }                                                                              \
   } while (0)
+
+// GEOCCL_TEST_DOMAINS="a,a,b,...": this rank's GEOCCL_DOMAIN is the RANK-th entry (throws
+// std::out_of_range when the list is shorter).
+inline void apply_test_domains() {
+  const char* doms = std::getenv("GEOCCL_TEST_DOMAINS");
+  if (!doms) return;
+  std::vector<std::string> list(1);
+  for (const char* p = doms; *p; ++p)
+    if (*p == ',') list.emplace_back();
+    else list.back() += *p;
+  setenv("GEOCCL_DOMAIN", list.at(static_cast<size_t>(std::atoi(std::getenv("RANK")))).c_str(), 1);
+}
+
+// Wall-clock time in nanoseconds: comparable between the processes of one test.
+inline int64_t wall_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 }  // namespace

@@ -28,11 +28,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-int64_t wall_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
 // Element i of rank r's input: small integers, so every sum is exact in float32 whatever the

@@ -34,11 +34,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-int64_t wall_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 void write_stamp(int64_t ns) {
   const char* path = std::getenv("GEOCCL_TEST_STAMP");
   if (!path) return;
@@ -211,15 +206,8 @@ int mode_partition(const Config& cfg) {
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "freeze";
-  if (const char* doms = std::getenv("GEOCCL_TEST_DOMAINS")) {
-    std::vector<std::string> list(1);
-    for (const char* p = doms; *p; ++p)
-      if (*p == ',') list.emplace_back();
-      else list.back() += *p;
-    const int r = std::atoi(std::getenv("RANK"));
-    setenv("GEOCCL_DOMAIN", list.at(static_cast<size_t>(r)).c_str(), 1);
-  }
   try {
+    apply_test_domains();
     Config cfg = Config::from_env();
     if (mode == "freeze") return mode_freeze(cfg);
     if (mode == "random-kill") return mode_random_kill(cfg);

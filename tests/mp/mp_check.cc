@@ -780,22 +780,7 @@ int mode_abort(Config cfg) {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "collectives";
   try {
-    // GEOCCL_TEST_DOMAINS="a,a,b,...": this rank's GEOCCL_DOMAIN is the RANK-th entry.
-    if (const char* doms = std::getenv("GEOCCL_TEST_DOMAINS")) {
-      std::vector<std::string> list;
-      std::string cur;
-      for (const char* p = doms;; ++p) {
-        if (*p == ',' || *p == 0) {
-          list.push_back(cur);
-          cur.clear();
-          if (!*p) break;
-        } else {
-          cur += *p;
-        }
-      }
-      const int r = std::atoi(std::getenv("RANK"));
-      setenv("GEOCCL_DOMAIN", list.at(static_cast<size_t>(r)).c_str(), 1);
-    }
+    apply_test_domains();
     Config cfg = Config::from_env();
     if (mode == "kill" || mode == "stall" || mode == "params" || mode == "mismatch-size" || mode == "mismatch-dtype" ||
         mode == "mismatch-op" || mode == "mismatch-bulk")

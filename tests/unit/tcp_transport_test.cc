@@ -3,6 +3,8 @@
 // transport options are read from the environment.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "geoccl/config.h"
 
 #include <sys/socket.h>
@@ -238,6 +240,25 @@ void expect_delivered(Flow& f) {
   for (size_t i = 0; i < f.src.size(); ++i) ASSERT_EQ(f.src[i], f.dst[i]) << "frame " << i;
 }
 
+// `frames` random-size frames each way between the pair's ranks, all sends posted first, then
+// the receives in order, with `after_recv(i)` (a fault) run after the i-th pair of receives.
+void two_way_flow(Pair& p, int frames, uint64_t seed, Flow& up, Flow& down,
+                  const std::function<void(size_t)>& after_recv) {
+  std::mt19937_64 rng(seed);
+  make_flow(up, frames, rng);
+  make_flow(down, frames, rng);
+  for (size_t i = 0; i < up.src.size(); ++i) {
+    up.sends.push_back(p.t0->send(1, header(i, up.src[i].size()), up.src[i]));
+    down.sends.push_back(p.t1->send(0, header(i, down.src[i].size()), down.src[i]));
+  }
+  for (size_t i = 0; i < up.dst.size(); ++i) {
+    up.recvs.push_back(p.t1->recv(0, header(i, up.dst[i].size()), up.dst[i]));
+    down.recvs.push_back(p.t0->recv(1, header(i, down.dst[i].size()), down.dst[i]));
+    after_recv(i);
+    if (i % 8 == 0) std::this_thread::sleep_for(2ms);
+  }
+}
+
 void reset_while_transferring(int streams, uint64_t seed, bool zerocopy = false) {
   TcpOptions o;
   o.resume = true;
@@ -339,20 +360,10 @@ TEST(TcpTransport, SilentlyForgottenStreamIsReplacedByThePeer) {
   o.resume_timeout = 10s;
   o.buffer_bytes = 1 << 20;
   Pair p(2, o);
-  std::mt19937_64 rng(21);
   Flow up, down;
-  make_flow(up, 120, rng);
-  make_flow(down, 120, rng);
-  for (size_t i = 0; i < up.src.size(); ++i) {
-    up.sends.push_back(p.t0->send(1, header(i, up.src[i].size()), up.src[i]));
-    down.sends.push_back(p.t1->send(0, header(i, down.src[i].size()), down.src[i]));
-  }
-  for (size_t i = 0; i < up.dst.size(); ++i) {
-    up.recvs.push_back(p.t1->recv(0, header(i, up.dst[i].size()), up.dst[i]));
-    down.recvs.push_back(p.t0->recv(1, header(i, down.dst[i].size()), down.dst[i]));
+  two_way_flow(p, 120, 21, up, down, [&](size_t i) {
     if (i == 30 || i == 70) p.t1->reset_stream_for_test(0, i == 30 ? 1 : 2, /*silent=*/true);
-    if (i % 8 == 0) std::this_thread::sleep_for(2ms);
-  }
+  });
   expect_delivered(up);
   expect_delivered(down);
   uint64_t replaced = 0;
@@ -373,23 +384,12 @@ TEST(TcpTransport, BrokenControlStreamIsReestablishedAndTheGroupGoesOn) {
     o.resume = true;
     o.resume_timeout = 10s;
     Pair p(2, o);
-    std::mt19937_64 rng(5);
     Flow up, down;
-    make_flow(up, 60, rng);
-    make_flow(down, 60, rng);
-    for (size_t i = 0; i < up.src.size(); ++i) {
-      up.sends.push_back(p.t0->send(1, header(i, up.src[i].size()), up.src[i]));
-      down.sends.push_back(p.t1->send(0, header(i, down.src[i].size()), down.src[i]));
-    }
-    for (size_t i = 0; i < up.dst.size(); ++i) {
-      up.recvs.push_back(p.t1->recv(0, header(i, up.dst[i].size()), up.dst[i]));
-      down.recvs.push_back(p.t0->recv(1, header(i, down.dst[i].size()), down.dst[i]));
-      if (i == 20) {
-        if (c.by_dialler) p.t1->reset_stream_for_test(0, 0, c.silent);
-        else p.t0->reset_stream_for_test(1, 0, c.silent);
-      }
-      if (i % 8 == 0) std::this_thread::sleep_for(2ms);
-    }
+    two_way_flow(p, 60, 5, up, down, [&](size_t i) {
+      if (i != 20) return;
+      if (c.by_dialler) p.t1->reset_stream_for_test(0, 0, c.silent);
+      else p.t0->reset_stream_for_test(1, 0, c.silent);
+    });
     expect_delivered(up);
     expect_delivered(down);
     // The acknowledgements travel on the new control stream (the latest goes again on it).

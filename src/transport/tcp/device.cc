@@ -396,11 +396,14 @@ void TcpDevice::probe(TcpPeer& p) {
   if (fd >= 0) ::close(fd);
   p.probing.store(false);
   if (!refused || closing_.load()) return;
-  group_.loop().post([this, &p] {
+  peer_gone(p, "its address " + p.endpoint + " refuses new ones");
+}
+
+void TcpDevice::peer_gone(TcpPeer& p, const std::string& why) {
+  group_.loop().post([this, &p, why] {
     if (closing_.load() || group_.failed()) return;
     group_.fail(ErrorCode::kPeerLost,
-                "rank " + std::to_string(p.rank) + " closed its connections and its address " + p.endpoint +
-                    " refuses new ones: its process is gone",
+                "rank " + std::to_string(p.rank) + " closed its connections and " + why + ": its process is gone",
                 true);
   });
 }
@@ -448,14 +451,7 @@ void TcpDevice::redial(TcpPeer& p, bool wan, int stream, std::chrono::millisecon
     const auto started = Clock::now();
     const int fd = dial(p, wan, stream, std::min(deadline, started + attempt), &why, &rejected, &refused);
     if (refused) {
-      // Nobody listens where the peer did: its process is gone.
-      group_.loop().post([this, &p, why] {
-        if (closing_.load() || group_.failed()) return;
-        group_.fail(ErrorCode::kPeerLost,
-                    "rank " + std::to_string(p.rank) + " closed its connections and " + why +
-                        ": its process is gone",
-                    true);
-      });
+      peer_gone(p, why);  // nobody listens where the peer did
       return;
     }
     if (fd >= 0) {

@@ -193,6 +193,8 @@ class TcpDevice final : public Device {
   void redial(TcpPeer& p, bool wan, int stream, std::chrono::milliseconds attempt);
   // Lower rank: connects to the peer's listening address without a handshake (prober thread).
   void probe(TcpPeer& p);
+  // Any thread: the peer's address refuses connections (`why`): the group fails with peer-lost.
+  void peer_gone(TcpPeer& p, const std::string& why);
   // The group failed: every pending request completes with `f`; peers are told if asked.
   void on_group_failure(const Failure& f, bool tell_peers);
   // The data stream with the least backlog to the peer. Frames below kSmallFrame go on the
