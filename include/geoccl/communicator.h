@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "geoccl/compression.h"
 #include "geoccl/config.h"
 #include "geoccl/types.h"
 #include "geoccl/work.h"
@@ -33,6 +34,15 @@ struct OpOptions {
   std::optional<std::chrono::milliseconds> timeout;
   std::string algo;  // "" = config's choice; "ring", "rd" (recursive doubling), "tree", ...
   Priority priority = Priority::kGradient;
+  // allreduce only: compression of the hops that cross domains (geoccl/compression.h). Unset:
+  // the config's GEOCCL_WAN_COMPRESSION. Every rank must pass the same (kMismatch otherwise).
+  // An explicit codec on anything but a float32 sum/avg is Error(kInvalidArgument); the config
+  // default leaves such calls uncompressed.
+  std::optional<Compression> compression;
+  // Error feedback for a compressed allreduce: "" = none. Otherwise what the codec dropped on
+  // this rank is kept under this key and added before encoding in the next allreduce with the
+  // same key (a different element count starts afresh). Use one stable key per tensor or bucket.
+  std::string feedback_key;
 };
 
 // Statistics of one peer connection, for metrics and `geoccl bench --verbose`.
@@ -156,6 +166,10 @@ class Communicator {
 
   std::vector<PeerStats> peer_stats() const;
   const TopologyInfo& topology() const;
+  // What compressed allreduces did on this rank, and the memory of its error-feedback residuals.
+  CompressionStats compression_stats() const;
+  // Drops the residual kept under `key` ("" = all of them); a later call with it starts afresh.
+  void forget_feedback(const std::string& key = "");
 
  private:
   std::unique_ptr<CommunicatorImpl> impl_;

@@ -93,6 +93,10 @@ struct Config {
   // WAN latencies): on a WAN, latency dominates up to about a bandwidth-delay product.
   size_t wan_small_msg_bytes = 1 << 20;
   size_t chunk_bytes = 1 << 20;             // GEOCCL_CHUNK_BYTES: pipelining unit
+  // GEOCCL_WAN_COMPRESSION: the codec of the WAN hops of float32 sum/avg allreduces that do not
+  // name one (OpOptions::compression): none|fp16|bf16|int8|int4|topk:RATIO, optionally
+  // "@allgather" or "@ring" (geoccl/compression.h). A group parameter: every rank must agree.
+  std::string wan_compression = "none";
 
   // Logging.
   std::string log_level = "warn";  // GEOCCL_LOG_LEVEL: trace|debug|info|warn|error|off

@@ -4,6 +4,7 @@
 #include "geoccl/blob.h"
 #include "geoccl/bucketer.h"
 #include "geoccl/communicator.h"
+#include "geoccl/compression.h"
 #include "geoccl/config.h"
 #include "geoccl/error.h"
 #include "geoccl/store.h"

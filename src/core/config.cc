@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "core/logging.h"
+#include "geoccl/compression.h"
 #include "geoccl/error.h"
 
 namespace geoccl {
@@ -147,6 +148,7 @@ void Config::apply_env() {
   apply({"GEOCCL_WAN_SMALL_MSG_BYTES"},
         [&](auto n, auto v) { wan_small_msg_bytes = parse_size(n, v); });
   apply({"GEOCCL_CHUNK_BYTES"}, [&](auto n, auto v) { chunk_bytes = parse_size(n, v); });
+  apply({"GEOCCL_WAN_COMPRESSION"}, [&](auto, auto v) { wan_compression = v; });
   apply({"GEOCCL_LOG_LEVEL"}, [&](auto, auto v) { log_level = v; });
 }
 
@@ -185,6 +187,11 @@ void Config::validate() const {
   if (algo != "auto" && algo != "ring" && algo != "rd" && algo != "tree" && algo != "hier" &&
       algo != "hier-ring" && algo != "hier-small" && algo != "flat")
     bad("GEOCCL_ALGO must be auto, ring, rd, tree, hier or flat, got '" + algo + "'");
+  try {
+    (void)Compression::parse(wan_compression);
+  } catch (const Error& e) {
+    bad(std::string("GEOCCL_WAN_COMPRESSION: ") + e.what());
+  }
   if (topology != "auto" && topology != "labels" && topology != "probe" && topology != "flat")
     bad("GEOCCL_TOPOLOGY must be auto, labels, probe or flat, got '" + topology + "'");
   core::LogLevel l;

@@ -2,6 +2,7 @@
 
 #include <type_traits>
 
+#include "geoccl/compression.h"
 #include "geoccl/error.h"
 #include "protocol/wire.h"
 
@@ -19,7 +20,7 @@ void for_each_setting(P& p, F&& f) {
   f("GEOCCL_ALGO", p.algo);
   f("GEOCCL_TRANSPORT", p.transport);
   f("GEOCCL_TOPOLOGY", p.topology);
-  f("compression", p.compression);
+  f("GEOCCL_WAN_COMPRESSION", p.compression);
   f("security", p.security);
   f("GEOCCL_HEARTBEAT_MS", p.heartbeat_ms);
   f("GEOCCL_LIVENESS_WINDOW_MS", p.liveness_window_ms);
@@ -50,6 +51,7 @@ GroupParams GroupParams::from_config(const Config& cfg, int resolved_streams) {
   p.algo = cfg.algo;
   p.transport = cfg.transport;
   p.topology = cfg.topology;
+  p.compression = Compression::parse(cfg.wan_compression).name();
   p.heartbeat_ms = static_cast<uint64_t>(cfg.heartbeat_interval.count());
   p.liveness_window_ms = static_cast<uint64_t>(cfg.liveness_window.count());
   for_each_setting(p, [](const char* name, const auto& v) {

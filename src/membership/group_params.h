@@ -33,7 +33,7 @@ struct GroupParams {
   std::string algo = "auto";                  // GEOCCL_ALGO (forced algorithm)
   std::string transport = "auto";             // GEOCCL_TRANSPORT
   std::string topology = "auto";              // GEOCCL_TOPOLOGY
-  std::string compression = "off";            // no setting yet
+  std::string compression = "none";           // GEOCCL_WAN_COMPRESSION (canonical name)
   std::string security = "off";               // no setting yet
   // A rank's window is measured against its peers' heartbeat interval: they must agree.
   uint64_t heartbeat_ms = 1000;               // GEOCCL_HEARTBEAT_MS

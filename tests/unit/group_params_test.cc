@@ -33,7 +33,7 @@ TEST(GroupParams, FromConfigTakesTheSharedSettings) {
   EXPECT_EQ(p.algo, "ring");
   EXPECT_EQ(p.transport, "host=shm,remote=tcp");
   EXPECT_EQ(p.topology, "probe");
-  EXPECT_EQ(p.compression, "off");
+  EXPECT_EQ(p.compression, "none");
   EXPECT_EQ(p.security, "off");
   // The defaults of Config and GroupParams agree.
   EXPECT_EQ(GroupParams::from_config(Config{}, 1), GroupParams{});
