@@ -4,7 +4,7 @@
 # ranks), first with torch's gloo backend, then with geoccl, and the headline table: steps/s,
 # step time, exposed communication share, accuracy, speed-up. Then the allreduce table of the
 # same WAN against Gloo and the link's physical limit (bench/compare.py).
-# Knobs: SCENARIO, STEPS, HOST_CC (cubic|bbr), SIZES, ITERS, ROUNDS, SKIP_ALLREDUCE=1.
+# Knobs: SCENARIO, STEPS, CODEC (int8), HOST_CC (cubic|bbr), SIZES, ITERS, ROUNDS, SKIP_ALLREDUCE=1.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -24,7 +24,14 @@ for backend in gloo geoccl; do
     /usr/bin/python3 examples/ddp_digits.py --backend "$backend" --steps "${STEPS:-300}" \
     --json "$out/train-$backend"
 done
-python3 scripts/demo_table.py "$scenario" "$out/train" gloo geoccl
+# The same training with the WAN codec we recommend (int8 with error feedback, docs/compression.md):
+# the DDP hook compresses the hops that cross regions; inside a region gradients stay fp32.
+codec=${CODEC:-int8}
+echo "== training with backend geoccl, WAN codec $codec, on $scenario"
+"$geoccl" run --wan "$scenario" "${cc_opt[@]}" --timeout 600 -- \
+  /usr/bin/python3 examples/ddp_digits.py --backend geoccl --compression "$codec" \
+  --steps "${STEPS:-300}" --json "$out/train-geoccl-$codec"
+python3 scripts/demo_table.py "$scenario" "$out/train" gloo geoccl "geoccl-$codec"
 
 if [[ "${SKIP_ALLREDUCE:-0}" != 1 ]]; then
   echo

@@ -29,12 +29,20 @@ def main():
         share_s = f"{100 * share:.0f} %" if share is not None else "n/a"
         print(f"| {b} | {n} | {r['steps_per_s']:.1f} | {r['step_ms_median']:.1f} ms | {r.get('compute_ms', 0):.1f} ms "
               f"| {share_s} | {r['accuracy']:.4f} | {'yes' if same else 'NO'} |")
-    if "geoccl" in res:
-        g = res["geoccl"][0]
+    for fast in [b for b in backends if b.startswith("geoccl")]:
+        g = res[fast][0]
         for b in backends:
-            if b != "geoccl":
-                print(f"\nspeed-up of geoccl over {b}: {g['steps_per_s'] / res[b][0]['steps_per_s']:.2f}x "
+            if not b.startswith("geoccl"):
+                print(f"\nspeed-up of {fast} over {b}: {g['steps_per_s'] / res[b][0]['steps_per_s']:.2f}x "
                       f"(steps/s)")
+    if "geoccl" in res:
+        base = res["geoccl"][0]
+        for b in backends:
+            if b.startswith("geoccl-"):
+                r = res[b][0]
+                print(f"\n{b} against fp32 geoccl: {r['steps_per_s'] / base['steps_per_s']:.2f}x steps/s, "
+                      f"accuracy {r['accuracy']:.4f} vs {base['accuracy']:.4f} "
+                      f"({100 * (r['accuracy'] - base['accuracy']):+.2f} points)")
     if not all(same for _, same, _ in res.values()):
         sys.exit("parameters differ between ranks")
 
