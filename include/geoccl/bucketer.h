@@ -19,7 +19,9 @@ namespace geoccl {
 
 class GradientBucketer {
  public:
-  // bucket_bytes 0 = automatic (see above). All tensors must have dtype `dtype`.
+  // bucket_bytes 0 = automatic (see above). All tensors must have dtype `dtype`. With
+  // options.feedback_key set (compressed allreduces with error feedback), the i-th bucket uses
+  // key "<feedback_key>/i": use one bucketer per step, adding the tensors in the same order.
   GradientBucketer(Communicator& comm, DataType dtype, ReduceOp op, size_t bucket_bytes = 0,
                    OpOptions options = {});
   ~GradientBucketer();

@@ -97,6 +97,10 @@ struct Config {
   // name one (OpOptions::compression): none|fp16|bf16|int8|int4|topk:RATIO, optionally
   // "@allgather" or "@ring" (geoccl/compression.h). A group parameter: every rank must agree.
   std::string wan_compression = "none";
+  // GEOCCL_WAN_COMPRESSION_MIN_BYTES: the config default compresses only buffers at least this
+  // large (small allreduces are latency-bound, and are often counts or metrics); an explicit
+  // OpOptions::compression applies at any size.
+  size_t wan_compression_min_bytes = 64 << 10;
 
   // Logging.
   std::string log_level = "warn";  // GEOCCL_LOG_LEVEL: trace|debug|info|warn|error|off

@@ -110,7 +110,11 @@ void GradientBucketer::start_current() {
     std::memcpy(b->packed.get() + off, s.data, s.bytes);
     off += s.bytes;
   }
-  b->work = comm_.allreduce(b->packed.get(), b->bytes / dtype_size(dtype_), dtype_, op_, options_);
+  // Error feedback: each bucket keeps its own residual (buckets fill in the same order every
+  // step, so the n-th bucket is the same tensors each time).
+  OpOptions o = options_;
+  if (!o.feedback_key.empty()) o.feedback_key += "/" + std::to_string(started_);
+  b->work = comm_.allreduce(b->packed.get(), b->bytes / dtype_size(dtype_), dtype_, op_, o);
   last_ = b->work;
   {
     std::lock_guard lk(unpacker_->mu);

@@ -12,6 +12,8 @@
 #include "api/work_state.h"
 #include "collectives/collectives.h"
 #include "collectives/planner.h"
+#include "collectives/wan_codec.h"
+#include "compression/error_feedback.h"
 #include "core/logging.h"
 #include "geoccl/communicator.h"
 #include "membership/rendezvous.h"
@@ -45,6 +47,12 @@ class CommunicatorImpl {
   const std::string& algo(const OpOptions& o) const { return o.algo.empty() ? cfg_.algo : o.algo; }
   const topology::Topology& topo() const { return topo_; }
   const TopologyInfo& topology_info() const { return topo_info_; }
+  // The WAN compression of an allreduce of `bytes` on `t`/`op` with options `o`, or nullopt
+  // (uncompressed). Throws kInvalidArgument for an explicit codec that cannot apply.
+  std::optional<collectives::WanCompression> wan_compression(const OpOptions& o, size_t bytes,
+                                                             DataType t, ReduceOp op);
+  CompressionStats compression_stats() const;
+  compression::FeedbackStore& feedback() { return feedback_; }
   void abort(const std::string& reason);
 
  private:
@@ -101,6 +109,9 @@ class CommunicatorImpl {
   std::unique_ptr<transport::Router> router_;
   topology::Topology topo_;
   TopologyInfo topo_info_;
+  Compression wan_default_;  // GEOCCL_WAN_COMPRESSION
+  compression::FeedbackStore feedback_;
+  collectives::CompressionCounters compressed_;
 
   // Guarded by progress_.mutex().
   bool stop_ = false;
@@ -114,6 +125,7 @@ class CommunicatorImpl {
 
 CommunicatorImpl::CommunicatorImpl(Config cfg) : cfg_(std::move(cfg)) {
   cfg_.validate();
+  wan_default_ = Compression::parse(cfg_.wan_compression);
   core::LogLevel level;
   if (core::parse_log_level(cfg_.log_level, &level)) core::set_log_level(level);
   core::set_log_tag(cfg_.rank, cfg_.domain);
@@ -491,6 +503,49 @@ void Communicator::abort(const std::string& reason) { impl_->abort(reason); }
 std::vector<PeerStats> Communicator::peer_stats() const { return impl_->transport().stats(); }
 const TopologyInfo& Communicator::topology() const { return impl_->topology_info(); }
 
+std::optional<collectives::WanCompression> CommunicatorImpl::wan_compression(const OpOptions& o,
+                                                                             size_t bytes, DataType t,
+                                                                             ReduceOp op) {
+  const bool explicit_codec = o.compression.has_value();
+  const Compression z = explicit_codec ? *o.compression : wan_default_;
+  if (!z.enabled()) return std::nullopt;
+  const bool applies = t == DataType::kFloat32 && (op == ReduceOp::kSum || op == ReduceOp::kAvg);
+  if (explicit_codec) {
+    if (!applies)
+      invalid("compression " + z.name() + " needs a float32 sum or avg allreduce, got " +
+              std::string(dtype_name(t)) + " " + std::string(reduce_op_name(op)));
+    (void)Compression::parse(z.name());  // a ratio out of range, an unknown codec
+  } else if (!applies || bytes < cfg_.wan_compression_min_bytes) {
+    return std::nullopt;
+  }
+  collectives::WanCompression w;
+  w.spec.codec = static_cast<compression::CodecId>(z.codec);
+  if (z.codec == Codec::kTopK) w.spec.k = compression::topk_k_for_ratio(z.topk_ratio);
+  w.algo = z.algo;
+  w.name = z.name();
+  w.feedback = &feedback_;
+  w.key = o.feedback_key;
+  w.counters = &compressed_;
+  return w;
+}
+
+CompressionStats CommunicatorImpl::compression_stats() const {
+  CompressionStats s;
+  s.calls = compressed_.calls.load(std::memory_order_relaxed);
+  s.elements_encoded = compressed_.elements.load(std::memory_order_relaxed);
+  s.bytes_encoded = compressed_.bytes.load(std::memory_order_relaxed);
+  s.feedback_keys = feedback_.keys();
+  s.feedback_bytes = feedback_.bytes();
+  return s;
+}
+
+CompressionStats Communicator::compression_stats() const { return impl_->compression_stats(); }
+
+void Communicator::forget_feedback(const std::string& key) {
+  if (key.empty()) impl_->feedback().forget_all();
+  else impl_->feedback().forget(key);
+}
+
 Work Communicator::allreduce(void* buf, size_t count, DataType t, ReduceOp op, const OpOptions& o) {
   check_dtype(t);
   check_op(op);
@@ -499,17 +554,28 @@ Work Communicator::allreduce(void* buf, size_t count, DataType t, ReduceOp op, c
   const auto& topo = impl_->topo();
   const auto plan = collectives::plan_allreduce(bytes, size(), topo.domains(), config().small_msg_bytes,
                                                 config().wan_small_msg_bytes, impl_->algo(o));
+  auto z = impl_->wan_compression(o, bytes, t, op);
+  // Only the hierarchical plans have WAN hops of their own to compress.
+  const bool hierarchical = plan.algo == collectives::Algo::kHierarchical ||
+                            plan.algo == collectives::Algo::kHierarchicalSmall;
+  if (!hierarchical) z.reset();
   GEOCCL_LOG(kDebug, "allreduce " << bytes << " B: " << collectives::algo_name(plan.algo) << " ("
-                                  << plan.why << ")");
-  return impl_->submit(header(OpKind::kAllreduce, t, bytes, static_cast<uint8_t>(op)), o,
-                       [=, &topo](OpContext& c) {
+                                  << plan.why << ")"
+                                  << (z ? ", WAN codec " + z->name : std::string()));
+  // The codec is part of what every rank must agree on: the frames' tag carries it (codec, form,
+  // top-k k), so ranks that disagree fail with kMismatch instead of misreading each other.
+  uint32_t tag = 0;
+  if (z) tag = static_cast<uint32_t>(z->spec.codec) | static_cast<uint32_t>(z->algo) << 8 | z->spec.k << 12;
+  return impl_->submit(header(OpKind::kAllreduce, t, bytes, static_cast<uint8_t>(op), tag), o,
+                       [=, &topo, z = std::move(z)](OpContext& c) {
+                         const collectives::WanCompression* zp = z ? &*z : nullptr;
                          switch (plan.algo) {
                            case collectives::Algo::kRing:
                              return collectives::ring_allreduce(c, buf, count, t, op);
                            case collectives::Algo::kHierarchical:
-                             return collectives::hierarchical_allreduce(c, topo, buf, count, t, op);
+                             return collectives::hierarchical_allreduce(c, topo, buf, count, t, op, zp);
                            case collectives::Algo::kHierarchicalSmall:
-                             return collectives::hierarchical_small_allreduce(c, topo, buf, count, t, op);
+                             return collectives::hierarchical_small_allreduce(c, topo, buf, count, t, op, zp);
                            default:
                              return collectives::recursive_doubling_allreduce(c, buf, count, t, op);
                          }

@@ -14,6 +14,8 @@
 
 namespace geoccl::collectives {
 
+struct WanCompression;  // wan_codec.h
+
 // allreduce, in place. Ring: pipelined reduce-scatter + allgather, bandwidth-optimal for large
 // buffers. Recursive doubling: log2(n) rounds for small ones (non powers of two fold the extra
 // ranks in first). Both give bit-identical results on every rank.
@@ -46,10 +48,13 @@ void ring_allgather(OpContext& c, const RingLayout& layout, DataType t,
 // Across domains: reduce-scatter inside each domain, ring allreduce of each piece among its
 // owners in the k domains, allgather inside each domain (large buffers); or reduce to a leader
 // per domain, direct exchange among leaders, broadcast inside (small buffers).
+// `z` (float32 sum/avg only): the WAN step is compressed (wan_codec.h); the work inside a domain
+// stays in full precision.
 void hierarchical_allreduce(OpContext& c, const topology::Topology& topo, void* buf, size_t count,
-                            DataType t, ReduceOp op);
+                            DataType t, ReduceOp op, const WanCompression* z = nullptr);
 void hierarchical_small_allreduce(OpContext& c, const topology::Topology& topo, void* buf,
-                                  size_t count, DataType t, ReduceOp op);
+                                  size_t count, DataType t, ReduceOp op,
+                                  const WanCompression* z = nullptr);
 
 // broadcast from root. Binomial tree for small buffers, pipelined chain for large ones.
 void tree_broadcast(OpContext& c, void* buf, size_t bytes, int root);

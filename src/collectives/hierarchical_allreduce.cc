@@ -37,6 +37,7 @@
 
 #include "collectives/collectives.h"
 #include "collectives/two_lanes.h"
+#include "collectives/wan_codec.h"
 #include "core/logging.h"
 #include "core/reduce.h"
 
@@ -104,14 +105,16 @@ struct WanRing {
 class Hierarchical {
  public:
   Hierarchical(OpContext& c, const topology::Topology& topo, void* buf, size_t count, DataType t,
-               ReduceOp op)
+               ReduceOp op, const WanCompression* z)
       : c_(c), topo_(topo), base_(static_cast<uint8_t*>(buf)), count_(count), es_(dtype_size(t)),
         t_(t), inner_(combine_op(op)),
         local_(topo.members[static_cast<size_t>(topo.domain_of[static_cast<size_t>(c.rank())])]),
-        blocks_(block_count(count * es_, c.chunk_bytes())) {}
+        blocks_(block_count(count * es_, c.chunk_bytes())), z_(z) {}
 
   void run() {
     const auto t0 = PhaseTimes::Clock::now();
+    rings_ = wan_rings();
+    if (z_) take_residual();
     if (blocks_ == 1) {
       run_in_sequence();
       GEOCCL_LOG(kDebug, "hierarchical allreduce phases (ms), 1 block: total "
@@ -174,10 +177,12 @@ class Hierarchical {
   // Step 2 over one ring's pieces: part p of the ring's segment q is the q-th of k parts of
   // piece p (so the ring reads the pieces, and thus the blocks, in order). The hooks get the
   // piece's block.
-  void across(const WanRing& ring, const std::function<void(int)>& before_block,
+  void across(size_t ring_index, const std::function<void(int)>& before_block,
               const std::function<void(int)>& block_final) {
+    const WanRing& ring = rings_[ring_index];
     OpContext wan = c_.sub(ring.owners, kWanScratch);
     const int k = wan.size();
+    if (z_) return across_compressed(wan, ring_index, before_block, block_final);
     RingLayout layout(static_cast<size_t>(k));
     for (int q = 0; q < k; ++q)
       for (const auto& p : ring.pieces) {
@@ -198,6 +203,52 @@ class Hierarchical {
     wan.wait_all(sends);
   }
 
+  // Error feedback: one residual over every piece this rank encodes (all its rings' pieces, in
+  // ring order), named by the pieces' bounds so that a call cut otherwise starts afresh.
+  void take_residual() {
+    if (!z_->feedback || z_->key.empty()) return;
+    size_t n = 0;
+    uint64_t shape = 1469598103934665603ull;  // FNV-1a over the pieces and the form
+    auto mix = [&](uint64_t v) { shape = (shape ^ v) * 1099511628211ull; };
+    mix(static_cast<uint64_t>(z_->resolve(topo_.domains())));
+    for (const auto& r : rings_) {
+      ring_residual_.push_back(n);
+      for (const auto& p : r.pieces) {
+        n += p.end - p.begin;
+        mix(p.begin);
+        mix(p.end);
+      }
+    }
+    residual_ = z_->feedback->get(z_->key, n, shape);
+  }
+
+  // Step 2 of one ring with the WAN codec (wan_codec.h).
+  void across_compressed(OpContext& wan, size_t ring_index, const std::function<void(int)>& before_block,
+                         const std::function<void(int)>& block_final) {
+    const WanRing& ring = rings_[ring_index];
+    std::vector<FloatPiece> pieces;
+    size_t off = residual_.empty() ? 0 : ring_residual_[ring_index];
+    for (const auto& p : ring.pieces) {
+      const size_t len = p.end - p.begin;
+      FloatPiece fp{{reinterpret_cast<float*>(at(p.begin)), len}, {}};
+      if (!residual_.empty()) fp.residual = residual_.subspan(off, len);
+      off += len;
+      pieces.push_back(fp);
+    }
+    auto block_of = [&](size_t piece) { return ring.pieces[piece].block; };
+    PieceHook before = [&](size_t piece) {
+      if (before_block) before_block(block_of(piece));
+    };
+    PieceHook final = [&](size_t piece) {
+      if (block_final && (piece + 1 == ring.pieces.size() || block_of(piece + 1) != block_of(piece)))
+        block_final(block_of(piece));
+    };
+    if (z_->resolve(wan.size()) == CompressedAlgo::kRing)
+      compressed_ring_allreduce(wan, z_->spec, pieces, z_->counters, before, final);
+    else
+      compressed_allgather_allreduce(wan, z_->spec, pieces, z_->counters, before, final);
+  }
+
   // One block: the three steps in turn on this thread.
   void run_in_sequence() {
     auto t = PhaseTimes::Clock::now();
@@ -205,7 +256,7 @@ class Hierarchical {
     reduce_scatter(dom, 0);
     ms_.reduce_scatter = PhaseTimes::since(t);
     t = PhaseTimes::Clock::now();
-    for (const auto& ring : wan_rings()) across(ring, {}, {});
+    for (size_t r = 0; r < rings_.size(); ++r) across(r, {}, {});
     ms_.across = PhaseTimes::since(t);
     t = PhaseTimes::Clock::now();
     std::vector<RequestPtr> sends;
@@ -241,7 +292,7 @@ class Hierarchical {
     };
     auto wan_lane = [&] {
       const auto start = PhaseTimes::Clock::now();
-      const auto rings = wan_rings();
+      const auto& rings = rings_;
       for (size_t r = 0; r < rings.size(); ++r) {
         auto wait_reduced = [&](int block) {
           const auto t = PhaseTimes::Clock::now();
@@ -250,7 +301,7 @@ class Hierarchical {
         };
         // Only the last ring finalizes blocks; the ones before it have ended by then.
         auto finalized = [&](int block) { lanes.advance_to(kFinal, block + 1); };
-        across(rings[r], wait_reduced, r + 1 == rings.size() ? finalized : std::function<void(int)>{});
+        across(r, wait_reduced, r + 1 == rings.size() ? finalized : std::function<void(int)>{});
       }
       lanes.advance_to(kFinal, blocks_);  // blocks where this rank owns nothing, or no ring at all
       across_end = PhaseTimes::Clock::now();
@@ -268,23 +319,29 @@ class Hierarchical {
   ReduceOp inner_;
   const std::vector<int>& local_;
   int blocks_;
+  const WanCompression* z_;
+  std::vector<WanRing> rings_;        // this rank's step-2 rings
+  std::span<float> residual_;         // error feedback (empty: none)
+  std::vector<size_t> ring_residual_;  // where each ring's pieces start in it
   PhaseTimes ms_;
 };
 
 }  // namespace
 
 void hierarchical_allreduce(OpContext& c, const topology::Topology& topo, void* buf, size_t count,
-                            DataType t, ReduceOp op) {
+                            DataType t, ReduceOp op, const WanCompression* z) {
   if (topo.domains() <= 1) return ring_allreduce(c, buf, count, t, op);
   if (count == 0) return;
-  Hierarchical(c, topo, buf, count, t, op).run();
+  if (z && z->counters) z->counters->calls.fetch_add(1, std::memory_order_relaxed);
+  Hierarchical(c, topo, buf, count, t, op, z).run();
   if (op == ReduceOp::kAvg) core::finish_avg(buf, count, t, c.size());
 }
 
 void hierarchical_small_allreduce(OpContext& c, const topology::Topology& topo, void* buf,
-                                  size_t count, DataType t, ReduceOp op) {
+                                  size_t count, DataType t, ReduceOp op, const WanCompression* z) {
   if (topo.domains() <= 1) return recursive_doubling_allreduce(c, buf, count, t, op);
   if (count == 0) return;
+  if (z && z->counters) z->counters->calls.fetch_add(1, std::memory_order_relaxed);
   const int me = c.rank();
   const ReduceOp inner = combine_op(op);
   const size_t bytes = count * dtype_size(t);
@@ -298,20 +355,27 @@ void hierarchical_small_allreduce(OpContext& c, const topology::Topology& topo, 
     std::vector<int> leaders;
     for (const auto& m : topo.members) leaders.push_back(m.front());
     OpContext wan = c.sub(leaders);
-    const int k = wan.size();
-    auto all = c.scratch(bytes * static_cast<size_t>(k), 0);
-    auto slot = [&](int d) { return all.subspan(static_cast<size_t>(d) * bytes, bytes); };
-    auto mine = std::span<const uint8_t>(static_cast<const uint8_t*>(buf), bytes);
-    std::memcpy(slot(wan.rank()).data(), buf, bytes);
-    std::vector<RequestPtr> reqs;
-    for (int d = 0; d < k; ++d) {
-      if (d == wan.rank()) continue;
-      reqs.push_back(wan.send(d, mine));
-      reqs.push_back(wan.recv(d, slot(d)));
+    if (z) {
+      // Compressed, the leaders' exchange is the allgather form of the WAN step.
+      FloatPiece whole{{static_cast<float*>(buf), count}, {}};
+      if (z->feedback && !z->key.empty()) whole.residual = z->feedback->get(z->key, count, 0x5a11);
+      compressed_allgather_allreduce(wan, z->spec, {whole}, z->counters);
+    } else {
+      const int k = wan.size();
+      auto all = c.scratch(bytes * static_cast<size_t>(k), 0);
+      auto slot = [&](int d) { return all.subspan(static_cast<size_t>(d) * bytes, bytes); };
+      auto mine = std::span<const uint8_t>(static_cast<const uint8_t*>(buf), bytes);
+      std::memcpy(slot(wan.rank()).data(), buf, bytes);
+      std::vector<RequestPtr> reqs;
+      for (int d = 0; d < k; ++d) {
+        if (d == wan.rank()) continue;
+        reqs.push_back(wan.send(d, mine));
+        reqs.push_back(wan.recv(d, slot(d)));
+      }
+      wan.wait_all(reqs);
+      for (int d = 1; d < k; ++d) core::reduce_into(slot(0).data(), slot(d).data(), count, t, inner);
+      std::memcpy(buf, slot(0).data(), bytes);
     }
-    wan.wait_all(reqs);
-    for (int d = 1; d < k; ++d) core::reduce_into(slot(0).data(), slot(d).data(), count, t, inner);
-    std::memcpy(buf, slot(0).data(), bytes);
   }
   {
     OpContext dom = c.sub(local);

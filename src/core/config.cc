@@ -149,6 +149,8 @@ void Config::apply_env() {
         [&](auto n, auto v) { wan_small_msg_bytes = parse_size(n, v); });
   apply({"GEOCCL_CHUNK_BYTES"}, [&](auto n, auto v) { chunk_bytes = parse_size(n, v); });
   apply({"GEOCCL_WAN_COMPRESSION"}, [&](auto, auto v) { wan_compression = v; });
+  apply({"GEOCCL_WAN_COMPRESSION_MIN_BYTES"},
+        [&](auto n, auto v) { wan_compression_min_bytes = parse_size(n, v); });
   apply({"GEOCCL_LOG_LEVEL"}, [&](auto, auto v) { log_level = v; });
 }
 

@@ -4,7 +4,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <optional>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
@@ -55,6 +58,27 @@ struct Case {
   std::function<double(int r, size_t i)> expect;
   bool in_place = false;
 };
+
+// The bound on a compressed allreduce's relative RMS error (gaussian inputs, one call).
+double error_bound(const Compression& z) {
+  switch (z.codec) {
+    case Codec::kFp16: return 2e-3;
+    case Codec::kBf16: return 1.5e-2;
+    case Codec::kInt8: return 3e-2;
+    case Codec::kInt4: return 0.45;
+    case Codec::kTopK: return z.topk_ratio >= 1.0 ? 2e-3 : 1.0;
+    default: return 0;
+  }
+}
+
+// Rank r's gaussian input for compressed runs (what gradients look like to a codec).
+std::vector<float> gaussian(int r, size_t count) {
+  std::mt19937 gen(7u + static_cast<uint32_t>(r));
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> x(count);
+  for (auto& v : x) v = g(gen);
+  return x;
+}
 
 Case make_case(const std::string& op, size_t bytes, DataType t, int n, int me) {
   const size_t es = dtype_size(t);
@@ -160,20 +184,48 @@ int run_bench(const BenchSpec& spec) {
     cfg.rank = 0;
   }
   if (spec.algo != "auto") cfg.algo = spec.algo;
+  std::optional<Compression> z;
+  if (!spec.compression.empty()) {
+    z = Compression::parse(spec.compression);
+    if (spec.op != "allreduce" || t != DataType::kFloat32)
+      throw std::invalid_argument("--compression applies to allreduce on f32 only");
+  }
   Communicator comm(cfg);
   const int n = comm.size(), me = comm.rank();
   const size_t es = dtype_size(t);
   nlohmann::json results = nlohmann::json::array();
   bool all_ok = true;
   if (me == 0)
-    std::printf("# geoccl bench: op=%s dtype=%s ranks=%d iters=%d warmup=%d algo=%s\n"
+    std::printf("# geoccl bench: op=%s dtype=%s ranks=%d iters=%d warmup=%d algo=%s%s%s\n"
                 "%12s %12s %12s %12s %12s %10s %10s %8s\n",
                 spec.op.c_str(), spec.dtype.c_str(), n, spec.iters, spec.warmup, spec.algo.c_str(),
+                z ? " compression=" : "",
+                z ? (z->name() + (spec.error_feedback ? " (error feedback)" : "")).c_str() : "",
                 "bytes", "count", "median_us", "min_us", "max_us", "algbw_GB/s", "busbw_GB/s", "correct");
   for (size_t bytes : spec.sizes) {
     Case c = make_case(spec.op, bytes, t, n, me);
+    std::vector<double> exact;  // compressed runs: the exact sum of the gaussian inputs
+    if (z) {
+      OpOptions o;
+      o.compression = z;
+      if (spec.error_feedback) o.feedback_key = "bench/" + std::to_string(bytes);
+      c.run = [=](Communicator& cm, void* b, void*) {
+        return cm.allreduce(b, c.count, t, ReduceOp::kSum, o);
+      };
+      exact.assign(c.count, 0.0);
+      for (int r = 0; r < n; ++r) {
+        const auto x = gaussian(r, c.count);
+        for (size_t i = 0; i < c.count; ++i) exact[i] += x[i];
+      }
+    }
     std::vector<uint8_t> send_init(std::max<size_t>(c.send_elems, 1) * es);
-    for (size_t i = 0; i < c.send_elems; ++i) put(send_init.data(), i, t, pattern(me, i));
+    if (z) {
+      const auto x = gaussian(me, c.count);
+      std::memcpy(send_init.data(), x.data(), c.count * sizeof(float));
+    } else {
+      for (size_t i = 0; i < c.send_elems; ++i) put(send_init.data(), i, t, pattern(me, i));
+    }
+    const auto stats_before = comm.compression_stats();
     std::vector<uint8_t> send = send_init;
     std::vector<uint8_t> recv(std::max<size_t>(c.recv_elems, 1) * es, 0);
     std::vector<double> times;
@@ -190,11 +242,33 @@ int run_bench(const BenchSpec& spec) {
     // Verify the last iteration's output.
     const void* out = c.in_place ? send.data() : recv.data();
     int64_t bad = 0;
-    if (c.expect)
+    double rel_error = 0;
+    if (z) {
+      // Bit-identical on every rank (allgather of the bytes), and within the codec's bound.
+      const size_t nb = c.count * sizeof(float);
+      std::vector<uint8_t> all(nb * static_cast<size_t>(n));
+      comm.allgather(out, all.data(), nb, DataType::kUInt8).wait();
+      for (int r = 1; r < n; ++r)
+        if (std::memcmp(all.data(), all.data() + nb * static_cast<size_t>(r), nb) != 0) ++bad;
+      double e = 0, w = 0;
+      for (size_t i = 0; i < c.count; ++i) {
+        const double d = static_cast<const float*>(out)[i] - exact[i];
+        e += d * d;
+        w += exact[i] * exact[i];
+      }
+      rel_error = std::sqrt(e / std::max(w, 1e-300));
+      if (!std::isfinite(rel_error) || (!spec.error_feedback && rel_error > error_bound(*z))) ++bad;
+    } else if (c.expect) {
       for (size_t i = 0; i < c.recv_elems; ++i)
         if (get(out, i, t) != c.expect(me, i)) ++bad;
+    }
     comm.allreduce(&bad, 1, DataType::kInt64, ReduceOp::kSum).wait();
     const bool ok = bad == 0;
+    // What this rank encoded per call, summed over ranks: the WAN bytes the codec left.
+    const auto stats_after = comm.compression_stats();
+    uint64_t encoded = (stats_after.bytes_encoded - stats_before.bytes_encoded) /
+                       static_cast<uint64_t>(spec.warmup + spec.iters);
+    comm.allreduce(&encoded, 1, DataType::kInt64, ReduceOp::kSum).wait();
     all_ok = all_ok && ok;
     std::sort(times.begin(), times.end());
     const double med = times.empty() ? 0 : times[times.size() / 2];
@@ -203,14 +277,26 @@ int run_bench(const BenchSpec& spec) {
     const double algbw = med > 0 ? static_cast<double>(eff_bytes) / (med * 1e-6) / 1e9 : 0;
     const double busbw = algbw * c.bus_factor;
     if (me == 0) {
-      std::printf("%12zu %12zu %12.1f %12.1f %12.1f %10.3f %10.3f %8s\n", eff_bytes, c.count, med, mn,
+      std::printf("%12zu %12zu %12.1f %12.1f %12.1f %10.3f %10.3f %8s", eff_bytes, c.count, med, mn,
                   mx, algbw, busbw, ok ? "yes" : "NO");
+      if (z)
+        std::printf("  rel_error %.3g, encoded %.2f MB per call (all ranks)", rel_error,
+                    static_cast<double>(encoded) / 1e6);
+      std::printf("\n");
       std::fflush(stdout);
-      results.push_back({{"backend", "geoccl"}, {"op", spec.op}, {"dtype", spec.dtype},
-                         {"bytes", bytes}, {"count", c.count}, {"world_size", n},
-                         {"iters", spec.iters}, {"algo", spec.algo},
-                         {"time_us_median", med}, {"time_us_min", mn}, {"time_us_max", mx},
-                         {"algbw_gbps", algbw}, {"busbw_gbps", busbw}, {"correct", ok}});
+      nlohmann::json r = {{"backend", "geoccl"}, {"op", spec.op}, {"dtype", spec.dtype},
+                          {"bytes", bytes}, {"count", c.count}, {"world_size", n},
+                          {"iters", spec.iters}, {"algo", spec.algo},
+                          {"time_us_median", med}, {"time_us_min", mn}, {"time_us_max", mx},
+                          {"algbw_gbps", algbw}, {"busbw_gbps", busbw}, {"correct", ok}};
+      if (z) {
+        r["compression"] = z->name();
+        r["error_feedback"] = spec.error_feedback;
+        r["rel_error"] = rel_error;
+        r["encoded_bytes_per_call"] = encoded;
+        r["feedback_bytes_rank0"] = stats_after.feedback_bytes;
+      }
+      results.push_back(r);
     }
   }
   if (spec.verbose)

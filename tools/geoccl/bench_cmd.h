@@ -16,6 +16,12 @@ struct BenchSpec {
   std::string algo = "auto";
   std::string json_path;
   bool verbose = false;
+  // allreduce f32 only: the WAN codec (Compression::parse spelling; "" = the config's), and
+  // whether each size keeps an error-feedback residual across its iterations (as DDP would).
+  // Compressed results are checked for bit-identity across ranks and, without feedback, for a
+  // relative RMS error within the codec's bound; inputs are then gaussian, not the integer pattern.
+  std::string compression;
+  bool error_feedback = true;
 };
 
 // Runs inside a rank (environment from `geoccl run`). Returns 0 when every size verified.

@@ -91,6 +91,9 @@ int main(int argc, char** argv) {
   b->add_option("--algo", bench.algo, "auto|ring|rd|tree");
   b->add_option("--json", bench.json_path, "write results as JSON (rank 0)");
   b->add_flag("--verbose,-v", bench.verbose, "per-connection statistics");
+  b->add_option("--compression", bench.compression,
+                "allreduce f32: WAN codec none|fp16|bf16|int8|int4|topk:RATIO[@allgather|@ring]");
+  b->add_flag("!--no-error-feedback", bench.error_feedback, "compressed runs: no residual kept");
 
   std::string probe_bytes = "8M";
   auto* pr = app.add_subcommand("probe", "measure RTTs and rates between ranks, print the domains found");
