@@ -614,6 +614,9 @@ def summarize(args, n, names, rows, k, rate, rtt):
                 "correct": bool(rs) and all(r["correct"] for r in rs),
                 "ratio_to_limit": (med / lim) if (med and lim) else None,
             }
+            enc = [r["encoded_bytes_per_call"] for r in rs if "encoded_bytes_per_call" in r]
+            if enc:  # geoccl with --compression: what all ranks encoded per call
+                entry[name]["encoded_bytes_per_call"] = statistics.median(enc)
         ref = entry.get("geoccl", {}).get("time_us_median")
         for name in names:
             t = entry[name]["time_us_median"]
@@ -636,6 +639,7 @@ def records_from(args, summary, names):
                 "busbw_gbps": b["busbw_gbps"], "ratio_vs_geoccl": b["ratio_vs_geoccl"],
                 "limit_us": e["limit_us"], "ratio_to_limit": b["ratio_to_limit"],
                 "correct": b["correct"], "compression": compression_label(args, name),
+                "encoded_bytes_per_call": b.get("encoded_bytes_per_call"),
             })
     return out
 
@@ -721,6 +725,18 @@ def print_table(args, n, names, summary, k, rate, rtt):
         print("| " + " | ".join(cells) + " |")
     print("\nX/geoccl > 1: geoccl is faster. x limit: time / physical limit (1 = at the limit).",
           flush=True)
+    if args.compression:
+        for e in summary:
+            for name in names:
+                enc = e[name].get("encoded_bytes_per_call")
+                if enc is None:
+                    continue
+                if enc == 0:
+                    print("warning: %s compressed nothing at %s: its ranks are in one domain, so no "
+                          "hop crosses one (label them: --wan, GEOCCL_DOMAIN)" % (name, e["size"]))
+                else:
+                    print("%s at %s: %.2f MB encoded per call, all ranks together"
+                          % (name, e["size"], enc / 1e6))
 
 
 def summarize_train(args, n, names, rows, k, rate, rtt):
