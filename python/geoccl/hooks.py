@@ -62,7 +62,11 @@ class GeocclHookState:
         self.forgotten_keys = 0  # residual keys dropped because their bucket went away
         self.feedback_keys = 0  # residuals this rank holds (the group's compression_stats)
         self.feedback_bytes = 0  # their memory
-        self.compression_stats = {}  # the group's compression_stats() after the last iteration
+        # The group's compression_stats() after the last iteration: calls, elements_encoded and
+        # bytes_encoded counted from this state's first bucket on (with whatever else the group
+        # compressed meanwhile), feedback_keys and feedback_bytes as they are.
+        self.compression_stats = {}
+        self._stats_base = None
         self._param_number = {}  # id(parameter) -> number, in order of first appearance
         self._params = []  # keeps the numbered parameters alive, so their ids stay theirs
         self._keys_now = []  # keys of the iteration under way
@@ -106,10 +110,7 @@ class GeocclHookState:
         self._keys_live = set()
         self._keys_now = []
         self._bucket_elems = {}
-        s = pg.compression_stats()
-        self.compression_stats = s
-        self.feedback_keys = s["feedback_keys"]
-        self.feedback_bytes = s["feedback_bytes"]
+        self._read_stats(pg)
 
     def _end_iteration(self, pg):
         """At the last bucket of an iteration: forget the residuals of keys this iteration did
@@ -126,11 +127,21 @@ class GeocclHookState:
         self.iterations += 1
         return changed, len(stale)
 
-    def _refresh_stats(self, pg, changed, forgot):
+    def _start_stats(self, pg):
+        if self._stats_base is None:
+            self._stats_base = pg.compression_stats()
+
+    def _read_stats(self, pg):
         s = pg.compression_stats()
+        base = self._stats_base or {}
+        for k in ("calls", "elements_encoded", "bytes_encoded"):
+            s[k] -= base.get(k, 0)
         self.compression_stats = s
         self.feedback_keys = s["feedback_keys"]
         self.feedback_bytes = s["feedback_bytes"]
+
+    def _refresh_stats(self, pg, changed, forgot):
+        self._read_stats(pg)
         if changed:
             elems = sum(self._bucket_elems.get(k, 0) for k in self._keys_live)
             log.info("geoccl compression_hook: %s%s, %d buckets (%.2f MiB fp32); residuals on this "
@@ -170,6 +181,7 @@ def compression_hook(state, bucket):
     if not isinstance(pg, _C.ProcessGroupGeoccl):
         raise TypeError("geoccl.compression_hook needs a process group of backend \"geoccl\", got "
                         f"{type(pg).__name__}")
+    state._start_stats(pg)
     buf = bucket.buffer()
     state.buckets += 1
     state.bytes += buf.numel() * buf.element_size()
