@@ -121,7 +121,12 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, default=300, help="optimizer steps in total")
     p.add_argument("--batch-size", type=int, default=32, help="per-rank batch size")
     p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--model", choices=["mlp", "cnn"], default="mlp",
+                   help="an MLP (64-hidden-hidden-10) or a small CNN (2 convolutions, fc to hidden)")
     p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--augment", action="store_true",
+                   help="train on shifted (+-1 pixel), noisy (sigma 0.1) images, test on 4 such copies "
+                        "of the held-out ones: harder")
     p.add_argument("--seed", type=int, default=0)
     add_ddp_args(p, bucket_mb=25.0)
     p.add_argument("--compute-probe", type=int, default=50,
@@ -197,6 +202,41 @@ def load_data(seed):
     return x[:n_train], y[:n_train], x[n_train:], y[n_train:]
 
 
+def augment(x, g, shift=1, noise=0.1):
+    """Each 8x8 image moved by up to `shift` pixels in each direction (zeros shifted in) plus
+    gaussian noise, drawn from generator g: a harder, unbounded version of the data."""
+    n = x.shape[0]
+    img = F.pad(x.view(n, 1, 8, 8), (shift, shift, shift, shift))
+    off = torch.randint(0, 2 * shift + 1, (n, 2), generator=g)
+    out = torch.empty(n, 1, 8, 8)
+    for dy in range(2 * shift + 1):
+        for dx in range(2 * shift + 1):
+            sel = (off[:, 0] == dy) & (off[:, 1] == dx)
+            out[sel] = img[sel, :, dy:dy + 8, dx:dx + 8]
+    return (out + noise * torch.randn(out.shape, generator=g)).view(n, 64)
+
+
+class CNN(nn.Module):
+    """Two 3x3 convolutions (16, 32 channels), a 2x2 max-pool and two linear layers (130,330
+    parameters with hidden 240, most of them in fc1)."""
+
+    def __init__(self, hidden):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
+        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
+        self.fc1 = nn.Linear(32 * 4 * 4, hidden)
+        self.fc2 = nn.Linear(hidden, 10)
+
+    def forward(self, x):
+        x = F.relu(self.conv1(x.view(-1, 1, 8, 8)))
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+
+def make_model(args):
+    return CNN(args.hidden) if args.model == "cnn" else MLP(args.hidden)
+
+
 class MLP(nn.Module):
     def __init__(self, hidden):
         super().__init__()
@@ -229,7 +269,7 @@ def codec_label(args):
 def measure_compute_ms(args, x, y):
     """Median time of the same training step (forward, backward, optimizer) on a local copy of the
     model, with no communication at all: the step's compute floor."""
-    model = MLP(args.hidden)
+    model = make_model(args)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     times = []
     for i in range(args.compute_probe):
@@ -271,11 +311,17 @@ def train(args):
     rank, world = dist.get_rank(), dist.get_world_size()
 
     x_train, y_train, x_test, y_test = load_data(args.seed)
+    aug = None
+    if args.augment:
+        # Four perturbed copies of the held-out images, the same in every run.
+        x_test = augment(x_test.repeat(4, 1), torch.Generator().manual_seed(12345))
+        y_test = y_test.repeat(4)
+        aug = torch.Generator().manual_seed(args.seed + 1 + rank)
     compute_ms = measure_compute_ms(args, x_train, y_train) if args.compute_probe > 0 else 0.0
     # Every rank starts from different weights on purpose: DDP's broadcast must align them.
     torch.manual_seed(args.seed + 1000 * rank)
     set_first_bucket(args)
-    model = DDP(MLP(args.hidden), bucket_cap_mb=args.bucket_mb)
+    model = DDP(make_model(args), bucket_cap_mb=args.bucket_mb)
     state = register_hook(model, args)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 
@@ -295,9 +341,10 @@ def train(args):
                 break
             base = b * args.batch_size * world + rank * args.batch_size
             idx = perm[base:base + args.batch_size]
+            xb = x_train[idx] if aug is None else augment(x_train[idx], aug)
             t0 = time.perf_counter()
             opt.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(x_train[idx]), y_train[idx])
+            loss = F.cross_entropy(model(xb), y_train[idx])
             loss.backward()  # DDP allreduces the gradient buckets here
             opt.step()
             step_times.append(time.perf_counter() - t0)
@@ -319,6 +366,8 @@ def train(args):
     result = {
         "backend": args.backend,
         "hook": args.hook,
+        "model": args.model,
+        "augment": args.augment,
         "rank": rank,
         "world_size": world,
         "steps": step,
