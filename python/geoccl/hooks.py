@@ -71,7 +71,8 @@ class GeocclHookState:
         self._params = []  # keeps the numbered parameters alive, so their ids stay theirs
         self._keys_now = []  # keys of the iteration under way
         self._keys_live = set()  # keys of the last complete iteration
-        self._bucket_elems = {}  # key -> elements, for the log
+        self._layout_now = []  # bytes of each bucket of the iteration under way, for the log
+        self._layout = []  # and of the last complete one
 
     def group(self):
         pg = self.process_group
@@ -109,7 +110,6 @@ class GeocclHookState:
             pg.forget_feedback(key)
         self._keys_live = set()
         self._keys_now = []
-        self._bucket_elems = {}
         self._read_stats(pg)
 
     def _end_iteration(self, pg):
@@ -119,11 +119,11 @@ class GeocclHookState:
         stale = self._keys_live - now
         for key in sorted(stale):
             pg.forget_feedback(key)
-            self._bucket_elems.pop(key, None)
         self.forgotten_keys += len(stale)
-        changed = now != self._keys_live or self.iterations == 0
+        changed = now != self._keys_live or self._layout_now != self._layout
         self._keys_live = now
         self._keys_now = []
+        self._layout, self._layout_now = self._layout_now, []
         self.iterations += 1
         return changed, len(stale)
 
@@ -143,11 +143,10 @@ class GeocclHookState:
     def _refresh_stats(self, pg, changed, forgot):
         self._read_stats(pg)
         if changed:
-            elems = sum(self._bucket_elems.get(k, 0) for k in self._keys_live)
-            log.info("geoccl compression_hook: %s%s, %d buckets (%.2f MiB fp32); residuals on this "
+            log.info("geoccl compression_hook: %s%s, %d buckets (%.2f MiB); residuals on this "
                      "rank: %d keys, %.2f MiB%s", self.compression or "GEOCCL_WAN_COMPRESSION",
                      " with error feedback" if self.error_feedback else " without error feedback",
-                     len(self._keys_live), elems * 4 / 2**20, self.feedback_keys,
+                     len(self._layout), sum(self._layout) / 2**20, self.feedback_keys,
                      self.feedback_bytes / 2**20,
                      f"; forgot {forgot} keys of buckets DDP rebuilt" if forgot else "")
 
@@ -185,11 +184,11 @@ def compression_hook(state, bucket):
     buf = bucket.buffer()
     state.buckets += 1
     state.bytes += buf.numel() * buf.element_size()
+    state._layout_now.append(buf.numel() * buf.element_size())
     key = ""
     if buf.dtype == torch.float32:
         if state.error_feedback:
             key = state.bucket_key(bucket)
-            state._bucket_elems[key] = buf.numel()
             state._keys_now.append(key)
         fut = pg.allreduce_compressed(buf, dist.ReduceOp.AVG, state.compression, key).get_future()
     else:

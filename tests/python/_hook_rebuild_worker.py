@@ -7,6 +7,7 @@ Writes the record to argv[1].rank.
 
 import datetime
 import json
+import logging
 import os
 import sys
 
@@ -89,6 +90,7 @@ def main():
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     os.environ["GEOCCL_DOMAIN"] = f"d{rank * domains // world}"
     torch.set_num_threads(1)
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")  # the hook's report
     dist.init_process_group("geoccl", timeout=datetime.timedelta(seconds=120))
     results = rebuild()
     with open(f"{out}.{rank}", "w") as f:

@@ -113,6 +113,11 @@ def test_bucket_keys_survive_rebuild_and_stale_ones_are_forgotten(tmp_path):
                         extra_env={"GEOCCL_WAN_SMALL_MSG_BYTES": "4K", "GEOCCL_SMALL_MSG_BYTES": "4K"})
     assert all(rc == 0 for rc, _ in outputs), format_outputs(outputs)
     ranks = [read_json(f"{out}.{r}") for r in range(WORLD)]
+    # The hook says what the residuals take whenever the bucket set changes: the first iteration's
+    # bucket, then the rebuilt ones (and the key it forgot).
+    log = outputs[0][1]
+    assert "geoccl compression_hook: int8 with error feedback, 1 buckets" in log, log
+    assert "residuals on this rank: 2 keys" in log and "forgot 1 keys" in log, log
     for r, res in enumerate(ranks):
         it = res["iterations"]
         first, rest = it[0], it[1:]
