@@ -13,7 +13,8 @@ with error feedback) or CODEC-noef (without). On one host it starts the ranks it
         --world 4 --domains 2 --configs fp32,int8,topk:0.01,int8-noef,topk:0.01-noef \\
         --json charlm.json -- --steps 2000 --d-model 64 --context 64 --eval-every 250
 
-Arguments after "--" go to the training script (its --help). Under a launcher that sets RANK,
+Arguments after "--" go to the training script (its --help). `--show FILE.json` prints the table
+of an earlier run again. Under a launcher that sets RANK,
 WORLD_SIZE, MASTER_ADDR and MASTER_PORT (`geoccl run`, the tests' run_ranks) it is one rank and
 writes {config: result} to --out.RANK.
 """
@@ -163,7 +164,9 @@ def launcher_main(args):
     for r in range(args.world):
         with open(f"{out}.{r}") as f:
             ranks.append(json.load(f))
-    print_table(args, ranks, time.monotonic() - t0)
+    print_table(args.task, args.configs, ranks,
+                f"{args.task}: {args.world} ranks in {args.domains} domains, training args "
+                f"{' '.join(args.train_argv) or '(defaults)'}; {time.monotonic() - t0:.0f} s in all")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"task": args.task, "world": args.world, "domains": args.domains,
@@ -171,28 +174,55 @@ def launcher_main(args):
     return 0
 
 
-def print_table(args, ranks, seconds):
-    key, name, sign = METRIC[args.task]
+def print_table(task, configs, ranks, header):
+    """The comparison with fp32 as a Markdown table (rank 0's results; parameters compared across
+    ranks)."""
+    key, name, sign = METRIC[task]
     r0 = ranks[0]
-    ref = r0["fp32"][key] if "fp32" in r0 else None
-    print(f"\n{args.task}: {args.world} ranks in {args.domains} domains, training args "
-          f"{' '.join(args.train_argv) or '(defaults)'}; {seconds:.0f} s in all\n")
-    print(f"| configuration | {name} | vs fp32 | bytes sent per fp32 value | residuals (rank 0) | "
-          f"identical on all ranks |")
-    print("|---|---:|---:|---:|---:|---|")
-    for c in args.configs:
+    ref = r0["fp32"] if "fp32" in r0 else None
+    classify = key == "accuracy"
+    print(f"\n{header}\n")
+    cols = [name, "vs fp32"] + (["test loss", "vs fp32"] if classify else []) + [
+        "bytes sent per fp32 value", "residuals (rank 0)", "identical on all ranks"]
+    print("| configuration | " + " | ".join(cols) + " |")
+    print("|---|" + "---:|" * (len(cols) - 1) + "---|")
+    for c in configs:
         r = r0[c]
-        rel = "-" if ref is None or c == "fp32" else f"{(r[key] - ref) / abs(ref) * sign:+.2%}"
+        cells = [f"{r[key]:.4f}"]
+        if ref is None or c == "fp32":
+            cells.append("-")
+        elif classify:  # accuracy: points (0.01 = 1 %)
+            cells.append(f"{r[key] - ref[key]:+.4f}")
+        else:  # loss: relative, + is better
+            cells.append(f"{(r[key] - ref[key]) / abs(ref[key]) * sign:+.2%}")
+        if classify:
+            cells.append(f"{r['test_loss']:.4f}")
+            cells.append("-" if ref is None or c == "fp32" else
+                         f"{(r['test_loss'] - ref['test_loss']) / ref['test_loss']:+.1%}")
         st = r.get("compression_stats") or {}
-        per = f"{st['bytes_encoded'] / st['elements_encoded']:.3f}" if st.get("elements_encoded") else "4 (fp32)"
-        res = f"{r.get('feedback_keys', 0)} keys, {r.get('feedback_bytes', 0) / 2**10:.0f} KiB"
-        same = len({x[c]["param_sha256"] for x in ranks}) == 1
-        print(f"| {c} | {r[key]:.4f} | {rel} | {per} | {res} | {'yes' if same else 'NO'} |")
-    print("\nvs fp32: + is better. bytes sent per fp32 value: what this rank's encodings took per "
-          "value it encoded for the WAN (fp32 = 4).")
+        cells.append(f"{st['bytes_encoded'] / st['elements_encoded']:.3f}" if st.get("elements_encoded")
+                     else "4 (fp32)")
+        cells.append(f"{r.get('feedback_keys', 0)} keys, {r.get('feedback_bytes', 0) / 2**10:.0f} KiB")
+        cells.append("yes" if len({x[c]["param_sha256"] for x in ranks}) == 1 else "NO")
+        print(f"| {c} | " + " | ".join(cells) + " |")
+    print(f"\nvs fp32: {'accuracy in points (0.01 = 1 %), loss relative' if classify else 'relative, + is better'}. "
+          "Bytes sent per fp32 value: what rank 0's encodings took per value it encoded for the WAN "
+          "(fp32 = 4).")
+
+
+def show(path):
+    with open(path) as f:
+        doc = json.load(f)
+    configs = list(doc["ranks"][0])
+    print_table(doc["task"], configs, doc["ranks"],
+                f"{doc['task']}: {doc['world']} ranks in {doc['domains']} domains, training args "
+                f"{' '.join(doc['train_argv']) or '(defaults)'}")
 
 
 def main(argv):
+    if argv[:1] == ["--show"] and len(argv) == 2:
+        show(argv[1])  # the table again, from a --json file
+        return 0
     args = parse_args(argv)
     if "RANK" in os.environ:
         return rank_main(args)
