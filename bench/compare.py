@@ -28,6 +28,15 @@ or per-pair rate among the domains used, bits/s) and RTT the largest pair RTT of
 and each backend's time as a multiple of it. --train resnet50 replays a ResNet-50 data-parallel
 step (bench/train_step.cc, bench/train_step_torch.py) on each backend, alternately.
 
+--compression CODEC (none|fp16|bf16|int8|int4|topk:RATIO[@allgather|@ring]) compresses geoccl's
+hops between domains (`geoccl bench --compression`, `train_step --compression`) and runs
+torch-gloo through torch's closest built-in DDP comm hook (bench/torch_gloo_bench.py --hook):
+fp16_compress_hook for fp16 and bf16 (torch 1.13's gloo has no bfloat16 allreduce), powerSGD_hook
+(rank --powersgd-rank) for int8, int4 and top-k, for which torch has no quantizing or sparsifying
+hook: a low-rank approximation at another compression ratio stands in, and the table says so.
+Gloo itself (gloo_bench, train_step --backend gloo) has no compression and stays fp32. Sizes,
+placement, launcher and rounds are the same for every backend.
+
 Exits nonzero if any run failed, timed out, wrote no or malformed JSON, or reported
 correct=false. Standard library only (tomllib: python >= 3.11 for --wan); the plot uses gnuplot.
 """
@@ -100,6 +109,42 @@ def parse_domains(text):
     if not out:
         raise argparse.ArgumentTypeError("--domains is empty")
     return out
+
+
+CODECS = ("none", "fp16", "bf16", "int8", "int4")
+
+
+def parse_compression(text):
+    """A codec spelling of geoccl's Compression::parse (checked here without importing geoccl)."""
+    codec, _, algo = text.partition("@")
+    ok = codec in CODECS
+    if codec.startswith("topk:"):
+        try:
+            ratio = float(codec[5:])
+            ok = 0 < ratio <= 1
+        except ValueError:
+            ok = False
+    if not ok or (algo and algo not in ("allgather", "ring")):
+        raise argparse.ArgumentTypeError(
+            "bad compression '%s' (want none|fp16|bf16|int8|int4|topk:RATIO, optionally "
+            "@allgather or @ring)" % text)
+    return text
+
+
+def torch_hook_for(codec, powersgd_rank):
+    """(torch-gloo --hook name or None, note for the table) standing in for geoccl's `codec`."""
+    base = codec.partition("@")[0]
+    if base == "none":
+        return None, None
+    if base == "fp16":
+        return "fp16", "torch-gloo: fp16_compress_hook (the same codec, on every hop)"
+    if base == "bf16":
+        return "fp16", ("torch-gloo: fp16_compress_hook stands in for bf16 (torch 1.13's gloo has "
+                        "no bfloat16 allreduce, so bf16_compress_hook cannot run on it)")
+    return "powersgd", ("torch-gloo: powerSGD_hook rank %d stands in for %s: torch has no "
+                        "quantizing or sparsifying hook; a low-rank approximation (with its own "
+                        "error feedback) at another compression ratio, see each result's "
+                        "compression_ratio" % (powersgd_rank, base))
 
 
 def positive(text):
@@ -268,6 +313,11 @@ def parse_args(argv):
     p.add_argument("--compute-ms", type=float, default=200.0,
                    help="emulated backward compute per step (default: %(default)s)")
     p.add_argument("--bucket-mb", type=float, default=25.0)
+    p.add_argument("--compression", type=parse_compression, default=None, metavar="CODEC",
+                   help="geoccl compresses its hops between domains with CODEC; torch-gloo runs "
+                        "torch's closest built-in comm hook; Gloo stays fp32")
+    p.add_argument("--powersgd-rank", type=positive, default=1,
+                   help="with --compression int8|int4|topk: torch-gloo's powerSGD rank (default 1)")
     p.add_argument("--json", help="write all results, records and the summary here")
     p.add_argument("--plot", help="write a log-log PNG of time vs size (needs gnuplot)")
     p.add_argument("-v", "--verbose", action="store_true", help="echo every run's output")
@@ -304,6 +354,15 @@ def parse_args(argv):
         if "torch-gloo" in wanted and not args.torch_gloo and args.sizes:
             p.error("--backends torch-gloo needs --torch-gloo")
     args.wanted = wanted
+    args.torch_hook, args.hook_note = (torch_hook_for(args.compression, args.powersgd_rank)
+                                       if args.compression else (None, None))
+    if args.torch_hook == "powersgd":
+        # powerSGD compresses from its second iteration on: the untimed steps must cover it, for
+        # every backend alike.
+        if args.warmup is not None and args.warmup < 2:
+            p.error("--compression %s: torch-gloo's powerSGD_hook needs --warmup >= 2"
+                    % args.compression)
+        args.train_warmup = max(args.train_warmup, 2)
     if args.train and args.train_step is None:
         cands = []
         if args.gloo:
@@ -316,17 +375,56 @@ def parse_args(argv):
 
 def backends(args):
     """(name, argv prefix) of every allreduce program; geoccl first, it is the reference."""
-    geo = [args.geoccl, "bench"] + (["--algo", args.algo] if args.algo else [])
+    geo = [args.geoccl, "bench"] + (["--algo", args.algo] if args.algo else []) + compression_args(args)
     out = [("geoccl", geo)]
     if args.wanted:  # variants only when asked for
         out += [(v, ["env"] + e + geo) for v, e in GEOCCL_VARIANTS.items() if v in args.wanted]
     if args.gloo:
         out.append(("gloo", [args.gloo]))
     if args.torch_gloo:
-        out.append(("torch-gloo", [args.python, args.torch_gloo]))
+        out.append(("torch-gloo", [args.python, args.torch_gloo] + hook_args(args)))
     if args.wanted:
         out = [(n, p) for n, p in out if n in args.wanted]
     return out
+
+
+def compression_args(args):
+    return ["--compression", args.compression] if args.compression else []
+
+
+def hook_args(args):
+    if not args.torch_hook:
+        return []
+    out = ["--hook", args.torch_hook]
+    if args.torch_hook == "powersgd":
+        out += ["--powersgd-rank", str(args.powersgd_rank)]
+    return out
+
+
+def compression_label(args, backend):
+    """What each backend's traffic was compressed with, for tables and records."""
+    if not args.compression:
+        return "none"
+    if backend.startswith("geoccl"):
+        return args.compression
+    if backend == "torch-gloo" and args.torch_hook:
+        return ("fp16_compress_hook" if args.torch_hook == "fp16"
+                else "powerSGD_hook rank %d" % args.powersgd_rank)
+    return "none"
+
+
+def check_compressed(args, backend, results):
+    """With --compression, each result must say it ran compressed (geoccl: "compression", the
+    torch hooks: "hook"), so that a program that ignored the flag cannot pass for a compressed
+    run. Returns an error or None."""
+    if not args.compression or args.compression.partition("@")[0] == "none":
+        return None
+    for r in results:
+        if backend.startswith("geoccl") and r.get("compression") in (None, "none"):
+            return "geoccl result does not report compression %s" % args.compression
+        if backend == "torch-gloo" and args.torch_hook and not r.get("hook"):
+            return "torch-gloo result does not report its hook"
+    return None
 
 
 def train_programs(args):
@@ -334,10 +432,10 @@ def train_programs(args):
     common = ["--steps", str(args.steps), "--warmup", str(args.train_warmup),
               "--compute-ms", "%g" % args.compute_ms, "--bucket-mb", "%g" % args.bucket_mb]
     geo = [args.train_step, "--backend", "geoccl"] + (["--algo", args.algo] if args.algo else [])
-    out = [("geoccl", geo + common),
+    out = [("geoccl", geo + common + compression_args(args)),
            ("gloo", [args.train_step, "--backend", "gloo"] + common),
            ("torch-gloo", [args.python, args.train_torch, "--train-step", args.train_step]
-            + common)]
+            + common + hook_args(args))]
     if args.wanted:
         return [(n, p) for n, p in out if n in args.wanted]
     # Default: geoccl plus the baselines the user named.
@@ -420,7 +518,8 @@ def run_once(args, launcher, backend, program, n, json_path):
         for r in results:
             if r.get("backend") == "geoccl":
                 r["backend"] = backend
-    err = validate(results, backend, n, [parse_size(s) for s in args.sizes])
+    err = validate(results, backend, n, [parse_size(s) for s in args.sizes]) or check_compressed(
+        args, backend, results)
     if err:
         return None, err
     return results, None
@@ -440,6 +539,9 @@ def run_train_once(args, launcher, backend, program, n, json_path):
     if results[0]["backend"] != backend or results[0]["world_size"] != n:
         return None, "train result is for %s n=%d" % (results[0]["backend"],
                                                       results[0]["world_size"])
+    err = check_compressed(args, backend, results)
+    if err:
+        return None, err
     return results, None
 
 
@@ -512,6 +614,9 @@ def summarize(args, n, names, rows, k, rate, rtt):
                 "correct": bool(rs) and all(r["correct"] for r in rs),
                 "ratio_to_limit": (med / lim) if (med and lim) else None,
             }
+            enc = [r["encoded_bytes_per_call"] for r in rs if "encoded_bytes_per_call" in r]
+            if enc:  # geoccl with --compression: what all ranks encoded per call
+                entry[name]["encoded_bytes_per_call"] = statistics.median(enc)
         ref = entry.get("geoccl", {}).get("time_us_median")
         for name in names:
             t = entry[name]["time_us_median"]
@@ -533,7 +638,8 @@ def records_from(args, summary, names):
                 "time_us_max": b["time_us_max"], "algbw_gbps": b["algbw_gbps"],
                 "busbw_gbps": b["busbw_gbps"], "ratio_vs_geoccl": b["ratio_vs_geoccl"],
                 "limit_us": e["limit_us"], "ratio_to_limit": b["ratio_to_limit"],
-                "correct": b["correct"],
+                "correct": b["correct"], "compression": compression_label(args, name),
+                "encoded_bytes_per_call": b.get("encoded_bytes_per_call"),
             })
     return out
 
@@ -572,6 +678,14 @@ def print_header(args, n, k, rate, rtt, title):
     else:
         print("- loopback (no emulated WAN): no physical limit")
     print("- date: %s; machine: %s" % (now, machine_description()))
+    if args.compression:
+        print("- compression: %s" % "; ".join(
+            "%s %s" % (b, compression_label(args, b)) for b in ("geoccl", "gloo", "torch-gloo")))
+        print("  - geoccl: %s on the hops between domains only (inside a domain fp32)"
+              % args.compression)
+        print("  - gloo: fp32 (Gloo has no compression)")
+        if args.hook_note:
+            print("  - " + args.hook_note)
     print("- rounds: %d (backends alternate per round)%s" % (
         args.rounds, "" if not args.algo else "; geoccl --algo %s" % args.algo))
     print()
@@ -611,6 +725,18 @@ def print_table(args, n, names, summary, k, rate, rtt):
         print("| " + " | ".join(cells) + " |")
     print("\nX/geoccl > 1: geoccl is faster. x limit: time / physical limit (1 = at the limit).",
           flush=True)
+    if args.compression:
+        for e in summary:
+            for name in names:
+                enc = e[name].get("encoded_bytes_per_call")
+                if enc is None:
+                    continue
+                if enc == 0:
+                    print("warning: %s compressed nothing at %s: its ranks are in one domain, so no "
+                          "hop crosses one (label them: --wan, GEOCCL_DOMAIN)" % (name, e["size"]))
+                else:
+                    print("%s at %s: %.2f MB encoded per call, all ranks together"
+                          % (name, e["size"], enc / 1e6))
 
 
 def summarize_train(args, n, names, rows, k, rate, rtt):
@@ -619,7 +745,7 @@ def summarize_train(args, n, names, rows, k, rate, rtt):
     for name in names:
         rs = [r for r in rows if r["backend"] == name]
         e = {"backend": name, "op": "train_step", "model": args.train, "world_size": n,
-             "rounds": len(rs)}
+             "rounds": len(rs), "compression": compression_label(args, name)}
         if rs:
             e["bytes"] = rs[0]["bytes"]
             e["buckets"] = rs[0].get("buckets")
@@ -801,7 +927,9 @@ def main(argv):
             write_plot(args, path, [e for e in summaries if e["world_size"] == n], names, title)
 
     if args.json:
-        cfg = {"world_sizes": args.world_sizes, "sizes": args.sizes, "op": args.op,
+        cfg = {"compression": args.compression, "torch_hook": compression_label(args, "torch-gloo"),
+               "baseline_notes": [x for x in (args.hook_note,) if x],
+               "world_sizes": args.world_sizes, "sizes": args.sizes, "op": args.op,
                "iters": args.iters, "warmup": args.warmup, "rounds": args.rounds,
                "backends": names, "algo": args.algo,
                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -13,6 +13,13 @@ TORCH_GLOO_PORT, if set, replaces MASTER_PORT for torch's TCPStore (MASTER_PORT 
 taken by geoccl's own store). GEOCCL_BIND_ADDR (default 127.0.0.1) is the address the Gloo
 transport should use; torch only lets us choose an interface, so it is mapped to one and passed
 as GLOO_SOCKET_IFNAME, unless GLOO_SOCKET_IFNAME is already set.
+
+--hook fp16|powersgd runs each allreduce through torch's built-in DDP communication hook of that
+name instead (fp16_compress_hook; powerSGD_hook with --powersgd-rank, error feedback on, from the
+second warm-up iteration on), on a bucket that holds the buffer as one matrix (powerSGD compresses
+matrices only; a row-major split as square as the size allows). A hook averages, so the result is
+checked against the average, within what the hook loses: fp16 1e-2 relative, powerSGD (a low-rank
+approximation, rank 1 by default) a relative Frobenius error below 1.5, reported as "rel_error".
 """
 
 from __future__ import annotations
@@ -70,10 +77,114 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--warmup", type=non_negative, default=3)
     p.add_argument("--json", default="", help="rank 0 writes results here")
     p.add_argument("--timeout-s", type=positive, default=300)
+    add_hook_args(p)
     args = p.parse_args(argv)
     if not args.sizes:
         p.error("--sizes is empty")
+    if args.hook == "powersgd" and args.warmup < POWERSGD_START:
+        p.error(f"--hook powersgd needs --warmup >= {POWERSGD_START} (powerSGD compresses from its "
+                f"iteration {POWERSGD_START} on)")
     return args
+
+
+# ---- torch's built-in DDP communication hooks, outside DDP ----
+
+HOOKS = ["none", "fp16", "powersgd"]
+POWERSGD_START = 2  # the smallest start_powerSGD_iter torch allows with error feedback
+# What each hook loses, as the largest relative error of a result still called correct.
+HOOK_TOLERANCE = {"none": 0.0, "fp16": 1e-2, "powersgd": 1.5}
+
+
+def add_hook_args(p):
+    p.add_argument("--hook", choices=HOOKS, default="none",
+                   help="run every allreduce through this built-in torch DDP comm hook "
+                        "(fp16_compress_hook, powerSGD_hook); default: plain all_reduce")
+    p.add_argument("--powersgd-rank", type=positive, default=1,
+                   help="--hook powersgd: matrix_approximation_rank (default: torch's 1)")
+
+
+class FlatBucket:
+    """What a DDP comm hook reads of a torch GradBucket (which Python cannot construct): the flat
+    buffer, views of it with the gradients' shapes, index and is_last."""
+
+    def __init__(self, index, buffer, shapes, last):
+        self._index, self._buffer, self._last = index, buffer, last
+        self._views, off = [], 0
+        for shape in shapes:
+            n = 1
+            for d in shape:
+                n *= d
+            self._views.append(buffer[off:off + n].view(shape))
+            off += n
+        if off != buffer.numel():
+            raise ValueError(f"bucket {index}: shapes hold {off} elements, the buffer {buffer.numel()}")
+
+    def buffer(self):
+        return self._buffer
+
+    def gradients(self):
+        return self._views
+
+    def parameters(self):
+        return self._views
+
+    def index(self):
+        return self._index
+
+    def is_last(self):
+        return self._last
+
+    def set_buffer(self, tensor):
+        self._buffer = tensor
+
+
+def make_hook(args):
+    """(hook, state) for --hook; the hook takes (state, bucket) and returns a Future[Tensor] of
+    the bucket's average."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+
+    if args.hook == "fp16":
+        return default_hooks.fp16_compress_hook, None
+    if args.hook == "powersgd":
+        state = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=args.powersgd_rank,
+                                   start_powerSGD_iter=POWERSGD_START, random_seed=0)
+        return psgd.powerSGD_hook, state
+    raise ValueError(f"no hook {args.hook!r}")
+
+
+def hook_description(args):
+    if args.hook == "fp16":
+        return "fp16_compress_hook"
+    if args.hook == "powersgd":
+        return f"powerSGD_hook rank {args.powersgd_rank}"
+    return "none"
+
+
+def matrix_shape(count: int) -> tuple[int, int]:
+    """(rows, cols), rows * cols == count, rows the largest divisor <= sqrt(count)."""
+    rows = max(1, int(count ** 0.5))
+    while count % rows:
+        rows -= 1
+    return rows, count // rows
+
+
+def wire_elements(args, shapes) -> int:
+    """Elements each rank sends per allreduce of these gradients with the hook (fp32 units for
+    powerSGD's P and Q, fp16 units for fp16): what the hook reduces the traffic to."""
+    total = 0
+    for shape in shapes:
+        n = 1
+        for d in shape:
+            n *= d
+        if args.hook == "powersgd" and len(shape) > 1:
+            rows, cols = shape[0], n // shape[0]
+            r = min(rows, cols, args.powersgd_rank)
+            # torch's _should_compress: compressed only where it saves at least 2x
+            total += (rows + cols) * r if (rows + cols) * r * 2 <= n else n
+        else:
+            total += n
+    return total
 
 
 def require_env(name: str) -> str:
@@ -121,6 +232,8 @@ def choose_gloo_interface(rank: int) -> None:
 
 def run_size(dist, torch, nbytes: int, args, rank: int, world: int) -> dict:
     count = nbytes // 4
+    # A fresh hook state per size: powerSGD keeps per-bucket state (error, P and Q) of one shape.
+    hook = make_hook(args) if args.hook != "none" else None
     # Rank r contributes (r+1) + (i % 7); the sum n(n+1)/2 + n*(i % 7) is a small integer, exact
     # in float32 whatever order the ranks are added in.
     phase = torch.arange(count, dtype=torch.int64).remainder_(7).to(torch.float32)
@@ -128,32 +241,55 @@ def run_size(dist, torch, nbytes: int, args, rank: int, world: int) -> dict:
     expected = phase * float(world) + float(world * (world + 1) // 2)
     del phase
     buf = torch.empty(count, dtype=torch.float32)
+    shape = matrix_shape(count)
+    if hook is not None:
+        expected = expected / world  # the hooks average
 
     times_us: list[float] = []
     wrong = False
+    rel_error = 0.0
     for it in range(args.warmup + args.iters):
         buf.copy_(pattern)  # the allreduce is in place: restore the input outside the timer
         # No barrier between iterations: each rank times its own call and the max over ranks
         # per iteration is taken afterwards.
         t0 = time.perf_counter_ns()
-        dist.all_reduce(buf, op=dist.ReduceOp.SUM)
+        if hook is None:
+            dist.all_reduce(buf, op=dist.ReduceOp.SUM)
+            out = buf
+        else:
+            out = hook[0](hook[1], FlatBucket(0, buf, [shape], True)).wait()
         t1 = time.perf_counter_ns()
-        if not torch.equal(buf, expected):
-            if not wrong:
-                bad = (buf != expected).nonzero()[0].item()
-                print(f"torch_gloo_bench[rank {rank}]: element {bad} = {buf[bad].item()}, "
-                      f"expected {expected[bad].item()}", file=sys.stderr)
-            wrong = True
+        if hook is None:
+            if not torch.equal(out, expected):
+                if not wrong:
+                    bad = (out != expected).nonzero()[0].item()
+                    print(f"torch_gloo_bench[rank {rank}]: element {bad} = {out[bad].item()}, "
+                          f"expected {expected[bad].item()}", file=sys.stderr)
+                wrong = True
+        elif it >= args.warmup:
+            err = ((out.double() - expected).norm() / expected.double().norm()).item()
+            rel_error = max(rel_error, err)
+            if not err <= HOOK_TOLERANCE[args.hook]:  # NaN fails too
+                if not wrong:
+                    print(f"torch_gloo_bench[rank {rank}]: {hook_description(args)}: relative error "
+                          f"{err:.3g} > {HOOK_TOLERANCE[args.hook]}", file=sys.stderr)
+                wrong = True
         if it >= args.warmup:
             times_us.append((t1 - t0) / 1e3)
 
     # One small collective gathers per-iteration max over ranks plus an "any rank wrong" flag.
-    gathered = torch.tensor(times_us + [1.0 if wrong else 0.0], dtype=torch.float64)
+    gathered = torch.tensor(times_us + [rel_error, 1.0 if wrong else 0.0], dtype=torch.float64)
     dist.all_reduce(gathered, op=dist.ReduceOp.MAX)
     values = gathered.tolist()
     correct = values.pop() == 0.0
+    rel_error = values.pop()
     median = statistics.median(values)
     algbw = nbytes / (median * 1e-6) / 1e9  # nccl-tests conventions, GB = 1e9 B
+    extra = {}
+    if hook is not None:
+        wire = wire_elements(args, [shape]) * (2 if args.hook == "fp16" else 4)
+        extra = {"hook": hook_description(args), "rel_error": rel_error,
+                 "compression_ratio": nbytes / wire}
     return {
         "backend": "torch-gloo",
         "op": "allreduce",
@@ -168,11 +304,13 @@ def run_size(dist, torch, nbytes: int, args, rank: int, world: int) -> dict:
         "algbw_gbps": algbw,
         "busbw_gbps": algbw * 2 * (world - 1) / world,
         "correct": correct,
+        **extra,
     }
 
 
-def print_header(world: int) -> None:
-    print(f"# torch_gloo_bench: torch.distributed all_reduce (gloo), float32 sum, "
+def print_header(world: int, args) -> None:
+    how = "float32 sum" if args.hook == "none" else f"float32 average through {hook_description(args)}"
+    print(f"# torch_gloo_bench: torch.distributed all_reduce (gloo), {how}, "
           f"world_size {world}")
     print("# {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>8}".format(
         "size(B)", "count", "time(us)", "min(us)", "max(us)", "algbw(GB/s)", "busbw(GB/s)",
@@ -214,7 +352,7 @@ def main(argv: list[str]) -> int:
                             world_size=world, timeout=timeout)
     try:
         if rank == 0:
-            print_header(world)
+            print_header(world, args)
         results = []
         for nbytes in args.sizes:
             results.append(run_size(dist, torch, nbytes, args, rank, world))

@@ -10,6 +10,10 @@ and exposes the C++ Communicator for numpy arrays and torch CPU tensors (in plac
     comm = geoccl.Communicator.from_env()
     comm.allreduce(array, op="avg").wait()
 
+Gradients can be compressed on the hops that cross domains (docs/compression.md): per call,
+``comm.allreduce(array, op="avg", compression="int8", feedback_key="grad0")``; for DDP, the
+comm hook ``geoccl.compression_hook`` with ``geoccl.GeocclHookState(pg, compression="int8")``.
+
 Checkpoints and other background traffic go on the bulk priority class: ``priority="bulk"`` on a
 Communicator operation, or a torch group made by ``geoccl.new_bulk_group()``.
 """
@@ -17,7 +21,14 @@ Communicator operation, or a torch group made by ``geoccl.new_bulk_group()``.
 import torch  # noqa: F401  (the extension links torch; its types must be registered first)
 import torch.distributed  # noqa: F401
 
-from ._C import Communicator, GeocclError, ProcessGroupGeoccl, StoreServer, Work  # noqa: F401
+from ._C import (  # noqa: F401
+    Communicator,
+    GeocclError,
+    ProcessGroupGeoccl,
+    StoreServer,
+    Work,
+    compression_name,
+)
 from .torch_backend import (  # noqa: F401
     BACKEND_NAME,
     ProcessGroupOptions,
@@ -28,7 +39,7 @@ from .torch_backend import (  # noqa: F401
 )
 from . import elastic, hooks  # noqa: F401
 from ._C import ElasticGroup  # noqa: F401
-from .hooks import GeocclHookState, allreduce_hook  # noqa: F401
+from .hooks import GeocclHookState, allreduce_hook, compression_hook  # noqa: F401
 
 __all__ = [
     "BACKEND_NAME",
@@ -42,6 +53,8 @@ __all__ = [
     "Work",
     "abort",
     "allreduce_hook",
+    "compression_hook",
+    "compression_name",
     "create_process_group",
     "elastic",
     "hooks",

@@ -3,21 +3,76 @@
     model = DDP(model, process_group=pg)            # pg: a "geoccl" group (or the default group)
     model.register_comm_hook(geoccl.GeocclHookState(pg), geoccl.allreduce_hook)
 
-The hook averages each gradient bucket across the group asynchronously and returns a
-torch.futures.Future. Compression hooks plug in at :meth:`GeocclHookState.encode` /
-:meth:`GeocclHookState.decode` (identity here).
+    # gradients compressed on the hops that cross domains, with error feedback:
+    state = geoccl.GeocclHookState(pg, compression="int8", error_feedback=True)
+    model.register_comm_hook(state, geoccl.compression_hook)
+
+Both hooks average each gradient bucket across the group asynchronously and return a
+torch.futures.Future. :func:`compression_hook` runs the bucket's allreduce with a codec on the
+hops between domains (docs/compression.md: work inside a domain stays in full precision, every
+rank gets bit-identical results) and, with error feedback, keeps what the codec dropped on this
+rank under a key of the bucket and adds it to the bucket's next allreduce.
+
+Bucket keys are made from the bucket's parameters (which ones, in buffer order), never from
+``bucket.index()``: DDP rebuilds its buckets after the first iteration, and a key names the same
+memory layout for as long as the bucket exists. Keys that stop appearing (a rebuild) are
+forgotten at the end of the iteration that no longer has them, so the residuals' memory is that
+of the current buckets. ``state.feedback_keys`` / ``state.feedback_bytes`` (and the log of
+logger "geoccl.hooks" whenever the bucket set changes) say how much memory that is on this rank.
 """
 
+import hashlib
+import logging
+
+import torch
 import torch.distributed as dist
+
+from . import _C
+
+log = logging.getLogger("geoccl.hooks")
 
 
 class GeocclHookState:
-    """State of the geoccl DDP hooks: the process group and per-run counters."""
+    """State of the geoccl DDP hooks: the process group, the codec and per-run counters.
 
-    def __init__(self, process_group=None):
+    process_group: a "geoccl" group; None = the default group.
+    compression: for :func:`compression_hook`: a codec spelling (``"int8"``, ``"int4"``,
+        ``"fp16"``, ``"bf16"``, ``"topk:0.01"``, optionally ``"@allgather"``/``"@ring"``), or
+        None for the group's GEOCCL_WAN_COMPRESSION (applied to buckets of at least
+        GEOCCL_WAN_COMPRESSION_MIN_BYTES). A bad spelling is a ValueError here.
+    error_feedback: keep each bucket's residual on this rank and add it to the bucket's next
+        allreduce (recommended with every lossy codec: top-k does not converge without it).
+
+    One state per DDP model: the bucket keys are numbered within it, and carry the state's own
+    number (states made in the same order on every rank get the same keys on every rank).
+    :meth:`forget` drops the state's residuals (after training, or to restart the feedback).
+    """
+
+    _made = 0  # states made in this process: the prefix of their keys
+
+    def __init__(self, process_group=None, compression=None, error_feedback=True):
         self.process_group = process_group
+        self._prefix = f"ddp{GeocclHookState._made}"
+        GeocclHookState._made += 1
+        self.compression = None if compression is None else _C.compression_name(compression)
+        self.error_feedback = bool(error_feedback)
         self.buckets = 0  # buckets reduced so far
-        self.bytes = 0  # payload bytes handed to the allreduce so far
+        self.bytes = 0  # payload bytes handed to the allreduce so far (fp32, before the codec)
+        self.iterations = 0  # iterations seen by compression_hook (its last buckets)
+        self.forgotten_keys = 0  # residual keys dropped because their bucket went away
+        self.feedback_keys = 0  # residuals this rank holds (the group's compression_stats)
+        self.feedback_bytes = 0  # their memory
+        # The group's compression_stats() after the last iteration: calls, elements_encoded and
+        # bytes_encoded counted from this state's first bucket on (with whatever else the group
+        # compressed meanwhile), feedback_keys and feedback_bytes as they are.
+        self.compression_stats = {}
+        self._stats_base = None
+        self._param_number = {}  # id(parameter) -> number, in order of first appearance
+        self._params = []  # keeps the numbered parameters alive, so their ids stay theirs
+        self._keys_now = []  # keys of the iteration under way
+        self._keys_live = set()  # keys of the last complete iteration
+        self._layout_now = []  # bytes of each bucket of the iteration under way, for the log
+        self._layout = []  # and of the last complete one
 
     def group(self):
         pg = self.process_group
@@ -25,12 +80,75 @@ class GeocclHookState:
             pg = dist.distributed_c10d._get_default_group()
         return pg
 
-    # Compression hooks (later issues) override these: tensor in -> tensor to reduce, and back.
+    # Kept for allreduce_hook (identity): tensor in -> tensor to reduce, and back.
     def encode(self, tensor):
         return tensor
 
     def decode(self, reduced, bucket_buffer):
         return reduced
+
+    def bucket_key(self, bucket):
+        """The error-feedback key of a bucket: its parameters in buffer order, numbered by first
+        appearance in this state. Every rank sees the buckets in the same order, so every rank
+        gives a bucket the same key; a rebuilt bucket with other parameters gets another."""
+        numbers = []
+        for p in bucket.parameters():
+            n = self._param_number.get(id(p))
+            if n is None:
+                n = len(self._params)
+                self._param_number[id(p)] = n
+                self._params.append(p)
+            numbers.append(n)
+        digest = hashlib.sha1(",".join(map(str, numbers)).encode()).hexdigest()[:16]
+        return f"{self._prefix}:{len(numbers)}:{digest}"
+
+    def forget(self):
+        """Drops the residuals of this state's buckets on this rank (its keys only: other states
+        and direct allreduces on the group keep theirs); the next iteration starts afresh."""
+        pg = self.group()
+        for key in sorted(self._keys_live | set(self._keys_now)):
+            pg.forget_feedback(key)
+        self._keys_live = set()
+        self._keys_now = []
+        self._read_stats(pg)
+
+    def _end_iteration(self, pg):
+        """At the last bucket of an iteration: forget the residuals of keys this iteration did
+        not use (their buckets are gone), and say so when the set of buckets changed."""
+        now = set(self._keys_now)
+        stale = self._keys_live - now
+        for key in sorted(stale):
+            pg.forget_feedback(key)
+        self.forgotten_keys += len(stale)
+        changed = now != self._keys_live or self._layout_now != self._layout
+        self._keys_live = now
+        self._keys_now = []
+        self._layout, self._layout_now = self._layout_now, []
+        self.iterations += 1
+        return changed, len(stale)
+
+    def _start_stats(self, pg):
+        if self._stats_base is None:
+            self._stats_base = pg.compression_stats()
+
+    def _read_stats(self, pg):
+        s = pg.compression_stats()
+        base = self._stats_base or {}
+        for k in ("calls", "elements_encoded", "bytes_encoded"):
+            s[k] -= base.get(k, 0)
+        self.compression_stats = s
+        self.feedback_keys = s["feedback_keys"]
+        self.feedback_bytes = s["feedback_bytes"]
+
+    def _refresh_stats(self, pg, changed, forgot):
+        self._read_stats(pg)
+        if changed:
+            log.info("geoccl compression_hook: %s%s, %d buckets (%.2f MiB); residuals on this "
+                     "rank: %d keys, %.2f MiB%s", self.compression or "GEOCCL_WAN_COMPRESSION",
+                     " with error feedback" if self.error_feedback else " without error feedback",
+                     len(self._layout), sum(self._layout) / 2**20, self.feedback_keys,
+                     self.feedback_bytes / 2**20,
+                     f"; forgot {forgot} keys of buckets DDP rebuilt" if forgot else "")
 
 
 def allreduce_hook(state, bucket):
@@ -50,3 +168,41 @@ def allreduce_hook(state, bucket):
         return state.decode(f.value()[0], buf)
 
     return fut.then(_done)
+
+
+def compression_hook(state, bucket):
+    """Averages ``bucket.buffer()`` over the group with ``state.compression`` on the hops that
+    cross domains and, with ``state.error_feedback``, the bucket's residual; returns a
+    Future[Tensor]. Buckets that are not float32 are averaged uncompressed."""
+    if state is None:
+        raise ValueError("geoccl.compression_hook needs a GeocclHookState (its codec and residual keys)")
+    pg = state.group()
+    if not isinstance(pg, _C.ProcessGroupGeoccl):
+        raise TypeError("geoccl.compression_hook needs a process group of backend \"geoccl\", got "
+                        f"{type(pg).__name__}")
+    state._start_stats(pg)
+    buf = bucket.buffer()
+    state.buckets += 1
+    state.bytes += buf.numel() * buf.element_size()
+    state._layout_now.append(buf.numel() * buf.element_size())
+    key = ""
+    if buf.dtype == torch.float32:
+        if state.error_feedback:
+            key = state.bucket_key(bucket)
+            state._keys_now.append(key)
+        fut = pg.allreduce_compressed(buf, dist.ReduceOp.AVG, state.compression, key).get_future()
+    else:
+        opts = dist.AllreduceOptions()
+        opts.reduceOp = dist.ReduceOp.AVG
+        fut = pg.allreduce([buf], opts).get_future()
+    if not bucket.is_last():
+        return fut.then(lambda f: f.value()[0])
+    changed, forgot = state._end_iteration(pg)
+
+    def _last(f):
+        # Runs once every bucket of the iteration has completed (they complete in issue order).
+        value = f.value()[0]
+        state._refresh_stats(pg, changed, forgot)
+        return value
+
+    return fut.then(_last)

@@ -205,7 +205,7 @@ std::unique_ptr<PyWork> issue(std::vector<py::object> keep, F&& f) {
   Work w;
   {
     py::gil_scoped_release nogil;
-    w = f();
+    w = invalid_as_value_error(f);
   }
   return std::make_unique<PyWork>(std::move(w), std::move(keep));
 }
@@ -215,6 +215,12 @@ using Comm = Communicator;
 }  // namespace
 
 void bind_communicator(py::module_& m) {
+  m.def(
+      "compression_name", [](const std::string& text) { return parse_compression(text)->name(); },
+      py::arg("text"),
+      "The canonical spelling of a compression (\"topk:0.010\" -> \"topk:0.01\"); ValueError "
+      "for a bad one.");
+
   py::class_<StoreServer, std::shared_ptr<StoreServer>>(m, "StoreServer",
       "The embedded rendezvous store (port 0 = any free port).")
       .def(py::init([](const std::string& addr, int port) {
@@ -261,11 +267,29 @@ void bind_communicator(py::module_& m) {
            }, py::arg("reason") = "",
            "Fails every pending operation here and on every reachable peer with GeocclError "
            "(aborted: rank and reason) within about a round trip; later operations fail at once.")
-      .def("allreduce", [](Comm& c, py::object buf, const std::string& op, std::optional<double> t, const std::string& algo, const std::string& pr) {
+      .def("allreduce", [](Comm& c, py::object buf, const std::string& op, std::optional<double> t, const std::string& algo, const std::string& pr, std::optional<std::string> compression, const std::string& feedback_key) {
              View v = view_of(buf, true, "buf");
              ReduceOp o = parse_op(op);
-             return issue({buf}, [&] { return c.allreduce(v.data, v.count, v.dtype, o, opts(t, algo, pr)); });
-           }, py::arg("buf"), py::arg("op") = "sum", py::arg("timeout") = py::none(), py::arg("algo") = "", py::arg("priority") = "gradient")
+             OpOptions oo = opts(t, algo, pr);
+             oo.compression = parse_compression(compression);
+             oo.feedback_key = feedback_key;
+             return issue({buf}, [&] { return c.allreduce(v.data, v.count, v.dtype, o, oo); });
+           }, py::arg("buf"), py::arg("op") = "sum", py::arg("timeout") = py::none(), py::arg("algo") = "", py::arg("priority") = "gradient",
+           py::arg("compression") = py::none(), py::arg("feedback_key") = "",
+           "In place. compression: a codec for the hops that cross domains (\"none\", \"fp16\", "
+           "\"bf16\", \"int8\", \"int4\", \"topk:RATIO\", optionally \"@allgather\" or \"@ring\"); "
+           "None = GEOCCL_WAN_COMPRESSION for float32 sum/avg buffers of at least "
+           "GEOCCL_WAN_COMPRESSION_MIN_BYTES. An explicit codec on another dtype or op is a "
+           "ValueError. feedback_key: keep what the codec dropped on this rank under this key and "
+           "add it to the next allreduce with the same key (error feedback); \"\" = none.")
+      .def("compression_stats", [](const Comm& c) { return compression_stats_dict(c.compression_stats()); },
+           "What compressed allreduces did on this rank: calls, elements_encoded, bytes_encoded, "
+           "feedback_keys and feedback_bytes (the memory of the error-feedback residuals).")
+      .def("forget_feedback", [](Comm& c, const std::string& key) {
+             py::gil_scoped_release nogil;
+             c.forget_feedback(key);
+           }, py::arg("key") = "",
+           "Drops the residual kept under key (\"\" = all); a later allreduce with it starts afresh.")
       .def("broadcast", [](Comm& c, py::object buf, int root, std::optional<double> t, const std::string& pr) {
              View v = view_of(buf, true, "buf");
              return issue({buf}, [&] { return c.broadcast(v.data, v.count, v.dtype, root, opts(t, "", pr)); });

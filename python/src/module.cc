@@ -55,6 +55,11 @@ Priority parse_priority(const std::string& name) {
 
 const char* priority_name(Priority p) { return p == Priority::kBulk ? "bulk" : "gradient"; }
 
+std::optional<Compression> parse_compression(const std::optional<std::string>& text) {
+  if (!text) return std::nullopt;
+  return invalid_as_value_error([&] { return Compression::parse(*text); });
+}
+
 Config group_config(int rank, int world_size, const std::string& master_addr, int master_port,
                     const std::string& session) {
   Config c = Config::from_env();
@@ -64,6 +69,16 @@ Config group_config(int rank, int world_size, const std::string& master_addr, in
   c.master_port = static_cast<uint16_t>(master_port);
   if (!session.empty()) c.session = session;
   return c;
+}
+
+py::dict compression_stats_dict(const CompressionStats& s) {
+  py::dict d;
+  d["calls"] = s.calls;
+  d["elements_encoded"] = s.elements_encoded;
+  d["bytes_encoded"] = s.bytes_encoded;
+  d["feedback_keys"] = s.feedback_keys;
+  d["feedback_bytes"] = s.feedback_bytes;
+  return d;
 }
 
 }  // namespace geoccl::python

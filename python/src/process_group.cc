@@ -216,6 +216,23 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGeoccl::allreduce(std::vector<at::Ten
   return w;
 }
 
+c10::intrusive_ptr<c10d::Work> ProcessGroupGeoccl::allreduce_compressed(
+    const at::Tensor& t, ReduceOp op, std::optional<Compression> compression,
+    std::string feedback_key, std::chrono::milliseconds timeout) {
+  check_cpu(t, "allreduce_compressed tensor");
+  DataType dt = reduce_dtype(t);
+  OpOptions o = op_options(timeout);
+  o.compression = compression;
+  o.feedback_key = std::move(feedback_key);
+  auto w = make_work(rank_, c10d::OpType::ALLREDUCE, {t});
+  at::Tensor buf = contiguous_out(t, *w);
+  w->keep = {buf};
+  Work gw = invalid_as_value_error(
+      [&] { return comm_->allreduce(buf.data_ptr(), static_cast<size_t>(buf.numel()), dt, op, o); });
+  attach(w, {std::move(gw)});
+  return w;
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupGeoccl::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
   if (tensors.empty()) invalid("allreduce_coalesced needs at least one tensor");
@@ -622,6 +639,21 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGeoccl::recvAnysource(std::vector<at:
 
 // ---- bindings ----
 
+namespace {
+
+// A torch ReduceOp (dist.ReduceOp.AVG) or its name ("avg", "sum", ...).
+ReduceOp reduce_op_of(const py::object& op) {
+  if (py::isinstance<py::str>(op)) return parse_op(op.cast<std::string>());
+  try {
+    return to_geoccl_op(op.cast<c10d::ReduceOp>());
+  } catch (const py::cast_error&) {
+    throw py::type_error("geoccl: op must be a torch.distributed.ReduceOp or a name (sum, avg, ...), got " +
+                         std::string(py::str(op.get_type())));
+  }
+}
+
+}  // namespace
+
 void bind_process_group(py::module_& m) {
   py::class_<ProcessGroupGeoccl, c10::intrusive_ptr<ProcessGroupGeoccl>, c10d::ProcessGroup>(
       m, "ProcessGroupGeoccl", "torch.distributed process group on geoccl.")
@@ -644,6 +676,41 @@ void bind_process_group(py::module_& m) {
       .def_property_readonly(
           "priority", [](const ProcessGroupGeoccl& pg) { return priority_name(pg.priority()); },
           "Priority class of every operation of the group: \"gradient\" or \"bulk\".")
+      .def(
+          "allreduce_compressed",
+          [](ProcessGroupGeoccl& pg, const at::Tensor& tensor, const py::object& op,
+             std::optional<std::string> compression, const std::string& feedback_key,
+             std::optional<double> timeout_s) {
+            const ReduceOp o = reduce_op_of(op);
+            const auto c = parse_compression(compression);
+            const auto timeout = timeout_s ? std::chrono::milliseconds(static_cast<int64_t>(*timeout_s * 1000.0))
+                                           : std::chrono::milliseconds(-1);
+            py::gil_scoped_release nogil;
+            return pg.allreduce_compressed(tensor, o, c, feedback_key, timeout);
+          },
+          py::arg("tensor"), py::arg("op") = "avg", py::arg("compression") = py::none(),
+          py::arg("feedback_key") = "", py::arg("timeout") = py::none(),
+          "In-place allreduce of one CPU tensor whose hops across domains use `compression` (a "
+          "spelling of geoccl.compression_name; None = GEOCCL_WAN_COMPRESSION), with error "
+          "feedback under `feedback_key` (\"\" = none). op: a torch ReduceOp or \"sum\", \"avg\", "
+          "...; timeout in seconds (None: the group's). Returns a torch Work whose get_future() "
+          "holds [tensor]. Every rank must pass the same op and compression. ValueError for an "
+          "explicit codec on anything but float32 SUM/AVG.")
+      .def(
+          "compression_stats",
+          [](ProcessGroupGeoccl& pg) {
+            return compression_stats_dict(pg.communicator().compression_stats());
+          },
+          "What compressed allreduces of this group did on this rank: calls, elements_encoded, "
+          "bytes_encoded, feedback_keys, feedback_bytes (error-feedback residual memory).")
+      .def(
+          "forget_feedback",
+          [](ProcessGroupGeoccl& pg, const std::string& key) {
+            py::gil_scoped_release nogil;
+            pg.communicator().forget_feedback(key);
+          },
+          py::arg("key") = "",
+          "Drops the error-feedback residual kept under key (\"\" = all of them).")
       .def_property_readonly("op_timeout", &ProcessGroupGeoccl::timeout,
                              "Deadline of every operation (the group's timeout).")
       .def_property_readonly(

@@ -10,6 +10,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,14 @@ class ProcessGroupGeoccl : public c10d::ProcessGroup {
                                            const c10d::BroadcastOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override;
+  // allreduce of one tensor whose hops across domains use `compression` (geoccl/compression.h;
+  // nullopt: the config's GEOCCL_WAN_COMPRESSION), with error feedback under `feedback_key` ("" =
+  // none): what geoccl.hooks' DDP comm hook issues per bucket. Throws std::invalid_argument for an
+  // explicit codec on anything but a float32 sum/avg, before anything is sent.
+  c10::intrusive_ptr<c10d::Work> allreduce_compressed(const at::Tensor& tensor, ReduceOp op,
+                                                      std::optional<Compression> compression,
+                                                      std::string feedback_key,
+                                                      std::chrono::milliseconds timeout);
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
       std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,

@@ -34,6 +34,11 @@ def test_single_rank_in_place():
         comm.allreduce(np.zeros(3, dtype=np.complex64))
     with pytest.raises(ValueError, match="unknown reduce op"):
         comm.allreduce(a, op="xor")
+    # The library's own refusals before anything is sent are ValueErrors too.
+    with pytest.raises(ValueError, match="root 5"):
+        comm.broadcast(a, root=5)
+    with pytest.raises(ValueError, match="peer 7"):
+        comm.send(a, 7)
 
 
 WORKER = textwrap.dedent("""
