@@ -352,8 +352,8 @@ def train(args):
             n_epoch += 1
             step += 1
         dt = time.perf_counter() - t_epoch
-        acc = accuracy(model.module, x_test, y_test)
         if rank == 0 and not args.quiet:
+            acc = accuracy(model.module, x_test, y_test)
             line = (f"epoch {epoch + 1:3d}/{epochs}  step {step:5d}  loss {loss_sum / max(n_epoch, 1):.4f}  "
                     f"test acc {acc:.4f}  {n_epoch / dt:8.1f} steps/s  "
                     f"step {1000 * dt / max(n_epoch, 1):7.2f} ms")
