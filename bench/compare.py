@@ -703,6 +703,9 @@ def print_header(args, n, k, rate, rtt, title):
         print("  - gloo: fp32 (Gloo has no compression)")
         if args.hook_note:
             print("  - " + args.hook_note)
+        if args.wan:
+            print("  - the limit is that of the fp32 bytes: a compressed run moves fewer and can "
+                  "go below it (x limit < 1)")
     print("- rounds: %d (backends alternate per round)%s" % (
         args.rounds, "" if not args.algo else "; geoccl --algo %s" % args.algo))
     print()

@@ -23,6 +23,7 @@ import argparse
 import datetime
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -135,6 +136,8 @@ def launcher_main(args):
     argv = [sys.executable, os.path.abspath(__file__), "--task", args.task, "--configs", ",".join(args.configs),
             "--domains", str(args.domains), "--out", out, "--", *args.train_argv]
     t0 = time.monotonic()
+    # SIGTERM ends the launcher through the finally below, which ends the ranks too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         for r in range(args.world):
             env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(args.world), LOCAL_RANK=str(r),
