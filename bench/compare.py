@@ -66,9 +66,13 @@ TRAIN_KEYS = {
     "step_ms_median": (int, float), "compute_ms_median": (int, float),
     "exposed_comm_share_median": (int, float), "correct": bool,
 }
-ALL_BACKENDS = ["geoccl", "geoccl-tcp", "gloo", "torch-gloo"]
+ALL_BACKENDS = ["geoccl", "geoccl-tcp", "geoccl-fp32", "gloo", "torch-gloo", "torch-gloo-fp16"]
 # Variants of geoccl: (name, environment the ranks get); their JSON says "geoccl".
 GEOCCL_VARIANTS = {"geoccl-tcp": ["GEOCCL_TRANSPORT=tcp"]}
+# Baselines for --compression, run in the same interleaved rounds when --backends names them:
+# geoccl-fp32 is geoccl without the codec, torch-gloo-fp16 torch-gloo with fp16_compress_hook
+# whatever the codec. Their JSON says "geoccl" / "torch-gloo".
+BASE_OF = {"geoccl-tcp": "geoccl", "geoccl-fp32": "geoccl", "torch-gloo-fp16": "torch-gloo"}
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -356,7 +360,7 @@ def parse_args(argv):
     args.wanted = wanted
     args.torch_hook, args.hook_note = (torch_hook_for(args.compression, args.powersgd_rank)
                                        if args.compression else (None, None))
-    if args.torch_hook == "powersgd":
+    if args.torch_hook == "powersgd" and (not wanted or "torch-gloo" in wanted):
         # powerSGD compresses from its second iteration on: the untimed steps must cover it, for
         # every backend alike.
         if args.warmup is not None and args.warmup < 2:
@@ -379,10 +383,14 @@ def backends(args):
     out = [("geoccl", geo)]
     if args.wanted:  # variants only when asked for
         out += [(v, ["env"] + e + geo) for v, e in GEOCCL_VARIANTS.items() if v in args.wanted]
+        if "geoccl-fp32" in args.wanted:
+            out.append(("geoccl-fp32", [args.geoccl, "bench"] + (["--algo", args.algo] if args.algo else [])))
     if args.gloo:
         out.append(("gloo", [args.gloo]))
     if args.torch_gloo:
         out.append(("torch-gloo", [args.python, args.torch_gloo] + hook_args(args)))
+        if args.wanted and "torch-gloo-fp16" in args.wanted:
+            out.append(("torch-gloo-fp16", [args.python, args.torch_gloo, "--hook", "fp16"]))
     if args.wanted:
         out = [(n, p) for n, p in out if n in args.wanted]
     return out
@@ -403,7 +411,9 @@ def hook_args(args):
 
 def compression_label(args, backend):
     """What each backend's traffic was compressed with, for tables and records."""
-    if not args.compression:
+    if backend == "torch-gloo-fp16":
+        return "fp16_compress_hook"
+    if not args.compression or backend == "geoccl-fp32":
         return "none"
     if backend.startswith("geoccl"):
         return args.compression
@@ -417,7 +427,9 @@ def check_compressed(args, backend, results):
     """With --compression, each result must say it ran compressed (geoccl: "compression", the
     torch hooks: "hook"), so that a program that ignored the flag cannot pass for a compressed
     run. Returns an error or None."""
-    if not args.compression or args.compression.partition("@")[0] == "none":
+    if backend == "torch-gloo-fp16":
+        return None if all(r.get("hook") for r in results) else "torch-gloo-fp16 result does not report its hook"
+    if not args.compression or args.compression.partition("@")[0] == "none" or backend == "geoccl-fp32":
         return None
     for r in results:
         if backend.startswith("geoccl") and r.get("compression") in (None, "none"):
@@ -433,9 +445,12 @@ def train_programs(args):
               "--compute-ms", "%g" % args.compute_ms, "--bucket-mb", "%g" % args.bucket_mb]
     geo = [args.train_step, "--backend", "geoccl"] + (["--algo", args.algo] if args.algo else [])
     out = [("geoccl", geo + common + compression_args(args)),
+           ("geoccl-fp32", geo + common),
            ("gloo", [args.train_step, "--backend", "gloo"] + common),
            ("torch-gloo", [args.python, args.train_torch, "--train-step", args.train_step]
-            + common + hook_args(args))]
+            + common + hook_args(args)),
+           ("torch-gloo-fp16", [args.python, args.train_torch, "--train-step", args.train_step]
+            + common + ["--hook", "fp16"])]
     if args.wanted:
         return [(n, p) for n, p in out if n in args.wanted]
     # Default: geoccl plus the baselines the user named.
@@ -514,9 +529,9 @@ def run_once(args, launcher, backend, program, n, json_path):
     results, err = run_and_load(args, cmd, json_path, backend)
     if err:
         return None, err
-    if backend in GEOCCL_VARIANTS:
+    if backend in BASE_OF:
         for r in results:
-            if r.get("backend") == "geoccl":
+            if r.get("backend") == BASE_OF[backend]:
                 r["backend"] = backend
     err = validate(results, backend, n, [parse_size(s) for s in args.sizes]) or check_compressed(
         args, backend, results)
@@ -532,6 +547,8 @@ def run_train_once(args, launcher, backend, program, n, json_path):
         return None, err
     if not isinstance(results, list) or len(results) != 1 or not isinstance(results[0], dict):
         return None, "train JSON is not a one-element array"
+    if backend in BASE_OF and results[0].get("backend") == BASE_OF[backend]:
+        results[0]["backend"] = backend
     for key, typ in TRAIN_KEYS.items():
         if key not in results[0] or not isinstance(results[0][key], typ) or (
                 typ is not bool and isinstance(results[0][key], bool)):
