@@ -43,7 +43,7 @@ void compressed_ring_allreduce(OpContext& c, const compression::CodecSpec& spec,
   }
   const size_t chunk_elems = std::max<size_t>(1, c.chunk_bytes() / sizeof(float));
   std::vector<std::vector<Part>> segs(static_cast<size_t>(k));
-  std::vector<size_t> seg_bytes(static_cast<size_t>(k), 0), seg_base(static_cast<size_t>(k), 0);
+  std::vector<size_t> seg_base(static_cast<size_t>(k), 0);
   size_t total = 0, max_seg = 0;
   for (int q = 0; q < k; ++q) {
     auto& s = segs[static_cast<size_t>(q)];
@@ -60,7 +60,6 @@ void compressed_ring_allreduce(OpContext& c, const compression::CodecSpec& spec,
       bytes += t;
       s.push_back(std::move(part));
     }
-    seg_bytes[static_cast<size_t>(q)] = bytes;
     seg_base[static_cast<size_t>(q)] = total;
     total += bytes;
     max_seg = std::max(max_seg, bytes);
