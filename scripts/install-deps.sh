@@ -10,6 +10,7 @@ PKGS=(
   pybind11-dev libtorch-dev python3-sklearn
   liblz4-dev libzstd-dev libxxhash-dev python3-torchvision
   etcd-server libcpp-httplib-dev
+  libngtcp2-dev libngtcp2-crypto-gnutls-dev libgnutls28-dev
 )
 missing=()
 for p in "${PKGS[@]}"; do

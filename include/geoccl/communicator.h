@@ -49,7 +49,7 @@ struct OpOptions {
 // What one peer's link carried, transport-neutral, plus the TCP detail where TCP carries it.
 struct PeerStats {
   int peer = -1;
-  std::string transport;  // the device that carries this peer's frames: "tcp", "shm"
+  std::string transport;  // the device that carries this peer's frames: "tcp", "shm", "quic"
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
   uint64_t frames_sent = 0;
@@ -89,6 +89,17 @@ struct PeerStats {
     uint64_t pacing_rate_bps = 0;
     std::vector<TcpStream> streams;
   } tcp;
+  // QUIC only: ngtcp2's view of the connection (rtt_ms above is its smoothed RTT).
+  struct Quic {
+    std::string congestion_control;  // "cubic", "bbr", "bbr2", "reno"
+    double min_rtt_ms = 0;
+    uint64_t cwnd_bytes = 0;
+    uint64_t bytes_in_flight = 0;
+    uint64_t delivery_rate_bps = 0;  // bit/s
+    uint64_t pacing_rate_bps = 0;
+    uint64_t streams_opened = 0;     // data frames sent, one stream each
+    bool gso = false;                // UDP GSO in use on the device's socket
+  } quic;
 };
 
 // The domains (regions) the group spans, as found at start-up.

@@ -28,11 +28,18 @@ struct Config {
   std::string bind_addr;  // GEOCCL_BIND_ADDR: address peers connect to (default: auto)
   // GEOCCL_TRANSPORT: the transport of each path class (docs/transport.md). "auto" =
   // "host=shm,remote=tcp": shared memory between ranks on one host (same boot id and network
-  // namespace), TCP otherwise; "tcp" = TCP everywhere; or a list "host=shm|tcp,remote=tcp".
+  // namespace), TCP otherwise; "tcp" = TCP everywhere; "quic" = QUIC between hosts; or a list
+  // "host=shm|tcp,remote=tcp|quic".
   // Every rank must use the same value (a group parameter, checked when ranks connect).
   std::string transport = "auto";
   // GEOCCL_SHM_RING_BYTES: bytes of each direction's ring between two ranks on one host.
   size_t shm_ring_bytes = 4 << 20;
+  // GEOCCL_QUIC_CC: ngtcp2's congestion control on QUIC connections (cubic, bbr, bbr2, reno).
+  std::string quic_cc = "cubic";
+  // GEOCCL_QUIC_WINDOW_BYTES: initial flow-control window of a QUIC connection and of each of its
+  // streams (ngtcp2 may grow it to twice that): at least the longest path's bandwidth-delay
+  // product.
+  uint64_t quic_window_bytes = 32u << 20;
   // GEOCCL_TCP_CC: congestion control of peer sockets. "auto" = bbr when this rank belongs to a
   // labelled domain (a multi-region job) and the kernel offers it, else the system default;
   // "system" = leave it; any other name (bbr, cubic, reno) is requested for every peer socket.

@@ -110,6 +110,8 @@ void Config::apply_env() {
   apply({"GEOCCL_BIND_ADDR"}, [&](auto, auto v) { bind_addr = v; });
   apply({"GEOCCL_TRANSPORT"}, [&](auto, auto v) { transport = v; });
   apply({"GEOCCL_SHM_RING_BYTES"}, [&](auto n, auto v) { shm_ring_bytes = parse_size(n, v); });
+  apply({"GEOCCL_QUIC_CC"}, [&](auto, auto v) { quic_cc = v; });
+  apply({"GEOCCL_QUIC_WINDOW_BYTES"}, [&](auto n, auto v) { quic_window_bytes = parse_size(n, v); });
   apply({"GEOCCL_TCP_CC"}, [&](auto, auto v) { tcp_cc = v; });
   apply({"GEOCCL_TCP_STREAMS"}, [&](auto n, auto v) { tcp_streams = parse_int<int>(n, v); });
   auto size_or_auto = [](const char* n, const char* v) {
@@ -179,8 +181,12 @@ void Config::validate() const {
   if (heartbeat_interval.count() > 0 && liveness_window < 3 * heartbeat_interval)
     bad("GEOCCL_LIVENESS_WINDOW_MS must be at least 3 heartbeat intervals (GEOCCL_HEARTBEAT_MS)");
   if (!valid_transport_choice(transport))
-    bad("GEOCCL_TRANSPORT must be auto, tcp or a list of class=name "
-        "(host=shm,remote=tcp), got '" + transport + "'");
+    bad("GEOCCL_TRANSPORT must be auto, tcp, quic or a list of class=name "
+        "(host=shm,remote=quic), got '" + transport + "'");
+  if (quic_cc != "cubic" && quic_cc != "bbr" && quic_cc != "bbr2" && quic_cc != "reno")
+    bad("GEOCCL_QUIC_CC must be cubic, bbr, bbr2 or reno, got '" + quic_cc + "'");
+  if (quic_window_bytes < (64 << 10) || quic_window_bytes > (uint64_t{1} << 32))
+    bad("GEOCCL_QUIC_WINDOW_BYTES must be between 64K and 4G");
   if (bulk_target_delay.count() < 1 || bulk_target_delay.count() > 10000)
     bad("GEOCCL_BULK_TARGET_DELAY_MS must be in 1..10000");
   if (chunk_bytes < 4096) bad("GEOCCL_CHUNK_BYTES must be >= 4096");

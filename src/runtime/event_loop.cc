@@ -213,11 +213,26 @@ void EventLoop::drain_posted() {
   for (auto& f : batch) guarded("a posted task", f);
 }
 
-int EventLoop::next_timeout_ms() {
-  if (timer_order_.empty()) return -1;
+bool EventLoop::next_timeout(timespec* ts) {
+  if (timer_order_.empty()) return false;
   const auto d = timer_order_.begin()->first - Clock::now();
-  if (d <= Clock::duration::zero()) return 0;
-  return static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(d).count());
+  const int64_t ns = d <= Clock::duration::zero() ? 0 : std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+  ts->tv_sec = static_cast<time_t>(ns / 1'000'000'000);
+  ts->tv_nsec = static_cast<long>(ns % 1'000'000'000);
+  return true;
+}
+
+int EventLoop::wait(epoll_event* events, int max) {
+  timespec ts{};
+  const bool timed = next_timeout(&ts);
+  if (pwait2_) {
+    const int n = epoll_pwait2(epfd_, events, max, timed ? &ts : nullptr, nullptr);
+    if (n >= 0 || errno != ENOSYS) return n;
+    pwait2_ = false;  // an older kernel: millisecond timeouts from now on
+  }
+  int ms = -1;
+  if (timed) ms = static_cast<int>(ts.tv_sec * 1000 + (ts.tv_nsec + 999'999) / 1'000'000);
+  return epoll_wait(epfd_, events, max, ms);
 }
 
 void EventLoop::fire_timers() {
@@ -237,7 +252,7 @@ void EventLoop::run() {
   constexpr int kMaxEvents = 64;
   epoll_event events[kMaxEvents];
   while (!stop_.load()) {
-    const int n = epoll_wait(epfd_, events, kMaxEvents, next_timeout_ms());
+    const int n = wait(events, kMaxEvents);
     if (n < 0 && errno != EINTR) return die(std::string("epoll_wait: ") + std::strerror(errno));
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;

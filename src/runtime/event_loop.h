@@ -7,9 +7,11 @@
 //    was posted and not run; run_sync throws Error(kIo) and post runs nothing from then on.
 //  - an fd handler, timer or posted task throws: reported, and the loop keeps running.
 //  - modify_fd / remove_fd fail: reported (add_fd throws instead).
+// Timers have microsecond resolution (epoll_pwait2).
 #pragma once
 
 #include <sys/epoll.h>
+#include <time.h>
 
 #include <atomic>
 #include <chrono>
@@ -76,7 +78,11 @@ class EventLoop {
   void run();
   void wake();
   void drain_posted();
-  int next_timeout_ms();
+  // The time until the first timer (false: none).
+  bool next_timeout(timespec* ts);
+  // epoll_pwait2 (nanosecond timeouts: timers keep microsecond resolution, which QUIC's pacing
+  // needs), or epoll_wait with the timeout rounded up to milliseconds on kernels before 5.11.
+  int wait(epoll_event* events, int max);
   void fire_timers();
   // Runs `f`, reporting what it throws as coming from `what`.
   template <class F>
@@ -90,6 +96,7 @@ class EventLoop {
   std::string death() const;
 
   std::string name_;
+  bool pwait2_ = true;
   int epfd_ = -1;
   int wakefd_ = -1;
   std::atomic<bool> stop_{false};

@@ -5,6 +5,7 @@
 #include "core/logging.h"
 #include "geoccl/error.h"
 #include "transport/liveness_monitor.h"
+#include "transport/quic/device.h"
 #include "transport/shm/device.h"
 #include "transport/tcp/device.h"
 
@@ -15,7 +16,7 @@ namespace {
 constexpr uint64_t kBulkNotsentLowat = 128 << 10;
 
 bool known_device(const std::string& name, bool host_class) {
-  return name == "tcp" || (host_class && name == "shm");
+  return name == "tcp" || name == "quic" || (host_class && name == "shm");
 }
 
 }  // namespace
@@ -25,6 +26,10 @@ PathChoice PathChoice::parse(const std::string& s) {
   if (s == "auto") return c;
   if (s == "tcp") {
     c.host = "tcp";
+    return c;
+  }
+  if (s == "quic") {
+    c.host = c.remote = "quic";
     return c;
   }
   size_t pos = 0;
@@ -39,7 +44,7 @@ PathChoice PathChoice::parse(const std::string& s) {
       c.remote = value;
     else
       throw Error(ErrorCode::kInvalidArgument,
-                  "GEOCCL_TRANSPORT: '" + item + "' is not host=shm|tcp or remote=tcp (in '" + s + "')");
+                  "GEOCCL_TRANSPORT: '" + item + "' is not host=shm|tcp or remote=tcp|quic (in '" + s + "')");
     pos = end + 1;
   }
   return c;
@@ -63,6 +68,10 @@ Router::Router(Group& group, const Config& cfg, int data_streams, const std::str
     if (c == 0) gradient_tcp = tcp.get();
     else tcp->yield_to(*gradient_tcp, ScavengerOptions::from_config(cfg));
     devices.push_back(std::move(tcp));
+    // QUIC carries the gradient class; the bulk class stays on TCP, whose scavenger paces it
+    // beneath the gradient class's traffic through the kernel.
+    if ((choice.remote == "quic" || choice.host == "quic") && c == 0)
+      devices.push_back(std::make_unique<quic::QuicDevice>(group_, bind_addr, quic::QuicOptions::from_config(cfg)));
     if (choice.host == "shm") {
       shm::ShmOptions o;
       o.ring_bytes = cfg.shm_ring_bytes;
@@ -88,6 +97,8 @@ Router::Router(Group& group, const Config& cfg, int data_streams, const std::str
       // Both ends of a pair see the same two addresses and the same choice: they pick alike.
       Device* host = find(choice.host);
       Device* remote = find(choice.remote);
+      if (!host) host = find("tcp");  // the bulk class has no QUIC device
+      if (!remote) remote = find("tcp");
       std::vector<std::vector<int>> peers_of(ch.devices.size());
       for (int p = 0; p < group_.size(); ++p) {
         if (p == group_.rank()) continue;

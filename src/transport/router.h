@@ -35,7 +35,8 @@ namespace geoccl::transport {
 struct PathChoice {
   std::string host = "shm";
   std::string remote = "tcp";
-  // "auto", "tcp", or "host=shm|tcp,remote=tcp" (either key may be left out). Throws
+  // "auto", "tcp" (everywhere), "quic" (everywhere: tests on one host), or
+  // "host=shm|tcp|quic,remote=tcp|quic" (either key may be left out). Throws
   // Error(kInvalidArgument) naming the bad part.
   static PathChoice parse(const std::string& s);
 };

@@ -65,7 +65,8 @@ std::vector<std::pair<int, int>> busy_sockets(const std::vector<pid_t>& pids, ui
   return found;
 }
 
-// World size x transport: "auto" puts every peer of one host on shared memory, "tcp" on TCP.
+// World size x transport: "auto" puts every peer of one host on shared memory, "tcp" on TCP,
+// "quic" on QUIC.
 class Collectives : public ::testing::TestWithParam<std::tuple<int, const char*>> {};
 
 TEST_P(Collectives, EveryOpEveryDtypeMatchesReference) {
@@ -76,7 +77,7 @@ TEST_P(Collectives, EveryOpEveryDtypeMatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, Collectives,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 6, 7, 8),
-                                            ::testing::Values("auto", "tcp")));
+                                            ::testing::Values("auto", "tcp", "quic")));
 
 // Each rank in a domain of its own: every peer is a WAN peer, striped over 8 TCP streams.
 TEST(Collectives, EightStripedStreamsPerPeer) {
@@ -148,6 +149,12 @@ TEST(CollectivesBig, TensOfMiBOnThreeAndFourRanks) {
   }
 }
 
+// The same over QUIC: frames of several MiB, many streams in flight, flow-control windows.
+TEST(CollectivesBig, TensOfMiBOverQuic) {
+  const auto codes = run_ranks(3, "collectives-big", 240, {{"GEOCCL_TRANSPORT", "quic"}});
+  for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
 // Data streams killed from outside the processes (ss -K: the kernel aborts the socket and sends an
 // RST, as a middlebox would) while large collectives run: with GEOCCL_TCP_RESUME=on every result
 // is still exact and no rank fails.
@@ -189,7 +196,7 @@ TEST(Resume, KilledRankStillGivesPeerLost) {
 // (the issue's bound), over TCP within the mode's own 10 s.
 TEST(Errors, KilledRankGivesPeerLostOnEveryOtherRank) {
   const std::string stamp = "/tmp/geoccl-kill-" + std::to_string(getpid());
-  for (const char* transport : {"auto", "tcp"})
+  for (const char* transport : {"auto", "tcp", "quic"})
     for (int n : {2, 4}) {
       std::remove(stamp.c_str());
       const auto codes = run_ranks(n, "kill", 60,
@@ -209,7 +216,7 @@ TEST(Errors, KilledRankGivesPeerLostOnEveryOtherRank) {
 // each rank prints its figure), on shared memory and on TCP.
 TEST(Errors, AbortEndsEveryPendingWorkOnEveryRankWithinASecond) {
   const std::string stamp = "/tmp/geoccl-abort-" + std::to_string(getpid());
-  for (const char* transport : {"auto", "tcp"})
+  for (const char* transport : {"auto", "tcp", "quic"})
     for (int n : {2, 3}) {
       SCOPED_TRACE(std::string(transport) + " n=" + std::to_string(n));
       const auto codes = run_ranks(n, "abort", 60,
@@ -231,7 +238,7 @@ TEST(Errors, MismatchedCallsFailCleanlyOnAllRanks) {
 // A rank started with another group parameter (here GEOCCL_CHUNK_BYTES) makes every rank fail
 // at connect with an error naming the setting, on shared memory and on TCP.
 TEST(Channels, ClassesInterleavedInDifferentOrdersOnEveryTransport) {
-  for (const char* transport : {"auto", "tcp"}) {
+  for (const char* transport : {"auto", "tcp", "quic"}) {
     SCOPED_TRACE(transport);
     const auto codes = run_ranks(4, "channels", 120, {{"GEOCCL_TRANSPORT", transport}});
     for (int c : codes) EXPECT_EQ(c, 0);
@@ -242,7 +249,7 @@ TEST(Channels, ClassesInterleavedInDifferentOrdersOnEveryTransport) {
 }
 
 TEST(PointToPoint, RecvFromAnySourceReportsTheSender) {
-  for (const char* transport : {"auto", "tcp"}) {
+  for (const char* transport : {"auto", "tcp", "quic"}) {
     SCOPED_TRACE(transport);
     const auto codes = run_ranks(4, "recv-any", 120, {{"GEOCCL_TRANSPORT", transport}});
     for (int c : codes) EXPECT_EQ(c, 0);
@@ -255,7 +262,7 @@ TEST(Channels, MismatchOnTheBulkClassFailsEveryRank) {
 }
 
 TEST(Errors, DifferentGroupParametersFailEveryRankByName) {
-  for (const char* transport : {"auto", "tcp"}) {
+  for (const char* transport : {"auto", "tcp", "quic"}) {
     const auto t0 = std::chrono::steady_clock::now();
     const auto codes = run_ranks(4, "params", 60, {{"GEOCCL_TRANSPORT", transport}});
     for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << transport << " rank " << r;
@@ -272,7 +279,7 @@ TEST(Errors, GarbageClientIsRejectedAndGroupKeepsWorking) {
 // (Work::wait and a plain future), nested three deep, and a 2 s callback holds back no later
 // collective; on shared memory and on TCP.
 TEST(Callbacks, IssueAndWaitNestedAndSlowCallbacksDoNotStall) {
-  for (const char* transport : {"auto", "tcp"}) {
+  for (const char* transport : {"auto", "tcp", "quic"}) {
     const auto codes = run_ranks(3, "callbacks", 120, {{"GEOCCL_TRANSPORT", transport}});
     for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << transport << " rank " << r;
   }

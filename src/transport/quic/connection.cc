@@ -1,0 +1,753 @@
+#include "transport/quic/connection.h"
+
+#include <gnutls/crypto.h>
+#include <ngtcp2/ngtcp2_crypto_gnutls.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/logging.h"
+#include "geoccl/error.h"
+#include "transport/quic/device.h"
+
+namespace geoccl::transport::quic {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr size_t kCidLen = 8;
+// Data streams a peer may have open at once (one per frame in flight).
+constexpr uint64_t kMaxStreams = 4096;
+// Application error code of a CONNECTION_CLOSE that refuses or ends a pair on error.
+constexpr uint64_t kAppError = 0x67;
+
+uint64_t now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count());
+}
+
+std::string cid_key(const uint8_t* data, size_t len) { return std::string(reinterpret_cast<const char*>(data), len); }
+
+QuicConnection* self(void* user_data) { return static_cast<QuicConnection*>(user_data); }
+
+ngtcp2_conn* get_conn(ngtcp2_crypto_conn_ref* ref) { return static_cast<QuicConnection*>(ref->user_data)->conn(); }
+
+void rand_cb(uint8_t* dest, size_t len, const ngtcp2_rand_ctx*) { (void)gnutls_rnd(GNUTLS_RND_RANDOM, dest, len); }
+
+int recv_stream_data_cb(ngtcp2_conn*, uint32_t flags, int64_t stream_id, uint64_t offset, const uint8_t* data,
+                        size_t len, void* ud, void*) {
+  return self(ud)->on_stream_data(flags, stream_id, offset, data, len);
+}
+int acked_cb(ngtcp2_conn*, int64_t stream_id, uint64_t offset, uint64_t len, void* ud, void*) {
+  return self(ud)->on_acked(stream_id, offset, len);
+}
+int stream_close_cb(ngtcp2_conn*, uint32_t, int64_t stream_id, uint64_t, void* ud, void*) {
+  return self(ud)->on_stream_close(stream_id);
+}
+int handshake_completed_cb(ngtcp2_conn*, void* ud) { return self(ud)->on_handshake_completed(); }
+int new_cid_cb(ngtcp2_conn*, ngtcp2_cid* cid, uint8_t* token, size_t cidlen, void* ud) {
+  return self(ud)->on_new_cid(cid, token, cidlen);
+}
+int remove_cid_cb(ngtcp2_conn*, const ngtcp2_cid* cid, void* ud) { return self(ud)->on_remove_cid(cid); }
+int streams_cb(ngtcp2_conn*, uint64_t, void* ud) {
+  self(ud)->on_streams_available();
+  return 0;
+}
+int stream_data_cb(ngtcp2_conn*, int64_t stream_id, uint64_t, void* ud, void*) {
+  self(ud)->on_stream_credit(stream_id);
+  return 0;
+}
+
+ngtcp2_callbacks callbacks(bool server) {
+  ngtcp2_callbacks cb{};
+  if (server) cb.recv_client_initial = ngtcp2_crypto_recv_client_initial_cb;
+  else cb.client_initial = ngtcp2_crypto_client_initial_cb;
+  cb.recv_crypto_data = ngtcp2_crypto_recv_crypto_data_cb;
+  cb.encrypt = ngtcp2_crypto_encrypt_cb;
+  cb.decrypt = ngtcp2_crypto_decrypt_cb;
+  cb.hp_mask = ngtcp2_crypto_hp_mask_cb;
+  cb.recv_retry = ngtcp2_crypto_recv_retry_cb;
+  cb.update_key = ngtcp2_crypto_update_key_cb;
+  cb.delete_crypto_aead_ctx = ngtcp2_crypto_delete_crypto_aead_ctx_cb;
+  cb.delete_crypto_cipher_ctx = ngtcp2_crypto_delete_crypto_cipher_ctx_cb;
+  cb.get_path_challenge_data = ngtcp2_crypto_get_path_challenge_data_cb;
+  cb.version_negotiation = ngtcp2_crypto_version_negotiation_cb;
+  cb.rand = rand_cb;
+  cb.get_new_connection_id = new_cid_cb;
+  cb.remove_connection_id = remove_cid_cb;
+  cb.recv_stream_data = recv_stream_data_cb;
+  cb.acked_stream_data_offset = acked_cb;
+  cb.stream_close = stream_close_cb;
+  cb.handshake_completed = handshake_completed_cb;
+  cb.extend_max_local_streams_uni = streams_cb;
+  cb.extend_max_local_streams_bidi = streams_cb;
+  cb.extend_max_stream_data = stream_data_cb;
+  return cb;
+}
+
+ngtcp2_cc_algo cc_algo(const std::string& name) {
+  if (name == "bbr") return NGTCP2_CC_ALGO_BBR;
+  if (name == "bbr2") return NGTCP2_CC_ALGO_BBR2;
+  if (name == "reno") return NGTCP2_CC_ALGO_RENO;
+  return NGTCP2_CC_ALGO_CUBIC;
+}
+
+void random_cid(ngtcp2_cid* cid, size_t len) {
+  cid->datalen = len;
+  (void)gnutls_rnd(GNUTLS_RND_RANDOM, cid->data, len);
+}
+
+ngtcp2_path make_path(const Endpoint& local, const Endpoint& remote) {
+  ngtcp2_path p{};
+  p.local.addr = const_cast<sockaddr*>(reinterpret_cast<const sockaddr*>(&local.addr));
+  p.local.addrlen = local.len;
+  p.remote.addr = const_cast<sockaddr*>(reinterpret_cast<const sockaddr*>(&remote.addr));
+  p.remote.addrlen = remote.len;
+  return p;
+}
+
+void fill_settings(ngtcp2_settings* s, ngtcp2_transport_params* tp, const QuicOptions& o) {
+  ngtcp2_settings_default(s);
+  s->initial_ts = now_ns();
+  s->cc_algo = cc_algo(o.congestion_control);
+  s->max_window = 2 * o.window_bytes;
+  s->max_stream_window = 2 * o.window_bytes;
+  s->handshake_timeout = static_cast<uint64_t>(o.handshake_timeout.count()) * NGTCP2_MILLISECONDS;
+  ngtcp2_transport_params_default(tp);
+  tp->initial_max_data = o.window_bytes;
+  tp->initial_max_stream_data_uni = o.window_bytes;
+  tp->initial_max_stream_data_bidi_local = 4u << 20;
+  tp->initial_max_stream_data_bidi_remote = 4u << 20;
+  // Data frames ride bidirectional streams: ngtcp2 0.12 never closes a unidirectional stream the
+  // peer opened (fixed upstream in 0.14), so their stream credit would run out. The receiver
+  // ends its side of each with an empty FIN once the frame is in; then both ends close it.
+  tp->initial_max_streams_uni = 0;
+  tp->initial_max_streams_bidi = kMaxStreams + 1;  // and the control stream
+  tp->max_idle_timeout = static_cast<uint64_t>(o.idle_timeout.count()) * NGTCP2_MILLISECONDS;
+  tp->active_connection_id_limit = 4;
+}
+
+}  // namespace
+
+QuicConnection::QuicConnection(QuicDevice& dev, QuicPeer* peer, const Endpoint& to)
+    : dev_(dev), peer_(peer), server_(false), remote_(to) {
+  ngtcp2_cid dcid;
+  random_cid(&dcid, NGTCP2_MIN_INITIAL_DCIDLEN);
+  random_cid(&scid_, kCidLen);
+  ngtcp2_settings s;
+  ngtcp2_transport_params tp;
+  fill_settings(&s, &tp, dev_.options());
+  const auto cb = callbacks(false);
+  const ngtcp2_path path = make_path(dev_.socket().local(), remote_);
+  if (const int rv = ngtcp2_conn_client_new(&conn_, &dcid, &scid_, &path, NGTCP2_PROTO_VER_V1, &cb, &s, &tp,
+                                            nullptr, this);
+      rv != 0)
+    throw Error(ErrorCode::kIo, std::string("ngtcp2_conn_client_new: ") + ngtcp2_strerror(rv));
+  init_common();
+}
+
+QuicConnection::QuicConnection(QuicDevice& dev, const Endpoint& from, const ngtcp2_pkt_hd& hd)
+    : dev_(dev), server_(true), remote_(from) {
+  random_cid(&scid_, kCidLen);
+  client_dcid_ = hd.dcid;
+  ngtcp2_settings s;
+  ngtcp2_transport_params tp;
+  fill_settings(&s, &tp, dev_.options());
+  tp.original_dcid = hd.dcid;
+  const auto cb = callbacks(true);
+  const ngtcp2_path path = make_path(dev_.socket().local(), remote_);
+  if (const int rv = ngtcp2_conn_server_new(&conn_, &hd.scid, &scid_, &path, hd.version, &cb, &s, &tp, nullptr,
+                                            this);
+      rv != 0)
+    throw Error(ErrorCode::kIo, std::string("ngtcp2_conn_server_new: ") + ngtcp2_strerror(rv));
+  init_common();
+  const std::string k = cid_key(client_dcid_.data, client_dcid_.datalen);
+  cids_.push_back(k);
+  dev_.route(k, this);
+}
+
+void QuicConnection::init_common() {
+  conn_ref_.get_conn = get_conn;
+  conn_ref_.user_data = this;
+  try {
+    tls_ = make_session(server_, dev_.credentials(), &conn_ref_);
+  } catch (...) {
+    ngtcp2_conn_del(conn_);
+    throw;
+  }
+  ngtcp2_conn_set_tls_native_handle(conn_, tls_);
+  // Idle peers still send keep-alive pings, so only a silent path reaches the idle timeout.
+  ngtcp2_conn_set_keep_alive_timeout(conn_, 5 * NGTCP2_SECONDS);
+  const std::string k = cid_key(scid_.data, scid_.datalen);
+  cids_.push_back(k);
+  dev_.route(k, this);
+  tx_batch_.reserve(kMaxSegments * NGTCP2_MAX_UDP_PAYLOAD_SIZE);
+}
+
+QuicConnection::~QuicConnection() {
+  if (timer_) dev_.group().loop().cancel_timer(timer_);
+  if (kick_) dev_.group().loop().cancel_timer(kick_);
+  for (const auto& k : cids_) dev_.unroute(k);
+  if (conn_) ngtcp2_conn_del(conn_);
+  if (tls_) gnutls_deinit(tls_);
+}
+
+std::vector<std::string> QuicConnection::own_cids() const { return cids_; }
+
+ngtcp2_conn_stat QuicConnection::conn_stat() const {
+  ngtcp2_conn_stat st{};
+  ngtcp2_conn_get_conn_stat(conn_, &st);
+  return st;
+}
+
+uint64_t QuicConnection::bytes_in_flight() const { return conn_stat().bytes_in_flight; }
+
+void QuicConnection::fail(ErrorCode code, const std::string& why) {
+  if (state_ == State::kClosed) return;
+  const bool known = state_ == State::kEstablished;
+  close(why, true);
+  if (known && peer_) dev_.connection_lost(*peer_, code, why);
+}
+
+void QuicConnection::close(const std::string& reason, bool error) {
+  if (state_ == State::kClosed) return;
+  close_reason_ = reason;
+  if (!closing_sent_ && conn_ && !ngtcp2_conn_is_in_closing_period(conn_) && !ngtcp2_conn_is_in_draining_period(conn_)) {
+    closing_sent_ = true;
+    ngtcp2_connection_close_error ccerr;
+    ngtcp2_connection_close_error_default(&ccerr);
+    if (error) {
+      const std::string r = reason.substr(0, 200);
+      ngtcp2_connection_close_error_set_application_error(&ccerr, kAppError,
+                                                          reinterpret_cast<const uint8_t*>(r.data()), r.size());
+    }
+    std::vector<uint8_t> buf(NGTCP2_MAX_UDP_PAYLOAD_SIZE);
+    ngtcp2_path_storage ps;
+    ngtcp2_path_storage_zero(&ps);
+    ngtcp2_pkt_info pi{};
+    const ngtcp2_ssize n =
+        ngtcp2_conn_write_connection_close(conn_, &ps.path, &pi, buf.data(), buf.size(), &ccerr, now_ns());
+    if (n > 0) {
+      size_t sent = 0;
+      dev_.socket().send(remote_, std::span<const uint8_t>(buf.data(), static_cast<size_t>(n)), 0, &sent);
+    }
+  }
+  state_ = State::kClosed;
+  if (timer_) dev_.group().loop().cancel_timer(timer_);
+  if (kick_) dev_.group().loop().cancel_timer(kick_);
+  timer_ = kick_ = 0;
+  dev_.retire(this);
+}
+
+// ---- Receiving.
+
+void QuicConnection::on_packet(const Endpoint& from, std::span<const uint8_t> pkt) {
+  if (state_ == State::kClosed) return;
+  ngtcp2_path path = make_path(dev_.socket().local(), from);
+  ngtcp2_pkt_info pi{};
+  const int rv = ngtcp2_conn_read_pkt(conn_, &path, &pi, pkt.data(), pkt.size(), now_ns());
+  if (state_ == State::kClosed) return;  // a callback closed it
+  if (close_pending_) {
+    close(close_reason_, true);
+    return;
+  }
+  if (rv != 0) {
+    if (rv == NGTCP2_ERR_DRAINING || rv == NGTCP2_ERR_CLOSING) {
+      // The peer closed the connection.
+      ngtcp2_connection_close_error cc{};
+      ngtcp2_conn_get_connection_close_error(conn_, &cc);
+      const ngtcp2_connection_close_error* e = &cc;
+      std::string why = "rank " + std::to_string(peer_ ? peer_->rank : -1) + " closed the QUIC connection";
+      if (e && e->reasonlen > 0) why += ": " + std::string(reinterpret_cast<const char*>(e->reason), e->reasonlen);
+      if (e && e->type == NGTCP2_CONNECTION_CLOSE_ERROR_CODE_TYPE_APPLICATION && e->error_code == kAppError &&
+          state_ != State::kEstablished)
+        rejected_ = true;
+      closing_sent_ = true;  // nothing more to say
+      fail(ErrorCode::kPeerLost, why);
+      return;
+    }
+    if (rv == NGTCP2_ERR_DROP_CONN) {
+      closing_sent_ = true;
+      fail(ErrorCode::kPeerLost, "QUIC connection dropped");
+      return;
+    }
+    std::string why = std::string("QUIC: ") + ngtcp2_strerror(rv);
+    if (rv == NGTCP2_ERR_CRYPTO) why += " (TLS alert " + std::to_string(ngtcp2_conn_get_tls_alert(conn_)) + ")";
+    fail(ErrorCode::kProtocol, why);
+    return;
+  }
+  last_rx_ = Clock::now();
+  if (peer_ && state_ == State::kEstablished) dev_.group().heard(peer_->rank);
+  write();
+}
+
+int QuicConnection::on_stream_data(uint32_t flags, int64_t stream_id, uint64_t offset, const uint8_t* data,
+                                   size_t len) {
+  (void)offset;  // ngtcp2 delivers each stream's bytes in order
+  ngtcp2_conn_extend_max_stream_offset(conn_, stream_id, len);
+  ngtcp2_conn_extend_max_offset(conn_, len);
+  if (stream_id == ctrl_id_ || (server_ && ctrl_id_ < 0)) {
+    ctrl_id_ = stream_id;
+    on_control_bytes(std::span<const uint8_t>(data, len));
+    return state_ == State::kClosed ? NGTCP2_ERR_CALLBACK_FAILURE : 0;
+  }
+  // The receiver's empty FIN on a data stream this side opened: nothing to read.
+  if (ngtcp2_conn_is_local_stream(conn_, stream_id)) return 0;
+  if (state_ != State::kEstablished || !peer_) {
+    fail(ErrorCode::kProtocol, "data stream before the handshake");
+    return NGTCP2_ERR_CALLBACK_FAILURE;
+  }
+  InStream& s = in_[stream_id];
+  const int rv = on_data_bytes(stream_id, s, data, len, flags & NGTCP2_STREAM_DATA_FLAG_FIN);
+  return rv;
+}
+
+int QuicConnection::on_data_bytes(int64_t stream_id, InStream& s, const uint8_t* data, size_t len, bool fin) {
+  QuicPeer& p = *peer_;
+  while (len > 0 && s.hdr_got < s.hdr.size()) {
+    const size_t n = std::min(len, s.hdr.size() - s.hdr_got);
+    std::memcpy(s.hdr.data() + s.hdr_got, data, n);
+    s.hdr_got += n;
+    data += n;
+    len -= n;
+    if (s.hdr_got < s.hdr.size()) break;
+    const auto st = protocol::decode_frame_header(s.hdr, &s.h);
+    if (st != protocol::DecodeStatus::kOk || s.h.type != protocol::FrameType::kData) {
+      fail(ErrorCode::kProtocol, "rank " + std::to_string(p.rank) + " sent a bad data frame header (" +
+                                     protocol::decode_status_name(st) + ")");
+      return NGTCP2_ERR_CALLBACK_FAILURE;
+    }
+    int target = 0;
+    dev_.frame_header(p, s.h, &target);
+    if (dev_.group().failed()) return 0;
+    s.target = static_cast<InStream::Target>(target);
+    if (s.h.payload_len == 0) dev_.frame_complete(p, s.h, target);
+  }
+  if (s.hdr_got < s.hdr.size()) {
+    if (fin) in_.erase(stream_id);
+    return 0;
+  }
+  if (len > 0) {
+    if (s.got + len > s.h.payload_len) {
+      fail(ErrorCode::kProtocol, "rank " + std::to_string(p.rank) + " sent more bytes than its frame header said");
+      return NGTCP2_ERR_CALLBACK_FAILURE;
+    }
+    dev_.frame_bytes(p, s.h, static_cast<int>(s.target), s.got, std::span<const uint8_t>(data, len));
+    s.got += len;
+    if (s.got == s.h.payload_len) dev_.frame_complete(p, s.h, static_cast<int>(s.target));
+  }
+  if (fin) {
+    if (s.got != s.h.payload_len) {
+      fail(ErrorCode::kProtocol, "rank " + std::to_string(p.rank) + " ended a frame early");
+      return NGTCP2_ERR_CALLBACK_FAILURE;
+    }
+    in_.erase(stream_id);
+    fin_out_.push_back(stream_id);  // our side of the stream ends too (written by write())
+  }
+  return 0;
+}
+
+void QuicConnection::on_control_bytes(std::span<const uint8_t> data) {
+  ctrl_in_.insert(ctrl_in_.end(), data.begin(), data.end());
+  size_t pos = 0;
+  while (state_ != State::kClosed) {
+    if (!handshake_done_) {
+      const size_t need = server_ ? protocol::kHelloSize : protocol::kReplySize;
+      if (hello_pending_ || ctrl_in_.size() - pos < need) break;
+      std::span<const uint8_t> b(ctrl_in_.data() + pos, need);
+      pos += need;
+      if (server_) {
+        if (protocol::decode_hello(std::span<const uint8_t, protocol::kHelloSize>(b.data(), need), &hello_) !=
+            protocol::HandshakeStatus::kAccepted) {
+          close("a stranger's Hello", true);
+          break;
+        }
+        hello_pending_ = true;
+        on_hello();
+      } else {
+        protocol::Reply reply;
+        auto st = protocol::decode_reply(std::span<const uint8_t, protocol::kReplySize>(b.data(), need), &reply);
+        if (st == protocol::HandshakeStatus::kAccepted) st = reply.status;
+        if (st != protocol::HandshakeStatus::kAccepted) {
+          rejected_ = true;
+          close(std::string("rank ") + std::to_string(peer_->rank) + " refused us: " +
+                    protocol::handshake_status_name(st),
+                true);
+          break;
+        }
+        handshake_done_ = true;
+        state_ = State::kEstablished;
+        dev_.established(*this);
+      }
+      continue;
+    }
+    if (ctrl_in_.size() - pos < protocol::kFrameHeaderSize) break;
+    protocol::FrameHeader h;
+    const auto st = protocol::decode_frame_header(
+        std::span<const uint8_t, protocol::kFrameHeaderSize>(ctrl_in_.data() + pos, protocol::kFrameHeaderSize), &h);
+    if (st != protocol::DecodeStatus::kOk && st != protocol::DecodeStatus::kUnknownControl) {
+      fail(ErrorCode::kProtocol, std::string("bad control frame from rank ") + std::to_string(peer_->rank) + " (" +
+                                     protocol::decode_status_name(st) + ")");
+      break;
+    }
+    if (ctrl_in_.size() - pos < protocol::kFrameHeaderSize + h.payload_len) break;
+    std::span<const uint8_t> payload(ctrl_in_.data() + pos + protocol::kFrameHeaderSize, h.payload_len);
+    pos += protocol::kFrameHeaderSize + h.payload_len;
+    if (st == protocol::DecodeStatus::kOk) on_control_frame(h, payload);
+  }
+  ctrl_in_.erase(ctrl_in_.begin(), ctrl_in_.begin() + static_cast<std::ptrdiff_t>(std::min(pos, ctrl_in_.size())));
+}
+
+void QuicConnection::on_hello() {
+  std::string why;
+  bool wait = false;
+  const auto st = dev_.judge_hello(hello_, *this, &why, &wait);
+  if (wait) return;  // the dialler's published address is not read yet
+  hello_pending_ = false;
+  protocol::Reply reply;
+  reply.status = st;
+  reply.rank = static_cast<uint32_t>(dev_.group().rank());
+  const auto bytes = protocol::encode_reply(reply);
+  write_control_bytes(bytes);
+  if (st != protocol::HandshakeStatus::kAccepted) {
+    GEOCCL_LOG(kWarn, "QUIC: rejected a connection from " << endpoint_string(remote_) << ": " << why);
+    write();
+    close(why, true);
+    return;
+  }
+  handshake_done_ = true;
+  state_ = State::kEstablished;
+  dev_.established(*this);
+}
+
+void QuicConnection::recheck_hello() {
+  if (!hello_pending_) return;
+  on_hello();
+  write();
+  // Control frames may have come right behind the Hello.
+  if (!hello_pending_) on_control_bytes({});
+}
+
+void QuicConnection::on_control_frame(const protocol::FrameHeader& h, std::span<const uint8_t> payload) {
+  QuicPeer& p = *peer_;
+  switch (h.type) {
+    case protocol::FrameType::kAbort: dev_.group().peer_aborted(p.rank, payload); break;
+    case protocol::FrameType::kGoodbye: p.goodbye = true; break;
+    case protocol::FrameType::kHeartbeat: dev_.group().heartbeat(p.rank, payload); break;
+    default:
+      fail(ErrorCode::kProtocol, "rank " + std::to_string(p.rank) + " sent a data frame on the control stream");
+  }
+}
+
+int QuicConnection::on_handshake_completed() {
+  if (server_) {
+    state_ = State::kAwaitHello;
+    return 0;
+  }
+  Fingerprint got{};
+  if (!peer_fingerprint(tls_, &got) || got != peer_->address.fingerprint) {
+    rejected_ = true;
+    close_reason_ = "rank " + std::to_string(peer_->rank) + " presented a certificate (" + short_fingerprint(got) +
+                    ") that is not the one it published (" + short_fingerprint(peer_->address.fingerprint) + ")";
+    close_pending_ = true;  // closed once ngtcp2 returns (not from inside its callback)
+    return 0;
+  }
+  if (ngtcp2_conn_open_bidi_stream(conn_, &ctrl_id_, nullptr) != 0) return NGTCP2_ERR_CALLBACK_FAILURE;
+  protocol::Hello h;
+  h.stream = 0;
+  h.rank = static_cast<uint32_t>(dev_.group().rank());
+  h.world_size = static_cast<uint32_t>(dev_.group().size());
+  h.session_id = dev_.group().session_id();
+  h.params_hash = dev_.group().params_hash();
+  write_control_bytes(protocol::encode_hello(h));
+  return 0;
+}
+
+int QuicConnection::on_new_cid(ngtcp2_cid* cid, uint8_t* token, size_t cidlen) {
+  random_cid(cid, cidlen);
+  (void)gnutls_rnd(GNUTLS_RND_RANDOM, token, NGTCP2_STATELESS_RESET_TOKENLEN);
+  const std::string k = cid_key(cid->data, cid->datalen);
+  cids_.push_back(k);
+  dev_.route(k, this);
+  return 0;
+}
+
+int QuicConnection::on_remove_cid(const ngtcp2_cid* cid) {
+  const std::string k = cid_key(cid->data, cid->datalen);
+  cids_.erase(std::remove(cids_.begin(), cids_.end(), k), cids_.end());
+  dev_.unroute(k);
+  return 0;
+}
+
+int QuicConnection::on_acked(int64_t stream_id, uint64_t /*offset*/, uint64_t len) {
+  if (stream_id == ctrl_id_) {
+    ctrl_acked_ += len;
+    while (!ctrl_out_.empty() && ctrl_base_ + ctrl_out_.front().size() <= ctrl_acked_) {
+      ctrl_base_ += ctrl_out_.front().size();
+      ctrl_out_.pop_front();
+    }
+    return 0;
+  }
+  auto it = out_open_.find(stream_id);
+  if (it == out_open_.end()) return 0;
+  OutStream& s = *it->second;
+  s.acked += len;
+  if (s.acked >= s.f->size()) {
+    if (s.f->delivery) s.f->delivery->delivered.store(true, std::memory_order_release);
+    const uint64_t frame = s.f->frame;
+    out_open_.erase(it);
+    dev_.frame_delivered(*peer_, frame);
+  }
+  return 0;
+}
+
+int QuicConnection::on_stream_close(int64_t stream_id) {
+  // A data stream the peer opened has ended: it may open one more.
+  const bool local = ngtcp2_conn_is_local_stream(conn_, stream_id);
+  if (!local && stream_id != ctrl_id_) {
+    ngtcp2_conn_extend_max_streams_bidi(conn_, 1);
+    in_.erase(stream_id);
+  }
+  return 0;
+}
+
+void QuicConnection::on_stream_credit(int64_t stream_id) {
+  auto it = out_open_.find(stream_id);
+  if (it != out_open_.end()) it->second->blocked = false;
+  for (auto& s : out_queue_)
+    if (s->id == stream_id) s->blocked = false;
+}
+
+// ---- Sending.
+
+void QuicConnection::post_frame(std::shared_ptr<OutFrame> f) {
+  auto s = std::make_unique<OutStream>();
+  s->f = std::move(f);
+  out_queue_.push_back(std::move(s));
+  write();
+}
+
+void QuicConnection::write_control_bytes(std::span<const uint8_t> b) {
+  ctrl_out_.emplace_back(b.begin(), b.end());
+  ctrl_written_ += b.size();
+}
+
+void QuicConnection::post_control(protocol::FrameType type, std::span<const uint8_t> payload) {
+  if (state_ != State::kEstablished) return;
+  protocol::FrameHeader h;
+  h.type = type;
+  h.payload_len = static_cast<uint32_t>(payload.size());
+  const auto hb = protocol::encode_frame_header(h);
+  std::vector<uint8_t> bytes(hb.begin(), hb.end());
+  bytes.insert(bytes.end(), payload.begin(), payload.end());
+  write_control_bytes(bytes);
+  write();
+}
+
+QuicConnection::OutStream* QuicConnection::next_stream() {
+  for (auto& s : out_queue_) {
+    if (s->blocked) continue;
+    if (s->id < 0) {
+      if (streams_blocked_) return nullptr;
+      const int rv = ngtcp2_conn_open_bidi_stream(conn_, &s->id, nullptr);
+      if (rv == NGTCP2_ERR_STREAM_ID_BLOCKED) {
+        streams_blocked_ = true;
+        return nullptr;
+      }
+      if (rv != 0) {
+        fail(ErrorCode::kIo, std::string("QUIC: cannot open a stream: ") + ngtcp2_strerror(rv));
+        return nullptr;
+      }
+      ++streams_opened_;
+    }
+    return s.get();
+  }
+  return nullptr;
+}
+
+void QuicConnection::write() {
+  if (state_ == State::kClosed || !conn_) return;
+  if (!tx_pending_.empty()) return;  // waits for the socket (on_writable)
+  const size_t max_payload = ngtcp2_conn_get_max_tx_udp_payload_size(conn_);
+  const size_t quantum = std::max<size_t>(ngtcp2_conn_get_send_quantum(conn_), max_payload);
+  const size_t max_packets = std::max<size_t>(1, quantum / max_payload);
+  std::vector<uint8_t> pkt(max_payload);
+  ngtcp2_path_storage ps;
+  ngtcp2_path_storage_zero(&ps);
+  const uint64_t ts = now_ns();
+  size_t packets = 0;
+  while (packets < max_packets) {
+    int64_t stream_id = -1;
+    ngtcp2_vec vec[2];
+    size_t vcnt = 0;
+    uint32_t flags = NGTCP2_WRITE_STREAM_FLAG_MORE;
+    OutStream* os = nullptr;
+    bool ctrl = false, fin_only = false;
+    if (!fin_out_.empty()) {
+      stream_id = fin_out_.front();
+      flags |= NGTCP2_WRITE_STREAM_FLAG_FIN;
+      fin_only = true;
+    } else if (ctrl_id_ >= 0 && ctrl_sent_ < ctrl_written_) {
+      // The oldest chunk holding unsent bytes.
+      uint64_t off = ctrl_base_;
+      for (auto& c : ctrl_out_) {
+        if (off + c.size() > ctrl_sent_) {
+          const size_t skip = static_cast<size_t>(ctrl_sent_ - off);
+          vec[0] = {c.data() + skip, c.size() - skip};
+          vcnt = 1;
+          break;
+        }
+        off += c.size();
+      }
+      stream_id = ctrl_id_;
+      ctrl = true;
+    } else if (state_ == State::kEstablished && ngtcp2_conn_get_max_data_left(conn_) > 0 && (os = next_stream())) {
+      OutFrame& f = *os->f;
+      const size_t hs = f.header.size();
+      if (os->sent < hs) {
+        vec[vcnt++] = {f.header.data() + os->sent, hs - os->sent};
+        if (!f.payload->empty()) vec[vcnt++] = {f.payload->data(), f.payload->size()};
+      } else {
+        vec[vcnt++] = {f.payload->data() + (os->sent - hs), f.size() - os->sent};
+      }
+      flags |= NGTCP2_WRITE_STREAM_FLAG_FIN;
+      stream_id = os->id;
+    }
+    if (state_ == State::kClosed) return;
+    if (stream_id < 0) flags = 0;
+    ngtcp2_ssize ndatalen = -1;
+    ngtcp2_pkt_info pi{};
+    const ngtcp2_ssize n = ngtcp2_conn_writev_stream(conn_, &ps.path, &pi, pkt.data(), pkt.size(), &ndatalen,
+                                                     flags, stream_id, vcnt ? vec : nullptr, vcnt, ts);
+    if (fin_only && (ndatalen >= 0 || n == NGTCP2_ERR_STREAM_SHUT_WR || n == NGTCP2_ERR_STREAM_NOT_FOUND)) {
+      fin_out_.pop_front();
+      if (n < 0 && n != NGTCP2_ERR_WRITE_MORE) continue;
+    }
+    if (ndatalen > 0) {
+      if (ctrl) ctrl_sent_ += static_cast<uint64_t>(ndatalen);
+      else if (os) {
+        os->sent += static_cast<size_t>(ndatalen);
+        if (os->sent == os->f->size()) {
+          // Fully handed over: it waits for its acknowledgements.
+          for (auto it = out_queue_.begin(); it != out_queue_.end(); ++it)
+            if (it->get() == os) {
+              const int64_t id = os->id;
+              out_open_[id] = std::move(*it);
+              out_queue_.erase(it);
+              break;
+            }
+        }
+      }
+    }
+    if (n < 0) {
+      if (n == NGTCP2_ERR_WRITE_MORE) continue;
+      if (n == NGTCP2_ERR_STREAM_DATA_BLOCKED) {
+        if (os) os->blocked = true;
+        if (fin_only) fin_out_.pop_front();
+        continue;
+      }
+      if (n == NGTCP2_ERR_STREAM_SHUT_WR || n == NGTCP2_ERR_STREAM_NOT_FOUND) {
+        fail(ErrorCode::kIo, std::string("QUIC stream: ") + ngtcp2_strerror(static_cast<int>(n)));
+        return;
+      }
+      fail(ErrorCode::kIo, std::string("QUIC write: ") + ngtcp2_strerror(static_cast<int>(n)));
+      return;
+    }
+    if (n == 0) break;  // nothing more now: congestion window, pacing, or nothing queued
+    if (!queue_packet(pkt.data(), static_cast<size_t>(n))) return;
+    ++packets;
+  }
+  if (!flush()) return;
+  ngtcp2_conn_update_pkt_tx_time(conn_, ts);
+  arm_timer();
+  // The quantum is used up: go on after the loop's other work (the pacer may allow more now).
+  if (packets >= max_packets && !kick_)
+    kick_ = dev_.group().loop().add_timer(Clock::now(), [this] {
+      kick_ = 0;
+      write();
+    });
+}
+
+bool QuicConnection::queue_packet(const uint8_t* pkt, size_t n) {
+  if (tx_count_ > 0 && (n > tx_segment_ || tx_count_ >= kMaxSegments || !dev_.socket().gso())) {
+    if (!flush()) return false;
+  }
+  if (tx_count_ == 0) tx_segment_ = n;
+  tx_batch_.insert(tx_batch_.end(), pkt, pkt + n);
+  ++tx_count_;
+  // A short packet ends a GSO run (only the last segment may be shorter).
+  if (n < tx_segment_) return flush();
+  return true;
+}
+
+bool QuicConnection::flush() {
+  if (tx_count_ == 0) return true;
+  size_t sent = 0;
+  const auto r = dev_.socket().send(remote_, tx_batch_, tx_count_ > 1 ? tx_segment_ : 0, &sent);
+  if (peer_) peer_->bytes_sent.fetch_add(sent, std::memory_order_relaxed);
+  if (r == UdpSocket::SendResult::kBlocked) {
+    tx_pending_.assign(tx_batch_.begin() + static_cast<std::ptrdiff_t>(sent), tx_batch_.end());
+    tx_pending_segment_ = tx_segment_;
+    tx_batch_.clear();
+    tx_count_ = 0;
+    dev_.want_writable();
+    return false;
+  }
+  tx_batch_.clear();
+  tx_count_ = 0;
+  if (r == UdpSocket::SendResult::kError) {
+    fail(ErrorCode::kIo, "QUIC: sending to " + endpoint_string(remote_) + " failed");
+    return false;
+  }
+  return true;
+}
+
+void QuicConnection::on_writable() {
+  if (tx_pending_.empty() || state_ == State::kClosed) return;
+  size_t sent = 0;
+  const size_t seg = tx_pending_.size() > tx_pending_segment_ ? tx_pending_segment_ : 0;
+  const auto r = dev_.socket().send(remote_, tx_pending_, seg, &sent);
+  if (peer_) peer_->bytes_sent.fetch_add(sent, std::memory_order_relaxed);
+  if (r == UdpSocket::SendResult::kBlocked) {
+    tx_pending_.erase(tx_pending_.begin(), tx_pending_.begin() + static_cast<std::ptrdiff_t>(sent));
+    dev_.want_writable();
+    return;
+  }
+  tx_pending_.clear();
+  write();
+}
+
+void QuicConnection::arm_timer() {
+  const uint64_t expiry = ngtcp2_conn_get_expiry(conn_);
+  if (expiry == timer_at_ && timer_) return;
+  if (timer_) dev_.group().loop().cancel_timer(timer_);
+  timer_ = 0;
+  timer_at_ = expiry;
+  if (expiry == UINT64_MAX) return;
+  const auto when = Clock::time_point(std::chrono::nanoseconds(expiry));
+  timer_ = dev_.group().loop().add_timer(when, [this] {
+    timer_ = 0;
+    timer_at_ = 0;
+    on_timer();
+  });
+}
+
+void QuicConnection::on_timer() {
+  if (state_ == State::kClosed) return;
+  const int rv = ngtcp2_conn_handle_expiry(conn_, now_ns());
+  if (rv != 0) {
+    closing_sent_ = true;  // idle or handshake timeout: the peer does not hear us anyway
+    if (rv == NGTCP2_ERR_IDLE_CLOSE)
+      fail(ErrorCode::kPeerUnreachable,
+           "no packet from rank " + std::to_string(peer_ ? peer_->rank : -1) + " for " +
+               std::to_string(dev_.options().idle_timeout.count()) + " ms (QUIC idle timeout)");
+    else if (rv == NGTCP2_ERR_HANDSHAKE_TIMEOUT)
+      fail(ErrorCode::kTimeout, "QUIC handshake with " + endpoint_string(remote_) + " timed out");
+    else
+      fail(ErrorCode::kIo, std::string("QUIC timer: ") + ngtcp2_strerror(rv));
+    return;
+  }
+  write();
+}
+
+}  // namespace geoccl::transport::quic

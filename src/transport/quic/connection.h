@@ -1,0 +1,214 @@
+// QuicConnection: one QUIC connection of a QuicDevice (one peer pair), driven from the group's
+// event loop. ngtcp2 is the I/O-free core: packets and a timestamp go in (on_packet), packets
+// and the next expiry come out (write, the timer); this class moves bytes between it, the UDP
+// socket and the peer's frames. Loop thread only.
+//
+// Streams:
+//  - one bidirectional control stream, opened by the dialler (the higher rank) once the TLS
+//    handshake is done: Hello (dialler) and Reply (acceptor) of protocol/handshake.h, then
+//    control frames (abort, goodbye, heartbeat: a 64-byte header and its payload), in order;
+//  - one stream per data frame, opened by its sender: the frame's header, its payload, FIN (the
+//    receiver answers with an empty FIN, which closes the stream on both ends). A lost packet delays only the frame whose bytes it carried; frames after it
+//    on other streams complete meanwhile (receives complete in any order; the receive window
+//    matches frame k to the k-th posted receive).
+//
+// Delivery: the sender keeps each frame (a copy of its payload, so the user's buffer is reusable
+// at once) until QUIC has acknowledged every byte of its stream; the frame is then "delivered"
+// (the request's second completion) and forgotten. The receiver's QUIC stack acknowledges a
+// packet only after handing its bytes to this connection, so an acknowledged frame is in the
+// peer process's memory.
+#pragma once
+
+#include <ngtcp2/ngtcp2.h>
+#include <ngtcp2/ngtcp2_crypto.h>
+
+#include <gnutls/gnutls.h>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "geoccl/communicator.h"
+#include "protocol/frame.h"
+#include "protocol/handshake.h"
+#include "runtime/event_loop.h"
+#include "transport/quic/address.h"
+#include "transport/quic/udp.h"
+#include "transport/transport.h"
+
+namespace geoccl::transport::quic {
+
+class QuicDevice;
+struct QuicPeer;
+
+// A data frame to a peer, kept until QUIC acknowledges all of it.
+struct OutFrame {
+  uint64_t frame = 0;
+  protocol::FrameHeaderBytes header{};
+  std::shared_ptr<std::vector<uint8_t>> payload;  // the sender's copy
+  RequestPtr delivery;                            // marked delivered when acknowledged
+  size_t size() const { return header.size() + payload->size(); }
+};
+
+class QuicConnection {
+ public:
+  enum class State {
+    kHandshake,   // TLS handshake (and, for the dialler, the Hello/Reply) in progress
+    kAwaitHello,  // acceptor: handshake done, waiting for the dialler's Hello
+    kEstablished, // Hello accepted: frames flow
+    kClosed,      // closed or failed; the device drops it
+  };
+
+  // Dialler side: a connection to rank `peer` at `to`, whose certificate must have `expect`.
+  QuicConnection(QuicDevice& dev, QuicPeer* peer, const Endpoint& to);
+  // Acceptor side: from a client's first Initial packet (decoded header `hd`), before anything
+  // says who sent it.
+  QuicConnection(QuicDevice& dev, const Endpoint& from, const ngtcp2_pkt_hd& hd);
+  ~QuicConnection();
+  QuicConnection(const QuicConnection&) = delete;
+  QuicConnection& operator=(const QuicConnection&) = delete;
+
+  State state() const { return state_; }
+  QuicPeer* peer() const { return peer_; }
+  const Endpoint& remote() const { return remote_; }
+  // Why the connection closed, or why its handshake failed ("" while open).
+  const std::string& close_reason() const { return close_reason_; }
+  // The acceptor refused our Hello (its reason is close_reason()).
+  bool rejected() const { return rejected_; }
+
+  // A packet from the connection's peer.
+  void on_packet(const Endpoint& from, std::span<const uint8_t> pkt);
+  // Writes what ngtcp2 has to send (stream data, acks, retransmissions) as the congestion
+  // controller and pacer allow, and re-arms the timer.
+  void write();
+  // The socket was full: sends what was left, then writes on.
+  void on_writable();
+  bool blocked() const { return !tx_pending_.empty(); }
+
+  // Established connections: queues a data frame (its stream opens when ngtcp2 allows).
+  void post_frame(std::shared_ptr<OutFrame> f);
+  // Queues a control frame on the control stream.
+  void post_control(protocol::FrameType type, std::span<const uint8_t> payload);
+  // Control bytes queued or in flight that the peer has not acknowledged.
+  bool control_drained() const { return ctrl_acked_ == ctrl_written_; }
+  // Closes with CONNECTION_CLOSE (no error: after a goodbye; else the application error and
+  // `reason`) and stops.
+  void close(const std::string& reason, bool error);
+  // Acceptor: whether a Hello waits for the dialler's published fingerprint.
+  bool awaiting_fingerprint() const { return hello_pending_; }
+  // Acceptor: the addresses of the dialling ranks are known now: judges a waiting Hello.
+  void recheck_hello();
+
+  // Statistics (loop thread).
+  ngtcp2_conn_stat conn_stat() const;
+  std::chrono::steady_clock::time_point last_received() const { return last_rx_; }
+  uint64_t bytes_in_flight() const;
+  uint64_t streams_opened() const { return streams_opened_; }
+
+  // The connection IDs this side chose (the device routes packets by them).
+  std::vector<std::string> own_cids() const;
+
+  // ---- ngtcp2 callbacks (static trampolines in connection.cc).
+  int on_stream_data(uint32_t flags, int64_t stream_id, uint64_t offset, const uint8_t* data, size_t len);
+  int on_acked(int64_t stream_id, uint64_t offset, uint64_t len);
+  int on_stream_close(int64_t stream_id);
+  int on_handshake_completed();
+  int on_new_cid(ngtcp2_cid* cid, uint8_t* token, size_t cidlen);
+  int on_remove_cid(const ngtcp2_cid* cid);
+  void on_streams_available() { streams_blocked_ = false; }
+  void on_stream_credit(int64_t stream_id);
+  ngtcp2_conn* conn() const { return conn_; }
+  gnutls_session_t tls() const { return tls_; }
+  // Acceptor: the Hello named this peer and was accepted.
+  void set_peer(QuicPeer* p) { peer_ = p; }
+
+ private:
+  // Sending half of one data stream.
+  struct OutStream {
+    std::shared_ptr<OutFrame> f;
+    int64_t id = -1;
+    size_t sent = 0;   // bytes handed to ngtcp2
+    size_t acked = 0;  // bytes acknowledged
+    bool blocked = false;  // flow control: wait for extend_max_stream_data
+  };
+  // Receiving half of one data stream from the peer.
+  struct InStream {
+    std::array<uint8_t, protocol::kFrameHeaderSize> hdr{};
+    size_t hdr_got = 0;
+    protocol::FrameHeader h;
+    size_t got = 0;  // payload bytes
+    enum class Target { kUnknown, kPosted, kStaged, kDiscard } target = Target::kUnknown;
+  };
+
+  void init_common();
+  // Fails this connection: before the group knows the peer (handshake, Hello), it only closes;
+  // afterwards the group fails with `code`.
+  void fail(ErrorCode code, const std::string& why);
+  void on_control_bytes(std::span<const uint8_t> data);
+  void on_hello();
+  void on_reply();
+  void on_control_frame(const protocol::FrameHeader& h, std::span<const uint8_t> payload);
+  void write_control_bytes(std::span<const uint8_t> b);
+  int on_data_bytes(int64_t stream_id, InStream& s, const uint8_t* data, size_t len, bool fin);
+  // Appends one packet to the batch; flushes it when full or when the packet ends a GSO run.
+  bool queue_packet(const uint8_t* pkt, size_t n);
+  bool flush();
+  void arm_timer();
+  void on_timer();
+  // Picks the next stream with data to write (opening streams as ngtcp2 allows); null: none.
+  OutStream* next_stream();
+
+  QuicDevice& dev_;
+  QuicPeer* peer_ = nullptr;
+  const bool server_;
+  State state_ = State::kHandshake;
+  Endpoint remote_;
+  ngtcp2_conn* conn_ = nullptr;
+  gnutls_session_t tls_ = nullptr;
+  ngtcp2_crypto_conn_ref conn_ref_{};
+  ngtcp2_cid scid_{};
+  ngtcp2_cid client_dcid_{};  // acceptor: the dialler's first DCID (routes its Initial retries)
+  std::vector<std::string> cids_;
+  std::string close_reason_;
+  bool rejected_ = false;
+  ngtcp2_connection_close_error ccerr_{};
+  bool closing_sent_ = false;
+
+  // Control stream.
+  int64_t ctrl_id_ = -1;
+  std::deque<std::vector<uint8_t>> ctrl_out_;  // chunks, oldest first; kept until acknowledged
+  uint64_t ctrl_base_ = 0;     // stream offset of ctrl_out_.front()
+  uint64_t ctrl_written_ = 0;  // bytes queued in all
+  uint64_t ctrl_sent_ = 0;     // bytes handed to ngtcp2
+  uint64_t ctrl_acked_ = 0;
+  std::vector<uint8_t> ctrl_in_;
+  bool handshake_done_ = false;  // Hello/Reply exchanged
+  bool hello_pending_ = false;   // acceptor: a Hello waits for the dialler's fingerprint
+  protocol::Hello hello_{};
+
+  // Data streams.
+  std::deque<std::unique_ptr<OutStream>> out_queue_;       // not yet fully handed to ngtcp2
+  std::map<int64_t, std::unique_ptr<OutStream>> out_open_; // handed over, awaiting acks
+  bool streams_blocked_ = false;
+  uint64_t streams_opened_ = 0;
+  std::map<int64_t, InStream> in_;
+  std::deque<int64_t> fin_out_;  // data streams of the peer whose frame is in: our empty FIN
+
+  // Transmission: a batch of packets for one sendmsg() (GSO), and what a full socket left.
+  std::vector<uint8_t> tx_batch_;
+  size_t tx_segment_ = 0, tx_count_ = 0;
+  std::vector<uint8_t> tx_pending_;
+  size_t tx_pending_segment_ = 0;
+  runtime::EventLoop::TimerId timer_ = 0;
+  runtime::EventLoop::TimerId kick_ = 0;  // writes again after a full send quantum
+  bool close_pending_ = false;             // a callback decided to close (close_reason_)
+  uint64_t timer_at_ = 0;
+  std::chrono::steady_clock::time_point last_rx_{};
+};
+
+}  // namespace geoccl::transport::quic

@@ -1,0 +1,484 @@
+#include "transport/quic/device.h"
+
+#include <sys/epoll.h>
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include "core/logging.h"
+#include "geoccl/error.h"
+#include "transport/tcp/address.h"
+#include "transport/tcp/socket_util.h"
+
+namespace geoccl::transport::quic {
+
+namespace {
+
+using protocol::FrameHeader;
+constexpr size_t kCidLen = 8;
+enum Target { kUnknown = 0, kPosted = 1, kStaged = 2, kDiscard = 3 };
+
+}  // namespace
+
+QuicOptions QuicOptions::from_config(const Config& cfg) {
+  QuicOptions o;
+  o.congestion_control = cfg.quic_cc;
+  o.window_bytes = cfg.quic_window_bytes;
+  o.idle_timeout = cfg.tcp_resume_timeout;
+  return o;
+}
+
+QuicDevice::QuicDevice(Group& group, const std::string& bind_addr, const QuicOptions& options)
+    : group_(group), options_(options), sock_(bind_addr, options.socket_buffer_bytes) {
+  std::string host;
+  uint16_t port = 0;
+  tcp::split_host_port(endpoint_string(sock_.local()), &host, &port);
+  endpoint_ = tcp::join_host_port(bind_addr, port);
+  for (int r = 0; r < group_.size(); ++r) {
+    auto p = std::make_unique<QuicPeer>();
+    p->rank = r;
+    peers_.push_back(std::move(p));
+  }
+  group_.loop().run_owned([this] {
+    group_.loop().add_fd(sock_.fd(), EPOLLIN, [this](uint32_t ev) { on_readable(ev); });
+  });
+  failure_listener_ = group_.on_failure([this](const Failure& f, bool tell) { on_group_failure(f, tell); });
+  GEOCCL_LOG(kDebug, "QUIC: listening on " << endpoint_ << ", certificate " << short_fingerprint(cred_.fingerprint())
+                                           << ", congestion control " << options_.congestion_control
+                                           << (sock_.gso() ? ", UDP GSO" : ""));
+}
+
+QuicDevice::~QuicDevice() {
+  shutdown();
+  group_.remove_failure_listener(failure_listener_);
+  group_.loop().run_owned([this] {
+    group_.loop().remove_fd(sock_.fd());
+    for (auto& p : peers_) p->conn = nullptr;
+    retired_.clear();
+    conns_.clear();
+    routes_.clear();
+  });
+}
+
+std::vector<uint8_t> QuicDevice::address() const { return encode_address({endpoint_, cred_.fingerprint()}); }
+
+bool QuicDevice::reaches(std::span<const uint8_t> peer_address) const {
+  Address a;
+  return decode_address(peer_address, &a);
+}
+
+void QuicDevice::route(const std::string& cid, QuicConnection* c) { routes_[cid] = c; }
+
+void QuicDevice::unroute(const std::string& cid) {
+  auto it = routes_.find(cid);
+  if (it != routes_.end()) routes_.erase(it);
+}
+
+QuicConnection* QuicDevice::find(std::span<const uint8_t> pkt) {
+  ngtcp2_version_cid vc;
+  const int rv = ngtcp2_pkt_decode_version_cid(&vc, pkt.data(), pkt.size(), kCidLen);
+  if (rv != 0 && rv != NGTCP2_ERR_VERSION_NEGOTIATION) return nullptr;
+  auto it = routes_.find(std::string(reinterpret_cast<const char*>(vc.dcid), vc.dcidlen));
+  return it == routes_.end() ? nullptr : it->second;
+}
+
+void QuicDevice::on_readable(uint32_t events) {
+  if (events & EPOLLERR) {
+    sock_.read_errors([this](const Endpoint& to, int err, const std::string& text) {
+      for (auto& p : peers_) {
+        if (!p->known || !(p->endpoint == to) || p->goodbye || closing_.load()) continue;
+        if (err == ECONNREFUSED && p->conn)
+          connection_lost(*p, ErrorCode::kPeerLost,
+                          "rank " + std::to_string(p->rank) + " at " + p->address.endpoint +
+                              " refuses QUIC packets (" + text + "): its process is gone");
+      }
+    });
+  }
+  if (events & EPOLLOUT) writable();
+  if (events & EPOLLIN) {
+    sock_.receive([this](const Endpoint& from, std::span<const uint8_t> pkt) {
+      if (QuicConnection* c = find(pkt)) {
+        c->on_packet(from, pkt);
+        return;
+      }
+      ngtcp2_pkt_hd hd;
+      if (closing_.load() || ngtcp2_accept(&hd, pkt.data(), pkt.size()) != 0) return;  // stray packet
+      try {
+        auto c = std::make_unique<QuicConnection>(*this, from, hd);
+        QuicConnection* raw = c.get();
+        conns_.push_back(std::move(c));
+        raw->on_packet(from, pkt);
+      } catch (const Error& e) {
+        GEOCCL_LOG(kWarn, "QUIC: cannot accept a connection from " << endpoint_string(from) << ": " << e.what());
+      }
+    });
+  }
+  drop_retired();
+}
+
+void QuicDevice::want_writable() {
+  if (want_out_) return;
+  want_out_ = true;
+  group_.loop().modify_fd(sock_.fd(), EPOLLIN | EPOLLOUT);
+}
+
+void QuicDevice::writable() {
+  if (want_out_) {
+    want_out_ = false;
+    group_.loop().modify_fd(sock_.fd(), EPOLLIN);
+  }
+  for (size_t i = 0; i < conns_.size(); ++i)
+    if (conns_[i]->blocked()) conns_[i]->on_writable();
+}
+
+void QuicDevice::retire(QuicConnection* c) {
+  if (std::find(retired_.begin(), retired_.end(), c) != retired_.end()) return;
+  retired_.push_back(c);
+  for (auto& p : peers_)
+    if (p->conn == c) p->conn = nullptr;
+  // Dropped after the event that closed it (it may be inside its own call stack now).
+  group_.loop().post([this] { drop_retired(); });
+}
+
+void QuicDevice::drop_retired() {
+  if (retired_.empty()) return;
+  std::vector<QuicConnection*> r;
+  r.swap(retired_);
+  for (QuicConnection* c : r) {
+    // A dialled connection's fate is read by connect(): it stays until connect() has seen it.
+    if (c->peer() && c->peer()->rank < group_.rank() && dialing_) {
+      retired_.push_back(c);
+      continue;
+    }
+    conns_.erase(std::remove_if(conns_.begin(), conns_.end(), [c](const auto& u) { return u.get() == c; }),
+                 conns_.end());
+  }
+}
+
+protocol::HandshakeStatus QuicDevice::judge_hello(const protocol::Hello& h, QuicConnection& c, std::string* why,
+                                                  bool* wait) {
+  *wait = false;
+  auto st = protocol::check_hello(h, static_cast<uint32_t>(group_.size()), group_.session_id(), 1,
+                                  group_.params_hash());
+  if (st != protocol::HandshakeStatus::kAccepted) {
+    *why = protocol::handshake_status_name(st);
+    rejected_.fetch_add(1);
+    return st;
+  }
+  const int from = static_cast<int>(h.rank);
+  if (from <= group_.rank()) {
+    *why = "rank " + std::to_string(from) + " may not dial rank " + std::to_string(group_.rank());
+    rejected_.fetch_add(1);
+    return protocol::HandshakeStatus::kBadRank;
+  }
+  QuicPeer& p = peer(from);
+  if (!p.known) {
+    *wait = true;
+    return st;
+  }
+  Fingerprint got{};
+  if (!peer_fingerprint(c.tls(), &got) || got != p.address.fingerprint) {
+    *why = "the certificate of a client claiming rank " + std::to_string(from) + " (" + short_fingerprint(got) +
+           ") is not the one rank " + std::to_string(from) + " published";
+    rejected_.fetch_add(1);
+    return protocol::HandshakeStatus::kBadRank;
+  }
+  if (p.conn) {
+    *why = "rank " + std::to_string(from) + " is connected already";
+    rejected_.fetch_add(1);
+    return protocol::HandshakeStatus::kBadRank;
+  }
+  c.set_peer(&p);
+  return st;
+}
+
+void QuicDevice::established(QuicConnection& c) {
+  QuicPeer& p = *c.peer();
+  p.conn = &c;
+  GEOCCL_LOG(kDebug, "QUIC: connected with rank " << p.rank << " at " << endpoint_string(c.remote()));
+  group_.notify();
+}
+
+void QuicDevice::connect(const std::vector<int>& peers, const AddressOf& address_of, const Poll& poll,
+                         Clock::time_point deadline) {
+  auto last_poll = Clock::now();
+  auto maybe_poll = [&] {
+    if (!poll || Clock::now() - last_poll < std::chrono::milliseconds(100)) return;
+    last_poll = Clock::now();
+    poll();
+  };
+  // Every peer's address: the lower ranks' to dial, the higher ranks' to check their
+  // certificates against when they dial us.
+  for (int r : peers) {
+    Address a;
+    if (!decode_address(address_of(r), &a))
+      throw Error(ErrorCode::kProtocol, "rank " + std::to_string(r) + " published a malformed QUIC address");
+    const Endpoint ep = resolve_endpoint(a.endpoint);
+    group_.loop().run_owned([&] {
+      QuicPeer& p = peer(r);
+      p.address = a;
+      p.endpoint = ep;
+      p.known = true;
+      for (auto& c : conns_)
+        if (c->awaiting_fingerprint()) c->recheck_hello();
+    });
+  }
+  group_.loop().run_owned([&] { dialing_ = true; });
+  struct DialGuard {
+    QuicDevice* d;
+    ~DialGuard() {
+      d->group_.loop().run_owned([this] {
+        d->dialing_ = false;
+        d->drop_retired();
+      });
+    }
+  } guard{this};
+  std::map<int, QuicConnection*> dialled;
+  auto dial = [&](int r) {
+    group_.loop().run_owned([&] {
+      QuicPeer& p = peer(r);
+      auto c = std::make_unique<QuicConnection>(*this, &p, p.endpoint);
+      dialled[r] = c.get();
+      conns_.push_back(std::move(c));
+      dialled[r]->write();
+    });
+  };
+  for (int r : peers)
+    if (r < group_.rank()) dial(r);
+  for (;;) {
+    std::string missing, refused;
+    std::vector<int> redial;
+    group_.loop().run_owned([&] {
+      for (int r : peers) {
+        QuicPeer& p = peer(r);
+        if (p.conn) continue;
+        missing += (missing.empty() ? "" : ",") + std::to_string(r);
+        auto it = dialled.find(r);
+        if (it == dialled.end() || it->second->state() != QuicConnection::State::kClosed) continue;
+        if (it->second->rejected()) refused = it->second->close_reason();
+        else redial.push_back(r);  // lost handshake, timeout: dial again
+      }
+    });
+    if (!refused.empty()) {
+      maybe_poll();  // a peer with other group parameters: its own reason says more
+      throw Error(ErrorCode::kProtocol, refused);
+    }
+    if (missing.empty()) break;
+    if (Clock::now() > deadline)
+      throw Error(ErrorCode::kTimeout, "rank(s) " + missing + " did not connect in time (QUIC)");
+    for (int r : redial) dial(r);
+    maybe_poll();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+// ---- Frames.
+
+RequestPtr QuicDevice::send(int peer_rank, const FrameHeader& h, std::span<const uint8_t> payload) {
+  auto req = std::make_shared<Request>();
+  if (payload.size() > protocol::kMaxPayload) {
+    complete(req, {ErrorCode::kInvalidArgument, "frame payload over " + std::to_string(protocol::kMaxPayload) + " bytes"});
+    return req;
+  }
+  auto f = std::make_shared<OutFrame>();
+  // The copy is made here, on the caller's thread, so the loop thread keeps its time for packets
+  // and crypto; the loop numbers the frame and completes the request (buffer reusable).
+  f->payload = std::make_shared<std::vector<uint8_t>>(payload.begin(), payload.end());
+  f->delivery = req;
+  FrameHeader hh = h;
+  hh.type = protocol::FrameType::kData;
+  hh.payload_len = static_cast<uint32_t>(payload.size());
+  group_.loop().post([this, peer_rank, hh, f, req]() mutable {
+    if (group_.complete_if_failed(req)) return;
+    QuicPeer& p = peer(peer_rank);
+    if (!p.conn) {
+      complete(req, {ErrorCode::kPeerLost, "QUIC connection to rank " + std::to_string(peer_rank) + " is closed"});
+      group_.notify();
+      return;
+    }
+    FrameHeader numbered = hh;
+    numbered.frame = p.session.number_frame();
+    f->frame = numbered.frame;
+    f->header = protocol::encode_frame_header(numbered);
+    p.unacked[f->frame] = f;
+    p.frames_sent.fetch_add(1, std::memory_order_relaxed);
+    complete(req);
+    group_.notify();
+    p.conn->post_frame(f);
+  });
+  return req;
+}
+
+void QuicDevice::frame_delivered(QuicPeer& p, uint64_t frame) {
+  p.unacked.erase(frame);
+  group_.notify();
+}
+
+RequestPtr QuicDevice::recv(int peer_rank, const FrameHeader& expect, std::span<uint8_t> dst) {
+  auto req = std::make_shared<Request>();
+  QuicRecvOp op{expect, dst, req};
+  group_.loop().post([this, peer_rank, op = std::move(op)]() mutable {
+    if (group_.complete_if_failed(op.req)) return;
+    QuicPeer& p = peer(peer_rank);
+    if (!p.conn && p.staged.empty()) {
+      complete(op.req, {ErrorCode::kPeerLost, "QUIC connection to rank " + std::to_string(peer_rank) + " is closed"});
+      group_.notify();
+      return;
+    }
+    const uint64_t frame = p.session.window().post(std::move(op));
+    auto it = p.staged.find(frame);
+    if (it != p.staged.end() && it->second.complete()) deliver_staged(p, frame);
+  });
+  return req;
+}
+
+void QuicDevice::deliver_staged(QuicPeer& p, uint64_t frame) {
+  auto it = p.staged.find(frame);
+  StagedFrame& s = it->second;
+  QuicRecvOp& op = p.session.window().at(frame);
+  if (!group_.check_frame(p.rank, op.expect, s.h, op.dst.size())) return;
+  std::memcpy(op.dst.data(), s.payload.data(), s.payload.size());
+  QuicRecvOp done = p.session.window().complete(frame);
+  done.req->bytes = s.payload.size();
+  p.staged.erase(it);
+  p.frames_received.fetch_add(1, std::memory_order_relaxed);
+  complete(done.req);
+  group_.notify();
+}
+
+void QuicDevice::frame_header(QuicPeer& p, const FrameHeader& h, int* target) {
+  *target = kDiscard;
+  if (p.staged.count(h.frame)) return;  // a copy of a frame staged already
+  switch (p.session.window().lookup(h.frame)) {
+    case protocol::RecvWindow<QuicRecvOp>::Lookup::kPosted: {
+      QuicRecvOp& op = p.session.window().at(h.frame);
+      if (group_.check_frame(p.rank, op.expect, h, op.dst.size())) *target = kPosted;
+      return;
+    }
+    case protocol::RecvWindow<QuicRecvOp>::Lookup::kNotPosted: {
+      StagedFrame s;
+      s.h = h;
+      s.payload.resize(h.payload_len);
+      p.staged.emplace(h.frame, std::move(s));
+      *target = kStaged;
+      group_.early_frame(p.rank, h);
+      return;
+    }
+    case protocol::RecvWindow<QuicRecvOp>::Lookup::kStale: return;  // received already
+  }
+}
+
+void QuicDevice::frame_bytes(QuicPeer& p, const FrameHeader& h, int target, size_t at, std::span<const uint8_t> bytes) {
+  p.bytes_received.fetch_add(bytes.size(), std::memory_order_relaxed);
+  if (target == kPosted) {
+    if (p.session.window().lookup(h.frame) != protocol::RecvWindow<QuicRecvOp>::Lookup::kPosted) return;  // failed
+    std::memcpy(p.session.window().at(h.frame).dst.data() + at, bytes.data(), bytes.size());
+  } else if (target == kStaged) {
+    auto it = p.staged.find(h.frame);
+    if (it == p.staged.end()) return;
+    std::memcpy(it->second.payload.data() + at, bytes.data(), bytes.size());
+    it->second.got = at + bytes.size();
+  }
+}
+
+void QuicDevice::frame_complete(QuicPeer& p, const FrameHeader& h, int target) {
+  if (target == kPosted) {
+    if (p.session.window().lookup(h.frame) != protocol::RecvWindow<QuicRecvOp>::Lookup::kPosted) return;
+    QuicRecvOp op = p.session.window().complete(h.frame);
+    op.req->bytes = h.payload_len;
+    p.frames_received.fetch_add(1, std::memory_order_relaxed);
+    complete(op.req);
+    group_.notify();
+  } else if (target == kStaged) {
+    // Its receive may have been posted while it arrived.
+    if (p.session.window().lookup(h.frame) == protocol::RecvWindow<QuicRecvOp>::Lookup::kPosted)
+      deliver_staged(p, h.frame);
+  }
+}
+
+void QuicDevice::recheck_early_frames() {
+  for (auto& p : peers_)
+    for (auto& [frame, s] : p->staged) group_.early_frame(p->rank, s.h);
+}
+
+void QuicDevice::connection_lost(QuicPeer& p, ErrorCode code, const std::string& why) {
+  if (p.conn) p.conn = nullptr;
+  if (closing_.load()) return;
+  if (p.goodbye && !p.session.window().pending()) return;
+  group_.fail(code, why, true);
+}
+
+void QuicDevice::on_group_failure(const Failure& f, bool tell_peers) {
+  for (auto& p : peers_) {
+    p->session.window().drain([&](QuicRecvOp& r) { complete(r.req, f); });
+    p->staged.clear();
+    p->unacked.clear();
+  }
+  if (!tell_peers) return;
+  const auto payload = protocol::encode_abort(static_cast<uint8_t>(f.code), f.message);
+  for (auto& p : peers_)
+    if (p->conn) p->conn->post_control(protocol::FrameType::kAbort, payload);
+}
+
+// ---- Liveness and statistics.
+
+void QuicDevice::send_heartbeat(int peer_rank, std::span<const uint8_t> payload) {
+  QuicPeer& p = peer(peer_rank);
+  if (p.conn) p.conn->post_control(protocol::FrameType::kHeartbeat, payload);
+}
+
+bool QuicDevice::host_answers(int peer_rank, std::chrono::milliseconds recent) const {
+  const QuicPeer& p = *peers_[static_cast<size_t>(peer_rank)];
+  if (!p.conn) return false;
+  return p.conn->bytes_in_flight() == 0 || Clock::now() - p.conn->last_received() < recent;
+}
+
+void QuicDevice::stats(PeerStats* ps) const {
+  const QuicPeer& p = *peers_[static_cast<size_t>(ps->peer)];
+  ps->bytes_sent = p.bytes_sent.load();
+  ps->bytes_received = p.bytes_received.load();
+  ps->frames_sent = p.frames_sent.load();
+  ps->frames_received = p.frames_received.load();
+  group_.loop().run_owned([&] {
+    PeerStats::Quic& q = ps->quic;
+    q.congestion_control = options_.congestion_control;
+    q.gso = sock_.gso();
+    if (!p.conn) return;
+    const ngtcp2_conn_stat st = p.conn->conn_stat();
+    ps->rtt_ms = static_cast<double>(st.smoothed_rtt) / 1e6;
+    q.min_rtt_ms = static_cast<double>(st.min_rtt) / 1e6;
+    q.cwnd_bytes = st.cwnd;
+    q.bytes_in_flight = st.bytes_in_flight;
+    q.delivery_rate_bps = st.delivery_rate_sec * 8;
+    q.pacing_rate_bps = static_cast<uint64_t>(st.pacing_rate * 8e9);
+    q.streams_opened = p.conn->streams_opened();
+  });
+}
+
+void QuicDevice::shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  closing_.store(true);
+  group_.loop().run_owned([this] {
+    for (auto& p : peers_)
+      if (p->conn) p->conn->post_control(protocol::FrameType::kGoodbye, {});
+  });
+  // Bounded wait for goodbyes (and aborts) to be acknowledged; a dead peer must not hold us.
+  const auto deadline = Clock::now() + std::chrono::seconds(2);
+  for (;;) {
+    bool drained = true;
+    group_.loop().run_owned([&] {
+      for (auto& p : peers_)
+        if (p->conn && !p->conn->control_drained()) drained = false;
+    });
+    if (drained || Clock::now() > deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  group_.loop().run_owned([this] {
+    for (auto& c : conns_) c->close("shutdown", false);
+    for (auto& p : peers_) p->conn = nullptr;
+  });
+}
+
+}  // namespace geoccl::transport::quic

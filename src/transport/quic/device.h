@@ -1,0 +1,159 @@
+// QuicDevice: the QUIC transport (RFC 9000, ngtcp2 0.12 with GnuTLS for TLS 1.3), for peers in
+// other domains (GEOCCL_TRANSPORT remote=quic, or auto where the decider measures it faster).
+//
+// One UDP socket per device carries every peer's connection; packets are routed by the
+// connection IDs this side chose. For each pair the higher rank dials the lower one: the TLS
+// handshake authenticates both ends against the certificate fingerprints they published in the
+// store (tls.h), then the dialler's Hello and the acceptor's Reply (protocol/handshake.h, the same
+// checks as TCP: session, group parameters, version, rank) open the pair. Strangers, other
+// sessions and wrong certificates are refused with a reason while the group goes on.
+//
+// Frames: one QUIC stream per data frame (connection.h), so a lost packet holds up only its own
+// frame. Per-peer state that outlives a connection (frame numbering, the receive window, frames
+// staged before their receive, frames not yet acknowledged) is QuicPeer's.
+//
+// Flow control: the connection and stream windows start at GEOCCL_QUIC_WINDOW_BYTES (sized for
+// the bandwidth-delay product of the longest path) and ngtcp2 may grow them to twice that.
+// Congestion control: GEOCCL_QUIC_CC (cubic, bbr, bbr2, reno).
+//
+// Liveness: heartbeats ride the control stream; an ICMP port-unreachable from a peer's address
+// (its process is gone) fails the group with peer-lost at once; a path that stays silent past the
+// idle timeout (GEOCCL_TCP_RESUME_TIMEOUT_MS) fails it with peer-unreachable. A QUIC connection
+// survives outages shorter than that by itself (ngtcp2 retransmits), so no stream is re-dialled.
+//
+// Threads: as device.h. Every socket operation and every ngtcp2 call is on the loop thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "geoccl/config.h"
+#include "protocol/peer_session.h"
+#include "transport/device.h"
+#include "transport/quic/address.h"
+#include "transport/quic/connection.h"
+#include "transport/quic/tls.h"
+#include "transport/quic/udp.h"
+
+namespace geoccl::transport::quic {
+
+struct QuicOptions {
+  std::string congestion_control = "cubic";  // GEOCCL_QUIC_CC
+  uint64_t window_bytes = 32u << 20;         // GEOCCL_QUIC_WINDOW_BYTES
+  uint64_t socket_buffer_bytes = 32u << 20;  // SO_SNDBUF / SO_RCVBUF of the UDP socket
+  std::chrono::milliseconds idle_timeout{30000};
+  std::chrono::milliseconds handshake_timeout{10000};
+  static QuicOptions from_config(const Config& cfg);
+};
+
+// A posted receive (the peer's receive window holds them).
+struct QuicRecvOp {
+  protocol::FrameHeader expect;
+  std::span<uint8_t> dst;
+  RequestPtr req;
+};
+
+// A data frame that arrived (or is arriving) before its receive was posted.
+struct StagedFrame {
+  protocol::FrameHeader h;
+  std::vector<uint8_t> payload;
+  size_t got = 0;
+  bool complete() const { return got == payload.size(); }
+};
+
+// One peer of a QuicDevice and its protocol state. Loop thread, except the counters.
+struct QuicPeer {
+  using Session = protocol::PeerSession<QuicRecvOp, RequestPtr>;
+  int rank = -1;
+  bool known = false;  // its address was read from the store
+  Address address;
+  Endpoint endpoint;
+  Session session;  // numbering and the receive window
+  std::map<uint64_t, StagedFrame> staged;
+  std::map<uint64_t, std::shared_ptr<OutFrame>> unacked;  // by frame number
+  QuicConnection* conn = nullptr;  // the established connection (owned by the device)
+  bool goodbye = false;            // it said goodbye: its connection's end is no failure
+  std::atomic<uint64_t> bytes_sent{0}, bytes_received{0}, frames_sent{0}, frames_received{0};
+};
+
+class QuicDevice final : public Device {
+ public:
+  // Binds a UDP socket on bind_addr (any port) and makes this rank's key and certificate.
+  // Throws Error(kIo).
+  QuicDevice(Group& group, const std::string& bind_addr, const QuicOptions& options);
+  ~QuicDevice() override;
+
+  const char* name() const override { return "quic"; }
+  std::vector<uint8_t> address() const override;
+  bool reaches(std::span<const uint8_t> peer_address) const override;
+  void connect(const std::vector<int>& peers, const AddressOf& address_of, const Poll& poll,
+               Clock::time_point deadline) override;
+  RequestPtr send(int peer, const protocol::FrameHeader& h, std::span<const uint8_t> payload) override;
+  RequestPtr recv(int peer, const protocol::FrameHeader& expect, std::span<uint8_t> dst) override;
+  void recheck_early_frames() override;
+  void set_wan_peer(int /*peer*/, bool /*wan*/) override {}
+  void send_heartbeat(int peer, std::span<const uint8_t> payload) override;
+  bool host_answers(int peer, std::chrono::milliseconds recent) const override;
+  void stats(PeerStats* ps) const override;
+  void shutdown() override;
+
+  uint64_t rejected_connections() const { return rejected_.load(); }
+
+  // ---- For QuicConnection (loop thread).
+  Group& group() const { return group_; }
+  const QuicOptions& options() const { return options_; }
+  const Credentials& credentials() const { return cred_; }
+  UdpSocket& socket() { return sock_; }
+  QuicPeer& peer(int rank) { return *peers_[static_cast<size_t>(rank)]; }
+  bool closing() const { return closing_.load(); }
+  void route(const std::string& cid, QuicConnection* c);
+  void unroute(const std::string& cid);
+  // The socket is full: writable() runs when it drains.
+  void want_writable();
+  // The acceptor's verdict on a Hello from `rank` arriving on `c` (kAccepted adopts it).
+  // *wait: the dialler's published address is not known yet (recheck_hello() later).
+  protocol::HandshakeStatus judge_hello(const protocol::Hello& h, QuicConnection& c, std::string* why, bool* wait);
+  void established(QuicConnection& c);
+  // Data frames of a peer, from its connection.
+  void frame_header(QuicPeer& p, const protocol::FrameHeader& h, int* target);
+  void frame_bytes(QuicPeer& p, const protocol::FrameHeader& h, int target, size_t at,
+                   std::span<const uint8_t> bytes);
+  void frame_complete(QuicPeer& p, const protocol::FrameHeader& h, int target);
+  // QUIC acknowledged every byte of data frame `frame` to the peer.
+  void frame_delivered(QuicPeer& p, uint64_t frame);
+  // The connection to a known peer ended (`why`): a failure of the group unless it said goodbye.
+  void connection_lost(QuicPeer& p, ErrorCode code, const std::string& why);
+  // A connection is finished: the device drops it after the current event.
+  void retire(QuicConnection* c);
+
+ private:
+  void on_readable(uint32_t events);
+  void writable();
+  void on_group_failure(const Failure& f, bool tell_peers);
+  void drop_retired();
+  void deliver_staged(QuicPeer& p, uint64_t frame);
+  QuicConnection* find(std::span<const uint8_t> pkt);
+
+  Group& group_;
+  const QuicOptions options_;
+  Credentials cred_;
+  UdpSocket sock_;
+  std::string endpoint_;
+  std::vector<std::unique_ptr<QuicPeer>> peers_;
+  std::vector<std::unique_ptr<QuicConnection>> conns_;  // loop thread: every connection
+  std::vector<QuicConnection*> retired_;
+  std::map<std::string, QuicConnection*> routes_;  // connection ID -> connection
+  bool want_out_ = false;
+  bool dialing_ = false;  // connect() is reading its dialled connections' fate
+  Group::ListenerId failure_listener_ = 0;
+  std::atomic<uint64_t> rejected_{0};
+  std::atomic<bool> closing_{false};
+  bool shut_down_ = false;
+};
+
+}  // namespace geoccl::transport::quic
