@@ -1,8 +1,9 @@
-// Published transport addresses (tcp/address.h, shm/address.h): never crash; what decodes
-// re-encodes to the same bytes.
+// Published transport addresses (tcp/address.h, shm/address.h, quic/address.h): never crash;
+// what decodes re-encodes to the same bytes.
 #include <cstdlib>
 #include <span>
 
+#include "transport/quic/address.h"
 #include "transport/shm/address.h"
 #include "transport/tcp/address.h"
 
@@ -22,6 +23,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         b.host.boot_id != a.host.boot_id || b.host.netns_ino != a.host.netns_ino ||
         b.host.netns_dev != a.host.netns_dev)
       std::abort();
+  }
+  quic::Address q;
+  if (quic::decode_address(in, &q)) {
+    const auto again = quic::encode_address(q);
+    if (!std::equal(again.begin(), again.end(), in.begin(), in.end())) std::abort();
   }
   return 0;
 }

@@ -91,4 +91,20 @@ class Device {
   virtual void shutdown() = 0;
 };
 
+// Calls a Device::Poll at most every 100 ms: what a connect() loop that waits in small steps
+// calls each time round.
+class ThrottledPoll {
+ public:
+  explicit ThrottledPoll(const Device::Poll& poll) : poll_(poll) {}
+  void operator()() {
+    if (!poll_ || Device::Clock::now() - last_ < std::chrono::milliseconds(100)) return;
+    last_ = Device::Clock::now();
+    poll_();
+  }
+
+ private:
+  const Device::Poll& poll_;
+  Device::Clock::time_point last_ = Device::Clock::now();
+};
+
 }  // namespace geoccl::transport

@@ -488,14 +488,16 @@ int QuicConnection::on_acked(int64_t stream_id, uint64_t /*offset*/, uint64_t le
     }
     return 0;
   }
-  auto it = out_open_.find(stream_id);
-  if (it == out_open_.end()) return 0;
-  OutStream& s = *it->second;
+  // Acknowledgements may come while the rest of a large frame still waits to be handed over.
+  auto o = opened_.find(stream_id);
+  if (o == opened_.end()) return 0;
+  OutStream& s = *o->second;
   s.acked += len;
   if (s.acked >= s.f->size()) {
     if (s.f->delivery) s.f->delivery->delivered.store(true, std::memory_order_release);
     const uint64_t frame = s.f->frame;
-    out_open_.erase(it);
+    opened_.erase(o);
+    out_open_.erase(stream_id);  // it was handed over in full before its last byte was acked
     dev_.frame_delivered(*peer_, frame);
   }
   return 0;
@@ -512,10 +514,8 @@ int QuicConnection::on_stream_close(int64_t stream_id) {
 }
 
 void QuicConnection::on_stream_credit(int64_t stream_id) {
-  auto it = out_open_.find(stream_id);
-  if (it != out_open_.end()) it->second->blocked = false;
-  for (auto& s : out_queue_)
-    if (s->id == stream_id) s->blocked = false;
+  auto it = opened_.find(stream_id);
+  if (it != opened_.end()) it->second->blocked = false;
 }
 
 // ---- Sending.
@@ -559,6 +559,7 @@ QuicConnection::OutStream* QuicConnection::next_stream() {
         return nullptr;
       }
       ++streams_opened_;
+      opened_[s->id] = s.get();
     }
     return s.get();
   }

@@ -194,6 +194,7 @@ class QuicConnection {
   // Data streams.
   std::deque<std::unique_ptr<OutStream>> out_queue_;       // not yet fully handed to ngtcp2
   std::map<int64_t, std::unique_ptr<OutStream>> out_open_; // handed over, awaiting acks
+  std::map<int64_t, OutStream*> opened_;  // every opened stream not yet acknowledged in full
   bool streams_blocked_ = false;
   uint64_t streams_opened_ = 0;
   std::map<int64_t, InStream> in_;

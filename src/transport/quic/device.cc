@@ -202,12 +202,7 @@ void QuicDevice::established(QuicConnection& c) {
 
 void QuicDevice::connect(const std::vector<int>& peers, const AddressOf& address_of, const Poll& poll,
                          Clock::time_point deadline) {
-  auto last_poll = Clock::now();
-  auto maybe_poll = [&] {
-    if (!poll || Clock::now() - last_poll < std::chrono::milliseconds(100)) return;
-    last_poll = Clock::now();
-    poll();
-  };
+  ThrottledPoll maybe_poll(poll);
   // Every peer's address: the lower ranks' to dial, the higher ranks' to check their
   // certificates against when they dial us.
   for (int r : peers) {

@@ -249,12 +249,7 @@ void TcpDevice::adopt(int fd, int peer_rank, int stream) {
 
 void TcpDevice::connect(const std::vector<int>& peers, const AddressOf& address_of, const Poll& poll,
                         Clock::time_point deadline) {
-  auto last_poll = Clock::now();
-  auto maybe_poll = [&] {
-    if (!poll || Clock::now() - last_poll < std::chrono::milliseconds(100)) return;
-    last_poll = Clock::now();
-    poll();
-  };
+  ThrottledPoll maybe_poll(poll);
   for (int r : peers) {
     if (r >= group_.rank()) continue;
     TcpPeer& p = peer(r);

@@ -1,0 +1,190 @@
+// Two QuicDevices in one process over loopback: frames of random sizes (empty ones and several
+// MiB included) arrive intact whether their receive is posted before or after they arrive, every
+// send is acknowledged (delivered), more frames than one connection's stream credit go through,
+// statistics are filled; a certificate that is not the published one is refused on either side;
+// the options are read and checked.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "geoccl/config.h"
+#include "geoccl/error.h"
+#include "runtime/event_loop.h"
+#include "transport/group.h"
+#include "transport/quic/address.h"
+#include "transport/quic/device.h"
+#include "transport/router.h"
+
+using namespace geoccl;
+using namespace std::chrono_literals;
+using transport::RequestPtr;
+using transport::quic::QuicDevice;
+using transport::quic::QuicOptions;
+
+namespace {
+
+bool wait_for(const std::vector<RequestPtr>& reqs, std::chrono::seconds limit, bool delivered = false) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  for (const auto& r : reqs)
+    while (!(delivered ? r->delivered.load(std::memory_order_acquire) : r->done.load(std::memory_order_acquire))) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(1ms);
+    }
+  return true;
+}
+
+struct Side {
+  runtime::EventLoop loop;
+  transport::Group group;
+  std::unique_ptr<QuicDevice> dev;
+  Side(const char* name, int r) : loop(name), group(loop, r, 2, 42, 0, [] {}) {
+    dev = std::make_unique<QuicDevice>(group, "127.0.0.1", QuicOptions{});
+  }
+};
+
+// Connects both sides; each sees the other's published address through `a0` / `a1` (a test may
+// give a forged one). Returns the errors of rank 0's and rank 1's connect ("" = connected).
+std::pair<std::string, std::string> connect(Side& s0, Side& s1, std::vector<uint8_t> a0, std::vector<uint8_t> a1,
+                                            std::chrono::seconds limit = 10s) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  std::string e0, e1;
+  std::thread c0([&] {
+    try {
+      s0.dev->connect({1}, [&](int) { return a1; }, {}, deadline);
+    } catch (const Error& e) {
+      e0 = e.what();
+    }
+  });
+  try {
+    s1.dev->connect({0}, [&](int) { return a0; }, {}, deadline);
+  } catch (const Error& e) {
+    e1 = e.what();
+  }
+  c0.join();
+  return {e0, e1};
+}
+
+protocol::FrameHeader header(uint64_t i, size_t bytes) {
+  protocol::FrameHeader h;
+  h.kind = protocol::OpKind::kSendRecv;
+  h.seq = i;
+  h.op_bytes = bytes;
+  return h;
+}
+
+TEST(QuicTransport, FramesArriveIntactPostedEarlyOrLateAndAreDelivered) {
+  Side s0("q0", 0), s1("q1", 1);
+  const auto [e0, e1] = connect(s0, s1, s0.dev->address(), s1.dev->address());
+  ASSERT_EQ(e0, "");
+  ASSERT_EQ(e1, "");
+  std::mt19937_64 rng(7);
+  // More frames than the 4096 streams one connection may have open: the credit comes back as
+  // streams close.
+  const size_t frames = 5000;
+  std::vector<std::vector<uint8_t>> src(frames), dst(frames);
+  for (size_t i = 0; i < frames; ++i) {
+    const size_t n = i == 0 ? 0 : i % 1000 == 1 ? (5u << 20) + 3 : rng() % 3 == 0 ? rng() % 64 : rng() % 20000;
+    src[i].resize(n);
+    for (auto& b : src[i]) b = static_cast<uint8_t>(rng());
+    dst[i].assign(n, 0);
+  }
+  std::vector<RequestPtr> sends, recvs;
+  // Half the receives are posted before the frames are sent, the rest after some arrived.
+  for (size_t i = 0; i < frames / 2; ++i) recvs.push_back(s1.dev->recv(0, header(i, dst[i].size()), dst[i]));
+  for (size_t i = 0; i < frames; ++i) sends.push_back(s0.dev->send(1, header(i, src[i].size()), src[i]));
+  std::this_thread::sleep_for(50ms);
+  for (size_t i = frames / 2; i < frames; ++i) recvs.push_back(s1.dev->recv(0, header(i, dst[i].size()), dst[i]));
+  ASSERT_TRUE(wait_for(recvs, 60s));
+  ASSERT_TRUE(wait_for(sends, 60s, true)) << "not every frame was acknowledged";
+  for (size_t i = 0; i < frames; ++i) {
+    ASSERT_TRUE(recvs[i]->ok()) << recvs[i]->failure.message;
+    ASSERT_EQ(recvs[i]->bytes, src[i].size());
+    ASSERT_EQ(src[i], dst[i]) << "frame " << i;
+  }
+  PeerStats ps;
+  ps.peer = 1;
+  s0.dev->stats(&ps);
+  EXPECT_EQ(ps.frames_sent, frames);
+  EXPECT_GT(ps.rtt_ms, 0.0);
+  EXPECT_GT(ps.quic.cwnd_bytes, 0u);
+  EXPECT_GE(ps.quic.streams_opened, frames);
+  EXPECT_EQ(ps.quic.congestion_control, "cubic");
+  EXPECT_FALSE(s0.group.failed());
+  EXPECT_FALSE(s1.group.failed());
+}
+
+// Rank 1's published fingerprint is forged: rank 0 (the acceptor) refuses its handshake, both
+// connects fail with a clear error, and the refusal is counted.
+TEST(QuicTransport, AcceptorRefusesACertificateThatIsNotThePublishedOne) {
+  Side s0("q0", 0), s1("q1", 1), other("q2", 1);
+  transport::quic::Address forged;
+  ASSERT_TRUE(transport::quic::decode_address(s1.dev->address(), &forged));
+  transport::quic::Address theirs;
+  ASSERT_TRUE(transport::quic::decode_address(other.dev->address(), &theirs));
+  forged.fingerprint = theirs.fingerprint;  // rank 1's endpoint, somebody else's key
+  const auto [e0, e1] = connect(s0, s1, s0.dev->address(), transport::quic::encode_address(forged), 3s);
+  EXPECT_NE(e1, "");
+  EXPECT_NE(e1.find("refused"), std::string::npos) << e1;
+  EXPECT_NE(e0, "");  // rank 0 never got a peer
+  EXPECT_GE(s0.dev->rejected_connections(), 1u);
+}
+
+// Rank 0's published fingerprint is forged: the dialler sees a certificate that is not the one
+// published and gives up with a message that says so.
+TEST(QuicTransport, DiallerRefusesACertificateThatIsNotThePublishedOne) {
+  Side s0("q0", 0), s1("q1", 1), other("q2", 0);
+  transport::quic::Address forged, theirs;
+  ASSERT_TRUE(transport::quic::decode_address(s0.dev->address(), &forged));
+  ASSERT_TRUE(transport::quic::decode_address(other.dev->address(), &theirs));
+  forged.fingerprint = theirs.fingerprint;
+  const auto [e0, e1] = connect(s0, s1, transport::quic::encode_address(forged), s1.dev->address(), 3s);
+  EXPECT_NE(e1.find("certificate"), std::string::npos) << e1;
+  EXPECT_NE(e0, "");
+}
+
+TEST(QuicTransport, AddressesRoundTripAndRejectGarbage) {
+  transport::quic::Address a{"10.1.2.3:4567", {}};
+  for (size_t i = 0; i < a.fingerprint.size(); ++i) a.fingerprint[i] = static_cast<uint8_t>(i * 7);
+  transport::quic::Address b;
+  ASSERT_TRUE(transport::quic::decode_address(transport::quic::encode_address(a), &b));
+  EXPECT_EQ(b.endpoint, a.endpoint);
+  EXPECT_EQ(b.fingerprint, a.fingerprint);
+  auto bytes = transport::quic::encode_address(a);
+  bytes.pop_back();
+  EXPECT_FALSE(transport::quic::decode_address(bytes, &b));
+  EXPECT_FALSE(transport::quic::decode_address(transport::quic::encode_address({"no-port", {}}), &b));
+}
+
+TEST(QuicTransport, OptionsAndTransportChoiceFromEnvironment) {
+  ::setenv("GEOCCL_QUIC_CC", "bbr2", 1);
+  ::setenv("GEOCCL_QUIC_WINDOW_BYTES", "16M", 1);
+  Config c = Config::from_env();
+  EXPECT_EQ(QuicOptions::from_config(c).congestion_control, "bbr2");
+  EXPECT_EQ(QuicOptions::from_config(c).window_bytes, 16u << 20);
+  ::setenv("GEOCCL_QUIC_CC", "vegas", 1);
+  EXPECT_THROW(
+      {
+        try {
+          Config::from_env().validate();
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+          throw;
+        }
+      },
+      Error);
+  ::unsetenv("GEOCCL_QUIC_CC");
+  ::unsetenv("GEOCCL_QUIC_WINDOW_BYTES");
+  const auto q = transport::PathChoice::parse("quic");
+  EXPECT_EQ(q.host, "quic");
+  EXPECT_EQ(q.remote, "quic");
+  const auto r = transport::PathChoice::parse("remote=quic");
+  EXPECT_EQ(r.host, "shm");
+  EXPECT_EQ(r.remote, "quic");
+  EXPECT_THROW((void)transport::PathChoice::parse("remote=shm"), Error);
+}
+
+}  // namespace
