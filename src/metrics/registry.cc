@@ -201,7 +201,10 @@ std::string Registry::render() {
   for (auto& c : collectors) c();
   std::lock_guard lk(mu_);
   std::string out;
-  for (const auto& [name, e] : families_) {
+  for (const auto& family : families_) {
+    // Named, not structured bindings: the lambdas below capture them (clang 14 cannot).
+    const std::string& name = family.first;
+    const Entry& e = family.second;
     if (e.counter) {
       header(out, name, e.counter->help(), "counter");
       e.counter->each([&](const std::vector<std::string>& v, const Counter& c) {
