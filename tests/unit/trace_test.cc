@@ -83,6 +83,17 @@ TEST(Trace, FourRanksOnOneTimeline) {
   const std::string cmd =
       std::string(GEOCCL_CLI_PATH) + " trace merge " + dir + " -o " + out + " > /dev/null";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  // A directory that is not there, or holds no rank file: the command fails (kIo,
+  // kInvalidArgument).
+  EXPECT_NE(std::system((std::string(GEOCCL_CLI_PATH) + " trace merge " + dir + "/none -o " + out +
+                         ".x 2> /dev/null")
+                            .c_str()),
+            0);
+  std::filesystem::create_directories(dir + "/empty");
+  EXPECT_NE(std::system((std::string(GEOCCL_CLI_PATH) + " trace merge " + dir + "/empty -o " + out +
+                         ".x 2> /dev/null")
+                            .c_str()),
+            0);
   std::ifstream f(out);
   const auto doc = nlohmann::json::parse(f);
   std::filesystem::remove_all(dir);
