@@ -150,7 +150,7 @@ TEST(CommunicatorMetrics, TwoRanksOverTcp) {
   const uint16_t store_port = transport::tcp::pick_free_port();
   const int ports[2] = {transport::tcp::pick_free_port(), transport::tcp::pick_free_port()};
   constexpr size_t kCount = 256 * 1024;  // 1 MiB of f32
-  std::string scraped;
+  std::string scraped, after_error;
   auto rank_main = [&](int rank) {
     Config c;
     c.rank = rank;
@@ -169,6 +169,13 @@ TEST(CommunicatorMetrics, TwoRanksOverTcp) {
     comm.barrier().wait();
     if (rank == 0) scraped = get(ports[0], "/metrics");
     comm.barrier().wait();  // rank 1 serves until rank 0 has read
+    if (rank == 0) {
+      // An operation that fails is counted by its error code, not timed.
+      comm.abort("metrics test");
+      EXPECT_THROW(comm.allreduce(buf.data(), kCount, DataType::kFloat32, ReduceOp::kSum).wait(),
+                   Error);
+      after_error = get(ports[0], "/metrics");
+    }
   };
   std::thread r1(rank_main, 1);
   rank_main(0);
@@ -194,6 +201,12 @@ TEST(CommunicatorMetrics, TwoRanksOverTcp) {
   ASSERT_TRUE(rtt.has_value()) << scraped;
   EXPECT_GT(*rtt, 0);
   EXPECT_LT(*rtt, 0.05);
+  double errors = 0;
+  const auto e = parse_exposition(after_error);
+  for (const auto& x : e)
+    if (x.name == "geoccl_op_errors_total" && x.label("op") == "allreduce") errors += x.value;
+  EXPECT_EQ(errors, 1) << after_error;  // aborted (or peer_lost, had rank 1 left first)
+  EXPECT_EQ(find_sample(e, "geoccl_op_bytes_total", {{"op", "allreduce"}}), op_bytes);
   EXPECT_EQ(
       find_sample(s, "geoccl_rank_info", {{"rank", "0"}, {"world_size", "2"}, {"domain", "a"}}),
       1.0);
