@@ -186,9 +186,10 @@ def main():
             mine = "|".join(str(p) for p in range(RANKS) if p // PER_DOMAIN == r // PER_DOMAIN)
             wan = scalar(prom_port, 'sum(geoccl_peer_bytes_sent_total{rank="%d",%s})' % (r, cross % mine))
             lan = scalar(prom_port, 'sum(geoccl_peer_bytes_sent_total{rank="%d",peer=~"%s"})' % (r, mine))
-            if not wan_per_rank <= wan <= wan_per_rank * 1.05:
+            # (0.5 % below: ring segments of 2^21 / 6 elements are uneven by an element or two.)
+            if not wan_per_rank * 0.995 <= wan <= wan_per_rank * 1.05:
                 fail("rank %d sent %d bytes across domains, the allreduces move %d" % (r, wan, wan_per_rank))
-            if not lan_per_rank <= lan <= lan_per_rank * 1.05:
+            if not lan_per_rank * 0.995 <= lan <= lan_per_rank * 1.05:
                 fail("rank %d sent %d bytes inside its domain, the allreduces move %d" % (r, lan, lan_per_rank))
         sent = scalar(prom_port, "sum(geoccl_peer_bytes_sent_total)")
         recv = scalar(prom_port, "sum(geoccl_peer_bytes_received_total)")
