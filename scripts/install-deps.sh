@@ -9,7 +9,7 @@ PKGS=(
   iproute2 iptables iperf3 iputils-ping procps gnuplot-nox
   pybind11-dev libtorch-dev python3-sklearn
   liblz4-dev libzstd-dev libxxhash-dev python3-torchvision
-  etcd-server libcpp-httplib-dev
+  etcd-server libcpp-httplib-dev prometheus tmux
   libngtcp2-dev libngtcp2-crypto-gnutls-dev libgnutls28-dev
 )
 missing=()

@@ -109,6 +109,16 @@ struct Config {
   // OpOptions::compression applies at any size.
   size_t wan_compression_min_bytes = 64 << 10;
 
+  // Observability (docs/metrics.md). GEOCCL_METRICS_PORT: this rank serves /metrics in the
+  // Prometheus text format on this port (0 = off); GEOCCL_METRICS_BIND: the address it listens
+  // on; GEOCCL_METRICS_LINK_BPS: the known capacity (bit/s) of this rank's inter-domain links,
+  // for the utilization and limit series (0 = the rate the transport measures).
+  int metrics_port = 0;
+  std::string metrics_bind = "0.0.0.0";
+  uint64_t metrics_link_bps = 0;
+  // GEOCCL_TRACE: a directory where this rank writes its Chrome trace-event JSON ("" = off).
+  std::string trace_dir;
+
   // Logging.
   std::string log_level = "warn";  // GEOCCL_LOG_LEVEL: trace|debug|info|warn|error|off
 

@@ -17,6 +17,9 @@
 #include "core/logging.h"
 #include "geoccl/communicator.h"
 #include "membership/rendezvous.h"
+#include "metrics/comm_metrics.h"
+#include "metrics/exporter.h"
+#include "metrics/trace.h"
 #include "runtime/event_loop.h"
 #include "runtime/progress.h"
 #include "topology/topology.h"
@@ -41,7 +44,10 @@ class CommunicatorImpl {
   transport::Transport& transport() { return *router_; }
 
   // Queues a collective. `run` executes on its class's worker thread inside an OpContext.
-  Work submit(FrameHeader h, const OpOptions& o, std::function<void(OpContext&)> run);
+  // `algo`: the algorithm's name for the metrics (static storage); null for the communicator's
+  // own operations (set-up), which are not counted.
+  Work submit(FrameHeader h, const OpOptions& o, std::function<void(OpContext&)> run,
+              const char* algo = nullptr);
   // Queues a point-to-point transfer; sequence numbers are kept per peer and direction.
   Work submit_p2p(bool is_send, int peer, FrameHeader h, const OpOptions& o, std::span<uint8_t> data);
   const std::string& algo(const OpOptions& o) const { return o.algo.empty() ? cfg_.algo : o.algo; }
@@ -65,6 +71,7 @@ class CommunicatorImpl {
     int peer = -1;
     std::span<uint8_t> data;
     std::shared_ptr<detail::WorkState> work;
+    const char* algo = nullptr;  // metrics label; null: not counted
   };
   // An operation that has been started and whose Work is not completed yet.
   struct InFlight {
@@ -75,6 +82,13 @@ class CommunicatorImpl {
     std::exception_ptr error;
     std::string what;
     int source = -1;  // recv_any
+    // Metrics and traces (when on): when it started, what it was.
+    Clock::time_point started;
+    int64_t trace_t0 = 0;
+    const char* algo = nullptr;
+    OpKind kind = OpKind::kNone;
+    uint64_t bytes = 0, seq = 0;
+    uint8_t channel = 0;
   };
   // One priority class: its queue, sequence numbers, worker and scratch memory.
   struct Channel {
@@ -100,6 +114,10 @@ class CommunicatorImpl {
   // Completes finished in-flight operations in order; aborts the group on an expired one.
   void retire(Channel& ch);
   void stop_workers();
+  // GEOCCL_METRICS_PORT: the registry, this communicator's series and the HTTP endpoint.
+  void start_metrics();
+  // One retired operation's metrics and trace span.
+  void record_completion(const InFlight& f);
 
   Config cfg_;
   membership::RendezvousInfo rdv_;
@@ -117,6 +135,13 @@ class CommunicatorImpl {
   bool stop_ = false;
   size_t incomplete_ = 0;  // issued operations whose Work has not completed
 
+  // Observability (docs/metrics.md): null when off. The exporter is stopped first on
+  // destruction: a scrape reads the router.
+  std::unique_ptr<metrics::Registry> registry_;
+  std::unique_ptr<metrics::CommMetrics> metrics_;
+  std::unique_ptr<metrics::HttpExporter> exporter_;
+  std::unique_ptr<metrics::TraceWriter> trace_;  // GEOCCL_TRACE
+
   std::array<Channel, kPriorityClasses> channels_;
   // Runs Work callbacks off the workers. Last member, so destroyed first: after the workers are
   // joined (nothing posts any more) and before the state a callback may still reach.
@@ -129,6 +154,13 @@ CommunicatorImpl::CommunicatorImpl(Config cfg) : cfg_(std::move(cfg)) {
   core::LogLevel level;
   if (core::parse_log_level(cfg_.log_level, &level)) core::set_log_level(level);
   core::set_log_tag(cfg_.rank, cfg_.domain);
+  if (!cfg_.trace_dir.empty())
+    trace_ = std::make_unique<metrics::TraceWriter>(cfg_.trace_dir, cfg_.rank, cfg_.world_size, cfg_.domain);
+  if (cfg_.metrics_port > 0) {
+    registry_ = std::make_unique<metrics::Registry>();
+    metrics_ = std::make_unique<metrics::CommMetrics>(*registry_, cfg_.rank, cfg_.world_size, cfg_.domain,
+                                                      static_cast<double>(cfg_.metrics_link_bps));
+  }
   for (size_t c = 0; c < channels_.size(); ++c) {
     channels_[c].id = static_cast<uint8_t>(c);
     channels_[c].send_seq.assign(static_cast<size_t>(cfg_.world_size), 0);
@@ -207,6 +239,54 @@ CommunicatorImpl::CommunicatorImpl(Config cfg) : cfg_(std::move(cfg)) {
   topo_info_.source = topo_.source;
   topo_info_.describe = topo_.describe();
   if (cfg_.rank == 0) GEOCCL_LOG(kInfo, "topology: " << topo_info_.describe);
+  try {
+    if (metrics_) start_metrics();
+    if (trace_ && cfg_.world_size > 1) {
+      // The offset of this rank's clock to rank 0's, for `geoccl trace merge`.
+      FrameHeader h;
+      h.kind = OpKind::kBarrier;
+      h.dtype = static_cast<uint8_t>(DataType::kUInt8);
+      h.tag = 0x434c434b;  // "CLCK"
+      collectives::ClockOffset off;
+      submit(h, {}, [&](OpContext& c) { off = collectives::measure_clock_offset(c, 5, &metrics::TraceWriter::now_us); })
+          .wait();
+      trace_->set_clock_offset(off.offset_us, off.rtt_us);
+    }
+  } catch (...) {
+    stop_workers();
+    throw;
+  }
+}
+
+void CommunicatorImpl::start_metrics() {
+  metrics_->set_topology(topo_.domain_of, topo_.names);
+  metrics_->set_peer_source([this] { return router_->stats(); });
+  exporter_ = std::make_unique<metrics::HttpExporter>(*registry_, cfg_.metrics_bind, cfg_.metrics_port);
+  GEOCCL_LOG(kInfo, "metrics at http://" << cfg_.metrics_bind << ":" << exporter_->port() << "/metrics");
+}
+
+void CommunicatorImpl::record_completion(const InFlight& f) {
+  const auto kind = static_cast<uint8_t>(f.kind);
+  const char* op = protocol::op_kind_name(f.kind);
+  if (trace_) {
+    const int64_t now = metrics::TraceWriter::now_us();
+    trace_->complete(op, "op", metrics::kTraceTrackOps + f.channel, f.trace_t0, now - f.trace_t0,
+                     "\"seq\":" + std::to_string(f.seq) + ",\"bytes\":" + std::to_string(f.bytes) +
+                         ",\"algo\":" + metrics::json_string(f.algo) + ",\"ok\":" + (f.error ? "false" : "true"));
+  }
+  if (!metrics_) return;
+  if (!f.error) {
+    metrics_->record(kind, op, f.algo, f.bytes, std::chrono::duration<double>(Clock::now() - f.started).count());
+    return;
+  }
+  ErrorCode code = ErrorCode::kInternal;
+  try {
+    std::rethrow_exception(f.error);
+  } catch (const Error& e) {
+    code = e.code();
+  } catch (...) {
+  }
+  metrics_->record_error(kind, op, code);
 }
 
 void CommunicatorImpl::discover_topology() {
@@ -246,6 +326,7 @@ void CommunicatorImpl::discover_topology() {
 }
 
 CommunicatorImpl::~CommunicatorImpl() {
+  exporter_.reset();
   bool pending;
   {
     std::lock_guard lk(progress_.mutex());
@@ -303,9 +384,11 @@ Work CommunicatorImpl::enqueue(Op op, Priority priority) {
   return Work(state);
 }
 
-Work CommunicatorImpl::submit(FrameHeader h, const OpOptions& o, std::function<void(OpContext&)> run) {
+Work CommunicatorImpl::submit(FrameHeader h, const OpOptions& o, std::function<void(OpContext&)> run,
+                              const char* algo) {
   Op op;
   op.header = h;
+  op.algo = algo;
   op.timeout = o.timeout.value_or(cfg_.op_timeout);
   op.run = std::move(run);
   return enqueue(std::move(op), o.priority);
@@ -318,6 +401,7 @@ Work CommunicatorImpl::submit_p2p(bool is_send, int peer, FrameHeader h, const O
   op.header = h;
   op.timeout = o.timeout.value_or(cfg_.op_timeout);
   op.p2p = true;
+  op.algo = "p2p";
   op.is_send = is_send;
   op.peer = peer;
   op.data = data;
@@ -357,6 +441,14 @@ bool CommunicatorImpl::find_source(Channel& ch, Op& op, Clock::time_point deadli
 void CommunicatorImpl::start(Channel& ch, Op& op) {
   InFlight f;
   f.work = op.work;
+  if ((metrics_ || trace_) && op.algo) {
+    f.started = Clock::now();
+    if (trace_) f.trace_t0 = metrics::TraceWriter::now_us();
+    f.algo = op.algo;
+    f.kind = op.header.kind;
+    f.bytes = op.header.op_bytes;
+    f.channel = ch.id;
+  }
   f.deadline = Clock::now() + op.timeout;
   // A failed group (an abort, a lost peer) runs nothing more: the operation ends with the
   // group's failure at once, in issue order, instead of posting requests that fail one by one.
@@ -379,8 +471,10 @@ void CommunicatorImpl::start(Channel& ch, Op& op) {
     f.source = op.any_source ? op.peer : -1;
   }
   f.what = std::string(protocol::op_kind_name(op.header.kind)) + " #" + std::to_string(op.header.seq);
+  f.seq = op.header.seq;
   f.ctx = std::make_unique<OpContext>(*router_, progress_, ch.scratch, op.header, f.deadline,
                                       cfg_.chunk_bytes);
+  if (trace_ && f.algo) f.ctx->set_trace(trace_.get());
   if (!op.p2p) router_->begin_operation(op.header);
   if (op.p2p) {
     if (op.is_send)
@@ -415,6 +509,7 @@ void CommunicatorImpl::retire(Channel& ch) {
           f.error = std::make_exception_ptr(Error(r->failure.code, r->failure.message));
           break;
         }
+    if (f.algo) record_completion(f);
     auto work = std::move(f.work);
     auto error = f.error;
     work->source = f.source;
@@ -579,7 +674,8 @@ Work Communicator::allreduce(void* buf, size_t count, DataType t, ReduceOp op, c
                            default:
                              return collectives::recursive_doubling_allreduce(c, buf, count, t, op);
                          }
-                       });
+                       },
+                       collectives::algo_name(plan.algo));
 }
 
 Work Communicator::broadcast(void* buf, size_t count, DataType t, int root, const OpOptions& o) {
@@ -598,7 +694,8 @@ Work Communicator::broadcast(void* buf, size_t count, DataType t, int root, cons
                            collectives::tree_broadcast(c, buf, bytes, root);
                          else
                            collectives::chain_broadcast(c, buf, bytes, root);
-                       });
+                       },
+                       collectives::algo_name(plan.algo));
 }
 
 Work Communicator::allgather(const void* send, void* recv, size_t count, DataType t, const OpOptions& o) {
@@ -614,7 +711,7 @@ Work Communicator::allgather(const void* send, void* recv, size_t count, DataTyp
       collectives::hierarchical_allgather(c, topo, send, recv, bytes, small);
     else
       collectives::ring_allgather(c, send, recv, bytes);
-  });
+  }, plan.algo == collectives::Algo::kHierarchical ? "hier" : "ring");
 }
 
 Work Communicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DataType t,
@@ -627,7 +724,8 @@ Work Communicator::reduce_scatter(const void* send, void* recv, size_t recv_coun
   return impl_->submit(header(OpKind::kReduceScatter, t, bytes, static_cast<uint8_t>(op)), o,
                        [=](OpContext& c) {
                          collectives::ring_reduce_scatter(c, send, recv, recv_count, t, op);
-                       });
+                       },
+                       "ring");
 }
 
 Work Communicator::reduce(void* buf, size_t count, DataType t, ReduceOp op, int root, const OpOptions& o) {
@@ -638,7 +736,7 @@ Work Communicator::reduce(void* buf, size_t count, DataType t, ReduceOp op, int 
   const size_t bytes = checked_bytes(count, t);
   return impl_->submit(
       header(OpKind::kReduce, t, bytes, static_cast<uint8_t>(op), static_cast<uint32_t>(root)), o,
-      [=](OpContext& c) { collectives::tree_reduce(c, buf, count, t, op, root); });
+      [=](OpContext& c) { collectives::tree_reduce(c, buf, count, t, op, root); }, "tree");
 }
 
 Work Communicator::gather(const void* send, void* recv, size_t count, DataType t, int root,
@@ -649,7 +747,7 @@ Work Communicator::gather(const void* send, void* recv, size_t count, DataType t
   if (rank() == root) check_buf(recv, count, "recv buffer (root)");
   const size_t bytes = checked_bytes(count, t, static_cast<size_t>(size()));
   return impl_->submit(header(OpKind::kGather, t, bytes, 0, static_cast<uint32_t>(root)), o,
-                       [=](OpContext& c) { collectives::direct_gather(c, send, recv, bytes, root); });
+                       [=](OpContext& c) { collectives::direct_gather(c, send, recv, bytes, root); }, "direct");
 }
 
 Work Communicator::scatter(const void* send, void* recv, size_t count, DataType t, int root,
@@ -660,7 +758,7 @@ Work Communicator::scatter(const void* send, void* recv, size_t count, DataType 
   check_buf(recv, count, "recv buffer");
   const size_t bytes = checked_bytes(count, t, static_cast<size_t>(size()));
   return impl_->submit(header(OpKind::kScatter, t, bytes, 0, static_cast<uint32_t>(root)), o,
-                       [=](OpContext& c) { collectives::direct_scatter(c, send, recv, bytes, root); });
+                       [=](OpContext& c) { collectives::direct_scatter(c, send, recv, bytes, root); }, "direct");
 }
 
 Work Communicator::alltoall(const void* send, void* recv, size_t count, DataType t, const OpOptions& o) {
@@ -673,12 +771,12 @@ Work Communicator::alltoall(const void* send, void* recv, size_t count, DataType
   const auto* r = static_cast<const uint8_t*>(recv);
   if (total > 0 && s < r + total && r < s + total) invalid("alltoall send and recv buffers overlap");
   return impl_->submit(header(OpKind::kAlltoall, t, bytes), o,
-                       [=](OpContext& c) { collectives::pairwise_alltoall(c, send, recv, bytes); });
+                       [=](OpContext& c) { collectives::pairwise_alltoall(c, send, recv, bytes); }, "pairwise");
 }
 
 Work Communicator::barrier(const OpOptions& o) {
   return impl_->submit(header(OpKind::kBarrier, DataType::kUInt8, 0), o,
-                       [](OpContext& c) { collectives::dissemination_barrier(c); });
+                       [](OpContext& c) { collectives::dissemination_barrier(c); }, "dissemination");
 }
 
 Work Communicator::send(const void* buf, size_t count, DataType t, int peer, uint32_t tag,

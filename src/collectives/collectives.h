@@ -78,6 +78,14 @@ void hierarchical_allgather(OpContext& c, const topology::Topology& topo, const 
 // Round-trip times between every pair of ranks, in ms (row-major n*n, same on every rank).
 std::vector<double> measure_rtt_matrix(OpContext& c, int pings);
 
+// This rank's clock (`now_us`, microseconds) minus rank 0's, from the fastest of `pings` round
+// trips with rank 0 (clock_offset.cc), and that round trip; rank 0 gets {0, 0}.
+struct ClockOffset {
+  double offset_us = 0;
+  double rtt_us = 0;
+};
+ClockOffset measure_clock_offset(OpContext& c, int pings, int64_t (*now_us)());
+
 // Element range [begin, end) of segment i when `count` elements are split into n segments.
 inline size_t segment_begin(size_t count, int n, int i) {
   const size_t q = count / static_cast<size_t>(n), r = count % static_cast<size_t>(n);

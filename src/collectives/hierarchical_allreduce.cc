@@ -33,6 +33,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <set>
 
 #include "collectives/collectives.h"
@@ -40,6 +41,7 @@
 #include "collectives/wan_codec.h"
 #include "core/logging.h"
 #include "core/reduce.h"
+#include "metrics/trace.h"
 
 namespace geoccl::collectives {
 namespace {
@@ -253,15 +255,24 @@ class Hierarchical {
   void run_in_sequence() {
     auto t = PhaseTimes::Clock::now();
     OpContext dom = c_.sub(local_, kDomainScratch);
-    reduce_scatter(dom, 0);
+    {
+      metrics::TraceSpan span(c_.trace(), "domain reduce-scatter");
+      reduce_scatter(dom, 0);
+    }
     ms_.reduce_scatter = PhaseTimes::since(t);
     t = PhaseTimes::Clock::now();
-    for (size_t r = 0; r < rings_.size(); ++r) across(r, {}, {});
+    {
+      metrics::TraceSpan span(c_.trace(), "inter-domain allreduce");
+      for (size_t r = 0; r < rings_.size(); ++r) across(r, {}, {});
+    }
     ms_.across = PhaseTimes::since(t);
     t = PhaseTimes::Clock::now();
-    std::vector<RequestPtr> sends;
-    allgather(dom, 0, &sends);
-    dom.wait_all(sends);
+    {
+      metrics::TraceSpan span(c_.trace(), "domain allgather");
+      std::vector<RequestPtr> sends;
+      allgather(dom, 0, &sends);
+      dom.wait_all(sends);
+    }
     ms_.allgather = PhaseTimes::since(t);
   }
 
@@ -273,12 +284,15 @@ class Hierarchical {
     auto domain_lane = [&] {
       OpContext dom = c_.sub(local_, kDomainScratch);
       auto t = PhaseTimes::Clock::now();
+      std::optional<metrics::TraceSpan> span(std::in_place, c_.trace(), "domain reduce-scatter (blocks)");
       for (int i = 0; i < blocks_; ++i) {
         reduce_scatter(dom, i);
         lanes.advance_to(kReduced, i + 1);
         if (i == 0) ms_.first_reduce_scatter = PhaseTimes::since(t);
       }
       ms_.reduce_scatter = PhaseTimes::since(t);
+      span.reset();
+      span.emplace(c_.trace(), "domain allgather (blocks)");
       std::vector<RequestPtr> sends;
       for (int i = 0; i < blocks_; ++i) {
         t = PhaseTimes::Clock::now();
@@ -292,6 +306,7 @@ class Hierarchical {
     };
     auto wan_lane = [&] {
       const auto start = PhaseTimes::Clock::now();
+      metrics::TraceSpan span(c_.trace(), "inter-domain ring (WAN lane)", metrics::kTraceTrackPhases + 1);
       const auto& rings = rings_;
       for (size_t r = 0; r < rings.size(); ++r) {
         auto wait_reduced = [&](int block) {
@@ -348,10 +363,12 @@ void hierarchical_small_allreduce(OpContext& c, const topology::Topology& topo, 
   const int my_domain = topo.domain_of[static_cast<size_t>(me)];
   const auto& local = topo.members[static_cast<size_t>(my_domain)];
   {
+    metrics::TraceSpan span(c.trace(), "domain reduce to leader");
     OpContext dom = c.sub(local);
     tree_reduce(dom, buf, count, t, inner, 0);
   }
   if (me == local.front()) {
+    metrics::TraceSpan span(c.trace(), "leaders exchange");
     std::vector<int> leaders;
     for (const auto& m : topo.members) leaders.push_back(m.front());
     OpContext wan = c.sub(leaders);
@@ -378,6 +395,7 @@ void hierarchical_small_allreduce(OpContext& c, const topology::Topology& topo, 
     }
   }
   {
+    metrics::TraceSpan span(c.trace(), "domain broadcast");
     OpContext dom = c.sub(local);
     tree_broadcast(dom, buf, bytes, 0);
   }

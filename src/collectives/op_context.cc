@@ -23,6 +23,7 @@ OpContext OpContext::sub(std::vector<int> members, int scratch_base) {
   OpContext c(transport_, progress_, scratch_, header_, deadline_, chunk_bytes_);
   c.scratch_base_ = scratch_base_ + scratch_base;
   c.finishes_ = finishes_;
+  c.trace_ = trace_;
   c.my_index_ = -1;
   for (size_t i = 0; i < members.size(); ++i)
     if (members[i] == transport_.rank()) c.my_index_ = static_cast<int>(i);
@@ -43,6 +44,30 @@ OpContext::~OpContext() {
       }
     }
   }
+  if (trace_) trace_done(nullptr);
+}
+
+void OpContext::trace_posted(const RequestPtr& r, int peer, size_t bytes, bool send) {
+  posted_.push_back({r.get(), peer, bytes, metrics::TraceWriter::now_us(), send});
+}
+
+void OpContext::trace_done(const transport::Request* r) {
+  const int64_t now = metrics::TraceWriter::now_us();
+  for (size_t i = 0; i < posted_.size();) {
+    const Posted& p = posted_[i];
+    if (r && p.req != r) {
+      ++i;
+      continue;
+    }
+    const size_t bytes = p.send ? p.bytes : p.req->bytes;
+    trace_->async_span(p.send ? "send" : "recv", "transfer", metrics::kTraceTrackPeer + p.peer, p.t0, now,
+                       "\"peer\":" + std::to_string(p.peer) + ",\"bytes\":" + std::to_string(bytes) +
+                           ",\"op\":" + metrics::json_string(protocol::op_kind_name(header_.kind)) +
+                           ",\"seq\":" + std::to_string(header_.seq));
+    posted_[i] = posted_.back();
+    posted_.pop_back();
+    if (r) return;
+  }
 }
 
 RequestPtr OpContext::send(int peer, std::span<const uint8_t> data, uint64_t offset) {
@@ -50,6 +75,7 @@ RequestPtr OpContext::send(int peer, std::span<const uint8_t> data, uint64_t off
   h.offset = offset;
   auto r = transport_.send(global(peer), h, data);
   outstanding_.push_back(r);
+  if (trace_) trace_posted(r, global(peer), data.size(), true);
   return r;
 }
 
@@ -58,6 +84,7 @@ RequestPtr OpContext::recv_upto(int peer, std::span<uint8_t> dst, uint64_t offse
   h.offset = offset;
   auto r = transport_.recv(global(peer), h, dst);
   outstanding_.push_back(r);
+  if (trace_) trace_posted(r, global(peer), dst.size(), false);
   return r;
 }
 
@@ -80,6 +107,7 @@ RequestPtr OpContext::recv_reduce(int peer, std::span<uint8_t> dst, std::span<ui
     f.staging = staging.first(dst.size());
   }
   outstanding_.push_back(r);
+  if (trace_) trace_posted(r, global(peer), dst.size(), false);
   std::lock_guard lk(finishes_->mu);
   finishes_->of[r.get()] = f;
   return r;
@@ -128,6 +156,7 @@ void OpContext::wait(const RequestPtr& r) {
   if (!r->done.load(std::memory_order_acquire))
     throw Error(ErrorCode::kInternal, "request did not complete after abort");
   if (!r->ok()) throw Error(r->failure.code, r->failure.message);
+  if (trace_) trace_done(r.get());
   finish(r);
 }
 

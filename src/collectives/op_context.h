@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "geoccl/types.h"
+#include "metrics/trace.h"
 #include "protocol/frame.h"
 #include "runtime/progress.h"
 #include "transport/transport.h"
@@ -76,6 +77,10 @@ class OpContext {
   // after another may share them.
   OpContext sub(std::vector<int> members, int scratch_base = 0);
   size_t chunk_bytes() const { return chunk_bytes_; }
+  // GEOCCL_TRACE: the rank's trace (null: off). Sub-contexts share it; with it, every send and
+  // receive becomes a span on its peer's track (from posting to completion), with its bytes.
+  void set_trace(metrics::TraceWriter* w) { trace_ = w; }
+  metrics::TraceWriter* trace() const { return trace_; }
 
   // One frame each. `offset` is informational (position in the operation's byte stream).
   RequestPtr send(int peer, std::span<const uint8_t> data, uint64_t offset = 0);
@@ -132,6 +137,18 @@ class OpContext {
   };
   std::shared_ptr<Finishes> finishes_ = std::make_shared<Finishes>();
   void finish(const RequestPtr& r);
+  // Tracing: requests this context posted whose span is not written yet.
+  struct Posted {
+    const transport::Request* req;
+    int peer;  // global rank
+    size_t bytes;
+    int64_t t0;
+    bool send;
+  };
+  metrics::TraceWriter* trace_ = nullptr;
+  std::vector<Posted> posted_;
+  void trace_posted(const RequestPtr& r, int peer, size_t bytes, bool send);
+  void trace_done(const transport::Request* r);  // null: every request left
 };
 
 // Byte helpers for typed buffers.

@@ -153,6 +153,10 @@ void Config::apply_env() {
   apply({"GEOCCL_WAN_COMPRESSION"}, [&](auto, auto v) { wan_compression = v; });
   apply({"GEOCCL_WAN_COMPRESSION_MIN_BYTES"},
         [&](auto n, auto v) { wan_compression_min_bytes = parse_size(n, v); });
+  apply({"GEOCCL_METRICS_PORT"}, [&](auto n, auto v) { metrics_port = parse_int<int>(n, v); });
+  apply({"GEOCCL_METRICS_BIND"}, [&](auto, auto v) { metrics_bind = v; });
+  apply({"GEOCCL_METRICS_LINK_BPS"}, [&](auto n, auto v) { metrics_link_bps = parse_rate(n, v); });
+  apply({"GEOCCL_TRACE"}, [&](auto, auto v) { trace_dir = v; });
   apply({"GEOCCL_LOG_LEVEL"}, [&](auto, auto v) { log_level = v; });
 }
 
@@ -202,6 +206,8 @@ void Config::validate() const {
   }
   if (topology != "auto" && topology != "labels" && topology != "probe" && topology != "flat")
     bad("GEOCCL_TOPOLOGY must be auto, labels, probe or flat, got '" + topology + "'");
+  if (metrics_port < 0 || metrics_port > 65535)
+    bad("GEOCCL_METRICS_PORT must be in 0..65535 (0: no /metrics), got " + std::to_string(metrics_port));
   core::LogLevel l;
   if (!core::parse_log_level(log_level, &l)) bad("GEOCCL_LOG_LEVEL '" + log_level + "' is unknown");
 }

@@ -83,6 +83,7 @@ int launch(const LaunchSpec& spec) {
         {"GEOCCL_RUN_ID", run_id},
     };
     if (!pythonpath.empty()) env["PYTHONPATH"] = pythonpath;
+    if (spec.metrics_base_port > 0) env["GEOCCL_METRICS_PORT"] = std::to_string(spec.metrics_base_port + r);
     if (spec.rank_env)
       for (auto& [k, v] : spec.rank_env(r)) env[k] = v;
     const pid_t pid = fork();

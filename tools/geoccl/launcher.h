@@ -15,6 +15,8 @@ struct LaunchSpec {
   double timeout_s = 0;  // 0 = none; on expiry ranks are killed and the exit code is 124
   std::string master_addr = "127.0.0.1";
   int master_port = 0;   // 0 = a free port
+  // `geoccl run --metrics`: rank r serves /metrics on metrics_base_port + r (0 = off).
+  int metrics_base_port = 0;
   // Extra environment per rank (GEOCCL_DOMAIN, GEOCCL_BIND_ADDR, ...).
   std::function<std::map<std::string, std::string>(int rank)> rank_env;
   // Runs in the forked child before exec (e.g. enter the rank's network namespace).

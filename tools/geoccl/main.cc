@@ -14,6 +14,8 @@
 #include "geoccl/geoccl.h"
 #include "launcher.h"
 #include "probe_cmd.h"
+#include "top_cmd.h"
+#include "trace_cmd.h"
 #include "testbed/scenario.h"
 #include "testbed/wan_session.h"
 #include "testbed/wanem_cli.h"
@@ -43,12 +45,20 @@ int run_on_wan(geoccl::tools::LaunchSpec spec, const std::string& scenario_path,
   geoccl::testbed::WanSession wan(scenario, spec.nranks, domains, host_cc);
   spec.nranks = wan.n_ranks();
   spec.master_addr = wan.master_addr();
-  spec.rank_env = [&wan](int r) {
+  const bool metrics = spec.metrics_base_port > 0;
+  spec.rank_env = [&wan, &scenario, metrics](int r) {
     // GLOO_SOCKET_IFNAME: torch's gloo backend binds to the hostname's address unless told; in a
     // region's namespace the reachable interface is the emulator's TUN device.
-    return std::map<std::string, std::string>{{"GEOCCL_DOMAIN", wan.domain_of_rank(r)},
-                                              {"GEOCCL_BIND_ADDR", wan.addr_of_rank(r)},
-                                              {"GLOO_SOCKET_IFNAME", "wan0"}};
+    std::map<std::string, std::string> env{{"GEOCCL_DOMAIN", wan.domain_of_rank(r)},
+                                           {"GEOCCL_BIND_ADDR", wan.addr_of_rank(r)},
+                                           {"GLOO_SOCKET_IFNAME", "wan0"}};
+    // The metrics' link capacity is known here: the domain's uplink, else the default link rate.
+    if (metrics) {
+      const auto* d = scenario.find_domain(wan.domain_of_rank(r));
+      const uint64_t bps = d && d->uplink_bps ? d->uplink_bps : scenario.default_link.rate_bps;
+      if (bps) env["GEOCCL_METRICS_LINK_BPS"] = std::to_string(bps);
+    }
+    return env;
   };
   spec.in_child = [&wan](int r) { wan.enter_rank_namespace(r); };
   std::fprintf(stderr, "geoccl run: %d ranks on %s (host congestion control %s):", spec.nranks,
@@ -56,6 +66,10 @@ int run_on_wan(geoccl::tools::LaunchSpec spec, const std::string& scenario_path,
   for (const auto& d : wan.domains())
     std::fprintf(stderr, " %s=%d@%s", d.name.c_str(), d.ranks, d.addr.c_str());
   std::fprintf(stderr, "\n");
+  if (metrics)
+    for (int r = 0; r < spec.nranks; ++r)
+      std::fprintf(stderr, "geoccl run: rank %d metrics http://%s:%d/metrics netns %s\n", r,
+                   wan.addr_of_rank(r).c_str(), spec.metrics_base_port + r, wan.netns_of_rank(r).c_str());
   const int rc = geoccl::tools::launch(spec);
   std::fprintf(stderr, "geoccl run: link counters\n%s", wan.stats().c_str());
   return rc;
@@ -73,6 +87,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 4096));
   run->add_option("--timeout", launch.timeout_s, "kill all ranks after this many seconds (exit 124)");
   run->add_option("--master-port", launch.master_port, "rendezvous port (default: a free one)");
+  bool run_metrics = false;
+  int metrics_base = 9400;
+  run->add_flag("--metrics", run_metrics, "every rank serves /metrics (Prometheus) on BASE + rank");
+  run->add_option("--metrics-base-port", metrics_base, "first rank's metrics port (default 9400)")
+      ->check(CLI::Range(1, 65535));
   std::string wan_scenario, wan_domains, host_cc;
   run->add_option("--wan", wan_scenario, "run the ranks on the emulated WAN of this scenario file");
   run->add_option("--domains", wan_domains, "rank placement, e.g. a:2,b:2,c:2 (with --wan)");
@@ -105,6 +124,20 @@ int main(int argc, char** argv) {
   st->add_option("--port,-p", store_port);
   st->add_option("--bind", store_bind);
 
+  std::string trace_dir, trace_out = "job.json";
+  auto* tr = app.add_subcommand("trace", "work with GEOCCL_TRACE files");
+  tr->require_subcommand(1);
+  auto* tr_merge = tr->add_subcommand("merge", "merge the ranks' trace files into one timeline (Perfetto)");
+  tr_merge->add_option("dir", trace_dir, "the GEOCCL_TRACE directory")->required();
+  tr_merge->add_option("-o,--output", trace_out, "merged trace file (default job.json)");
+
+  geoccl::tools::TopSpec top;
+  auto* tp = app.add_subcommand("top", "live table of the ranks' /metrics endpoints");
+  tp->add_option("endpoints", top.endpoints, "host:port of each rank's /metrics")->required();
+  tp->add_option("--interval,-i", top.interval_s, "seconds between refreshes (default 1)");
+  tp->add_option("--iterations,-n", top.iterations, "refreshes, then exit (default: until Ctrl-C)");
+  tp->add_flag("--plain", top.plain, "no screen clearing (for logs and pipes)");
+
   geoccl::tools::BlobSpec blob_spec;
   auto* bl = geoccl::tools::add_blob_command(app, blob_spec);
 
@@ -112,6 +145,7 @@ int main(int argc, char** argv) {
   try {
     if (*run) {
       if (!launch.command.empty() && launch.command.front() == "--") launch.command.erase(launch.command.begin());
+      if (run_metrics) launch.metrics_base_port = metrics_base;
       if (!wan_scenario.empty()) return run_on_wan(launch, wan_scenario, wan_domains, host_cc);
       if (!wan_domains.empty() || !host_cc.empty())
         throw std::invalid_argument("--domains and --host-cc need --wan SCENARIO");
@@ -123,6 +157,8 @@ int main(int argc, char** argv) {
       return geoccl::tools::run_bench(bench);
     }
     if (*bl) return geoccl::tools::run_blob(blob_spec);
+    if (*tr_merge) return geoccl::tools::run_trace_merge(trace_dir, trace_out);
+    if (*tp) return geoccl::tools::run_top(top);
     if (*st) return store_main(store_port, store_bind);
     if (*pr) return geoccl::tools::run_probe(geoccl::tools::parse_sizes(probe_bytes).front());
   } catch (const std::exception& e) {
