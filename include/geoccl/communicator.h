@@ -50,6 +50,9 @@ struct OpOptions {
 struct PeerStats {
   int peer = -1;
   std::string transport;  // the device that carries this peer's frames: "tcp", "shm", "quic"
+  // GEOCCL_TRANSPORT remote=auto: why the protocol decider chose `transport` for this peer's
+  // pair of domains, with the figures of every candidate ("" when nothing was decided).
+  std::string transport_choice;
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
   uint64_t frames_sent = 0;

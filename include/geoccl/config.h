@@ -40,6 +40,11 @@ struct Config {
   // streams (ngtcp2 may grow it to twice that): at least the longest path's bandwidth-delay
   // product.
   uint64_t quic_window_bytes = 32u << 20;
+  // GEOCCL_TRANSPORT remote=auto: how long QUIC may take to connect before the peers it missed
+  // stay on TCP (GEOCCL_QUIC_CONNECT_MS), and the decider probe's burst
+  // (GEOCCL_TRANSPORT_PROBE_BYTES, one way per candidate and pair of domains).
+  std::chrono::milliseconds quic_connect_budget{8000};
+  uint64_t transport_probe_bytes = 16u << 20;
   // GEOCCL_TCP_CC: congestion control of peer sockets. "auto" = bbr when this rank belongs to a
   // labelled domain (a multi-region job) and the kernel offers it, else the system default;
   // "system" = leave it; any other name (bbr, cubic, reno) is requested for every peer socket.

@@ -106,6 +106,10 @@ class CommunicatorImpl {
   Work enqueue(Op op, Priority priority);
   // Finds the domains: exchanges labels, and measures RTTs when there are none (see Config).
   void discover_topology();
+  // GEOCCL_TRANSPORT remote=auto: the protocol decider (docs/transport.md, "Choosing TCP or
+  // QUIC"): the leaders of every pair of domains probe each transport, every rank gets all the
+  // figures, and every rank applies the same rule to them, so both ends of a pair choose alike.
+  void choose_transports();
   void worker_main(Channel& ch);
   void start(Channel& ch, Op& op);
   // recv_any: waits (bounded by `deadline`) until a peer's next message with the tag has
@@ -234,6 +238,14 @@ CommunicatorImpl::CommunicatorImpl(Config cfg) : cfg_(std::move(cfg)) {
       router_->set_wan_peer(r, topo_.domain_of[static_cast<size_t>(r)] !=
                                    topo_.domain_of[static_cast<size_t>(cfg_.rank)]);
   router_->set_domains(topo_.domain_of, topo_.names);
+  if (router_->deciding() && topo_.domains() > 1) {
+    try {
+      choose_transports();
+    } catch (...) {
+      stop_workers();
+      throw;
+    }
+  }
   topo_info_.domain_of = topo_.domain_of;
   topo_info_.names = topo_.names;
   topo_info_.source = topo_.source;
@@ -287,6 +299,86 @@ void CommunicatorImpl::record_completion(const InFlight& f) {
   } catch (...) {
   }
   metrics_->record_error(kind, op, code);
+}
+
+void CommunicatorImpl::choose_transports() {
+  const auto names = router_->candidates();
+  const int n = cfg_.world_size, me = cfg_.rank, k = topo_.domains();
+  const auto un = static_cast<size_t>(n), uk = static_cast<size_t>(k), nc = names.size();
+  constexpr size_t kFields = 5;  // ok, rtt, burst, mbps, cpu
+  auto slot = [&](int da, int db, size_t cand) { return ((static_cast<size_t>(da) * uk + static_cast<size_t>(db)) * nc + cand) * kFields; };
+  // Figures of every pair of domains, then which peers each rank reaches over each candidate.
+  std::vector<double> shared(uk * uk * nc * kFields + un * un * nc, 0.0);
+  double* reach = shared.data() + uk * uk * nc * kFields;
+  for (int r = 0; r < n; ++r)
+    if (r != me)
+      for (size_t i = 0; i < nc; ++i)
+        reach[(static_cast<size_t>(me) * un + static_cast<size_t>(r)) * nc + i] = router_->connected(r, names[i]) ? 1 : 0;
+  FrameHeader h;
+  h.kind = OpKind::kBarrier;
+  h.dtype = static_cast<uint8_t>(DataType::kFloat64);
+  h.tag = 0x5450524f;  // "TPRO"
+  submit(h, {}, [&](OpContext& c) {
+    // Pairs of domains in a fixed order: every leader takes its pairs one after another.
+    for (int da = 0; da < k; ++da)
+      for (int db = da + 1; db < k; ++db) {
+        const int la = topo_.members[static_cast<size_t>(da)][0], lb = topo_.members[static_cast<size_t>(db)][0];
+        if (me != la && me != lb) continue;
+        const int peer = me == la ? lb : la;
+        std::vector<char> available(nc);
+        for (size_t i = 0; i < nc; ++i) available[i] = router_->connected(peer, names[i]);
+        const auto figs = collectives::probe_path(
+            c, peer, names, available, [&](size_t i) { router_->use(peer, names[i]); },
+            cfg_.transport_probe_bytes, 5);
+        if (me > peer) continue;  // the lower rank measured
+        for (size_t i = 0; i < nc; ++i) {
+          double* f = shared.data() + slot(da, db, i);
+          f[0] = figs[i].ok ? 1 : 0;
+          f[1] = figs[i].rtt_ms;
+          f[2] = figs[i].burst_ms;
+          f[3] = figs[i].mbps;
+          f[4] = figs[i].cpu_s_per_gbit;
+        }
+      }
+    collectives::ring_allreduce(c, shared.data(), shared.size(), DataType::kFloat64, ReduceOp::kMax);
+  }).wait();
+  // Every rank decides from the same figures.
+  std::vector<topology::TransportDecision> decision(uk * uk);
+  for (int da = 0; da < k; ++da)
+    for (int db = da + 1; db < k; ++db) {
+      std::vector<topology::PathFigures> figs(nc);
+      for (size_t i = 0; i < nc; ++i) {
+        const double* f = shared.data() + slot(da, db, i);
+        figs[i].transport = names[i];
+        figs[i].ok = f[0] > 0;
+        figs[i].rtt_ms = f[1];
+        figs[i].burst_ms = f[2];
+        figs[i].mbps = f[3];
+        figs[i].cpu_s_per_gbit = f[4];
+      }
+      auto& d = decision[static_cast<size_t>(da) * uk + static_cast<size_t>(db)];
+      d = topology::choose_transport(figs);
+      const std::string pair = (topo_.names[static_cast<size_t>(da)].empty() ? std::to_string(da) : topo_.names[static_cast<size_t>(da)]) +
+                               "-" + (topo_.names[static_cast<size_t>(db)].empty() ? std::to_string(db) : topo_.names[static_cast<size_t>(db)]);
+      d.why = "domains " + pair + ": " + d.why;
+      if (me == 0) GEOCCL_LOG(kInfo, "transport " << d.why);
+    }
+  const int dm = topo_.domain_of[static_cast<size_t>(me)];
+  for (int r = 0; r < n; ++r) {
+    const int dr = topo_.domain_of[static_cast<size_t>(r)];
+    if (r == me || dr == dm) continue;
+    const auto& d = decision[static_cast<size_t>(std::min(dm, dr)) * uk + static_cast<size_t>(std::max(dm, dr))];
+    size_t pick = static_cast<size_t>(d.chosen);
+    std::string why = d.why;
+    // The pair's own link: both ends must have it (both read the same matrix).
+    auto reaches = [&](int a, int b) { return reach[(static_cast<size_t>(a) * un + static_cast<size_t>(b)) * nc + pick] > 0; };
+    if (pick != 0 && !(reaches(me, r) && reaches(r, me))) {
+      why = names[0] + ": " + names[pick] + " was chosen for the domains but does not connect ranks " +
+            std::to_string(std::min(me, r)) + " and " + std::to_string(std::max(me, r)) + " (" + d.why + ")";
+      pick = 0;
+    }
+    router_->use(r, names[pick], why);
+  }
 }
 
 void CommunicatorImpl::discover_topology() {

@@ -6,11 +6,13 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "collectives/op_context.h"
 #include "geoccl/types.h"
 #include "topology/topology.h"
+#include "topology/transport_choice.h"
 
 namespace geoccl::collectives {
 
@@ -55,6 +57,13 @@ void hierarchical_allreduce(OpContext& c, const topology::Topology& topo, void* 
 void hierarchical_small_allreduce(OpContext& c, const topology::Topology& topo, void* buf,
                                   size_t count, DataType t, ReduceOp op,
                                   const WanCompression* z = nullptr);
+
+// The protocol decider's probe between this rank and `peer` (path_probe.cc): figures for each
+// candidate transport (names[i]; available[i]: connected on this rank; use(i) switches the pair
+// to it here), filled on the lower rank of the two. Ends on candidate 0.
+std::vector<topology::PathFigures> probe_path(OpContext& c, int peer, const std::vector<std::string>& names,
+                                              const std::vector<char>& available,
+                                              const std::function<void(size_t)>& use, size_t bytes, int pings);
 
 // broadcast from root. Binomial tree for small buffers, pipelined chain for large ones.
 void tree_broadcast(OpContext& c, void* buf, size_t bytes, int root);

@@ -112,6 +112,8 @@ void Config::apply_env() {
   apply({"GEOCCL_SHM_RING_BYTES"}, [&](auto n, auto v) { shm_ring_bytes = parse_size(n, v); });
   apply({"GEOCCL_QUIC_CC"}, [&](auto, auto v) { quic_cc = v; });
   apply({"GEOCCL_QUIC_WINDOW_BYTES"}, [&](auto n, auto v) { quic_window_bytes = parse_size(n, v); });
+  apply({"GEOCCL_QUIC_CONNECT_MS"}, [&](auto n, auto v) { quic_connect_budget = std::chrono::milliseconds(parse_int<int64_t>(n, v)); });
+  apply({"GEOCCL_TRANSPORT_PROBE_BYTES"}, [&](auto n, auto v) { transport_probe_bytes = parse_size(n, v); });
   apply({"GEOCCL_TCP_CC"}, [&](auto, auto v) { tcp_cc = v; });
   apply({"GEOCCL_TCP_STREAMS"}, [&](auto n, auto v) { tcp_streams = parse_int<int>(n, v); });
   auto size_or_auto = [](const char* n, const char* v) {
@@ -191,6 +193,9 @@ void Config::validate() const {
     bad("GEOCCL_QUIC_CC must be cubic, bbr, bbr2 or reno, got '" + quic_cc + "'");
   if (quic_window_bytes < (64 << 10) || quic_window_bytes > (uint64_t{1} << 32))
     bad("GEOCCL_QUIC_WINDOW_BYTES must be between 64K and 4G");
+  if (quic_connect_budget.count() < 100) bad("GEOCCL_QUIC_CONNECT_MS must be >= 100");
+  if (transport_probe_bytes < 4096 || transport_probe_bytes > (uint64_t{1} << 30))
+    bad("GEOCCL_TRANSPORT_PROBE_BYTES must be between 4K and 1G");
   if (bulk_target_delay.count() < 1 || bulk_target_delay.count() > 10000)
     bad("GEOCCL_BULK_TARGET_DELAY_MS must be in 1..10000");
   if (chunk_bytes < 4096) bad("GEOCCL_CHUNK_BYTES must be >= 4096");

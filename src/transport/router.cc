@@ -16,7 +16,7 @@ namespace {
 constexpr uint64_t kBulkNotsentLowat = 128 << 10;
 
 bool known_device(const std::string& name, bool host_class) {
-  return name == "tcp" || name == "quic" || (host_class && name == "shm");
+  return name == "tcp" || name == "quic" || (host_class ? name == "shm" : name == "auto");
 }
 
 }  // namespace
@@ -44,7 +44,7 @@ PathChoice PathChoice::parse(const std::string& s) {
       c.remote = value;
     else
       throw Error(ErrorCode::kInvalidArgument,
-                  "GEOCCL_TRANSPORT: '" + item + "' is not host=shm|tcp or remote=tcp|quic (in '" + s + "')");
+                  "GEOCCL_TRANSPORT: '" + item + "' is not host=shm|tcp|quic or remote=tcp|quic|auto (in '" + s + "')");
     pos = end + 1;
   }
   return c;
@@ -54,7 +54,8 @@ Router::Router(Group& group, const Config& cfg, int data_streams, const std::str
                const Publish& publish, const Lookup& lookup, const Poll& poll, Clock::time_point deadline)
     : group_(group) {
   const PathChoice choice = PathChoice::parse(cfg.transport);
-  for (auto& ch : channels_) ch.by_peer.assign(static_cast<size_t>(group.size()), nullptr);
+  for (auto& ch : channels_) ch.by_peer = std::vector<std::atomic<Device*>>(static_cast<size_t>(group.size()));
+  why_.resize(static_cast<size_t>(group.size()));
   if (group_.size() == 1) return;  // a group of one needs no network
   tcp::TcpDevice* gradient_tcp = nullptr;
   for (int c = 0; c < kPriorityClasses; ++c) {
@@ -70,8 +71,12 @@ Router::Router(Group& group, const Config& cfg, int data_streams, const std::str
     devices.push_back(std::move(tcp));
     // QUIC carries the gradient class; the bulk class stays on TCP, whose scavenger paces it
     // beneath the gradient class's traffic through the kernel.
-    if ((choice.remote == "quic" || choice.host == "quic") && c == 0)
-      devices.push_back(std::make_unique<quic::QuicDevice>(group_, bind_addr, quic::QuicOptions::from_config(cfg)));
+    if ((choice.remote == "quic" || choice.remote == "auto" || choice.host == "quic") && c == 0) {
+      auto q = std::make_unique<quic::QuicDevice>(group_, bind_addr, quic::QuicOptions::from_config(cfg));
+      quic_ = q.get();
+      devices.push_back(std::move(q));
+      deciding_ = choice.remote == "auto";
+    }
     if (choice.host == "shm") {
       shm::ShmOptions o;
       o.ring_bytes = cfg.shm_ring_bytes;
@@ -98,7 +103,7 @@ Router::Router(Group& group, const Config& cfg, int data_streams, const std::str
       Device* host = find(choice.host);
       Device* remote = find(choice.remote);
       if (!host) host = find("tcp");  // the bulk class has no QUIC device
-      if (!remote) remote = find("tcp");
+      if (!remote || choice.remote == "auto") remote = find("tcp");  // the decider starts on TCP
       std::vector<std::vector<int>> peers_of(ch.devices.size());
       for (int p = 0; p < group_.size(); ++p) {
         if (p == group_.rank()) continue;
@@ -117,6 +122,26 @@ Router::Router(Group& group, const Config& cfg, int data_streams, const std::str
                                    << peers_of[i].size() << " peer(s)");
         d.connect(peers_of[i], [&](int p) { return lookup(key(d, c, p)); }, poll, deadline);
       }
+      // The decider's second candidate: QUIC to every peer TCP carries, best effort.
+      if (c == 0 && deciding_) {
+        std::vector<int> remote_peers;
+        for (int p = 0; p < group_.size(); ++p)
+          if (p != group_.rank() && ch.by_peer[static_cast<size_t>(p)].load() == remote) remote_peers.push_back(p);
+        if (!remote_peers.empty()) {
+          GEOCCL_LOG(kInfo, "quic: connecting to " << remote_peers.size() << " peer(s) (remote=auto)");
+          try {
+            quic_->connect(remote_peers, [&](int p) { return lookup(key(*quic_, c, p)); }, poll,
+                           std::min(deadline, Clock::now() + cfg.quic_connect_budget));
+          } catch (const Error& e) {
+            if (e.code() == ErrorCode::kInvalidArgument) throw;  // another rank's setup error
+            std::string missing;
+            for (int p : remote_peers)
+              if (!quic_->connected_to(p)) missing += (missing.empty() ? "" : ",") + std::to_string(p);
+            GEOCCL_LOG(kWarn, "QUIC does not reach rank(s) " << missing << " (" << e.what()
+                                                            << "): TCP carries their traffic (is UDP blocked?)");
+          }
+        }
+      }
     }
   } catch (...) {
     close_devices();
@@ -130,7 +155,9 @@ Router::Router(Group& group, const Config& cfg, int data_streams, const std::str
     std::vector<Device*> every;
     for (auto& ch : channels_)
       for (auto& d : ch.devices) every.push_back(d.get());
-    liveness_ = std::make_unique<LivenessMonitor>(group_, lo, channels_[0].by_peer, std::move(every));
+    std::vector<Device*> carrier;
+    for (auto& d : channels_[0].by_peer) carrier.push_back(d.load());
+    liveness_ = std::make_unique<LivenessMonitor>(group_, lo, std::move(carrier), std::move(every));
   }
 }
 
@@ -139,7 +166,27 @@ Router::~Router() { close_devices(); }
 Device& Router::of(int peer, uint8_t channel) const {
   if (channel >= kPriorityClasses)
     throw Error(ErrorCode::kInvalidArgument, "priority class " + std::to_string(channel) + " does not exist");
-  return *channels_[channel].by_peer[static_cast<size_t>(peer)];
+  return *channels_[channel].by_peer[static_cast<size_t>(peer)].load(std::memory_order_acquire);
+}
+
+bool Router::connected(int peer, const std::string& name) const {
+  if (name == "quic") return quic_ && quic_->connected_to(peer);
+  for (auto& d : channels_[0].devices)
+    if (name == d->name()) return true;  // TCP and shm are connected to every peer they serve
+  return false;
+}
+
+void Router::use(int peer, const std::string& name, const std::string& why) {
+  for (auto& d : channels_[0].devices)
+    if (name == d->name()) {
+      channels_[0].by_peer[static_cast<size_t>(peer)].store(d.get(), std::memory_order_release);
+      if (!why.empty()) {
+        std::lock_guard lk(why_mu_);
+        why_[static_cast<size_t>(peer)] = why;
+      }
+      return;
+    }
+  throw Error(ErrorCode::kInvalidArgument, "no transport '" + name + "' in this group");
 }
 
 void Router::close_devices() {
@@ -199,6 +246,10 @@ std::vector<PeerStats> Router::stats() const {
     PeerStats ps;
     ps.peer = p;
     ps.transport = of(p, 0).name();
+    {
+      std::lock_guard lk(why_mu_);
+      ps.transport_choice = why_[static_cast<size_t>(p)];
+    }
     of(p, 0).stats(&ps);
     // The bulk class's link to the peer: its own counters.
     PeerStats bulk;

@@ -19,7 +19,9 @@
 
 #include <array>
 #include <chrono>
+#include <atomic>
 #include <functional>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,6 +44,9 @@ struct PathChoice {
 };
 
 class LivenessMonitor;
+namespace quic {
+class QuicDevice;
+}
 
 class Router final : public Transport {
  public:
@@ -81,10 +86,26 @@ class Router final : public Transport {
   // After topology discovery: the domain of every rank (the failure detector's witnesses).
   void set_domains(std::vector<int> domain_of, std::vector<std::string> names);
 
+  // ---- The protocol decider (GEOCCL_TRANSPORT remote=auto): TCP and QUIC are both connected to
+  // the peers on other hosts (QUIC best effort: a peer it cannot reach, e.g. with UDP blocked,
+  // stays on TCP with a warning) and a start-up probe chooses per pair of domains.
+  // Whether the decider runs: remote=auto and a QUIC device exists.
+  bool deciding() const { return deciding_; }
+  // The candidates, in order ("tcp" first: it wins ties).
+  std::vector<std::string> candidates() const { return {"tcp", "quic"}; }
+  // Whether this rank's device `name` has a working link to `peer`.
+  bool connected(int peer, const std::string& name) const;
+  // The gradient class's frames to `peer` go on device `name` from now on; `why` is reported in
+  // PeerStats::transport_choice. The caller makes sure no frame of the class is in flight to or
+  // from the peer (both ends switch at the same operation boundary).
+  void use(int peer, const std::string& name, const std::string& why = "");
+
  private:
   struct Channel {
     std::vector<std::unique_ptr<Device>> devices;
-    std::vector<Device*> by_peer;  // null for this rank
+    // Null for this rank. Atomic: the protocol decider switches a peer's device (use()) while
+    // statistics are read on other threads.
+    std::vector<std::atomic<Device*>> by_peer;
   };
   // The device of `peer` on channel `channel` (a header's channel field: checked).
   Device& of(int peer, uint8_t channel) const;
@@ -92,6 +113,10 @@ class Router final : public Transport {
 
   Group& group_;
   std::array<Channel, kPriorityClasses> channels_;
+  bool deciding_ = false;
+  quic::QuicDevice* quic_ = nullptr;  // channel 0's QUIC device, if any
+  mutable std::mutex why_mu_;
+  std::vector<std::string> why_;  // by peer: the decider's reason
   // Heartbeats and the failure detector (GEOCCL_HEARTBEAT_MS > 0); goes before the devices.
   std::unique_ptr<LivenessMonitor> liveness_;
 };

@@ -795,6 +795,22 @@ int main(int argc, char** argv) {
     if (mode == "hier-blocks") return mode_hier_blocks(c);
     if (mode == "channels") return mode_channels(c);
     if (mode == "recv-any") return mode_recv_any(c);
+    if (mode == "decider") {
+      // GEOCCL_TRANSPORT remote=auto: every peer in another domain has a reason for its
+      // transport that gives both candidates' figures (or says QUIC did not connect), the
+      // transport is GEOCCL_TEST_EXPECT_TRANSPORT where set, and collectives are exact after the
+      // switch.
+      const char* expect = std::getenv("GEOCCL_TEST_EXPECT_TRANSPORT");
+      const auto& dom = c.topology().domain_of;
+      for (const auto& ps : c.peer_stats()) {
+        if (dom[static_cast<size_t>(ps.peer)] == dom[static_cast<size_t>(me)]) continue;
+        std::printf("rank %d -> %d: %s: %s\n", me, ps.peer, ps.transport.c_str(), ps.transport_choice.c_str());
+        CHECK(ps.transport_choice.find("tcp") != std::string::npos && ps.transport_choice.find("quic") != std::string::npos,
+              "peer %d: no decision: '%s'", ps.peer, ps.transport_choice.c_str());
+        if (expect) CHECK(ps.transport == expect, "peer %d on %s, expected %s", ps.peer, ps.transport.c_str(), expect);
+      }
+      return mode_collectives(c, false);
+    }
     if (mode == "resume") {
       // Large allreduces and allgathers, each checked exactly, while the test kills data
       // streams from outside (ss -K). Prints how many streams this rank re-established.

@@ -248,6 +248,15 @@ TEST(Channels, ClassesInterleavedInDifferentOrdersOnEveryTransport) {
   for (int c : codes) EXPECT_EQ(c, 0);
 }
 
+// GEOCCL_TRANSPORT remote=auto on loopback with two labelled domains: the leaders probe TCP and
+// QUIC, every rank reports the choice with both candidates' figures, and the collectives that
+// follow are exact on whichever transport won.
+TEST(Decider, ProbesBothTransportsAndEveryRankAgrees) {
+  const auto codes = run_ranks(4, "decider", 120,
+                               {{"GEOCCL_TRANSPORT", "host=tcp,remote=auto"}, {"GEOCCL_TEST_DOMAINS", "a,a,b,b"}});
+  for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
 TEST(PointToPoint, RecvFromAnySourceReportsTheSender) {
   for (const char* transport : {"auto", "tcp", "quic"}) {
     SCOPED_TRACE(transport);

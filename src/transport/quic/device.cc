@@ -193,6 +193,12 @@ protocol::HandshakeStatus QuicDevice::judge_hello(const protocol::Hello& h, Quic
   return st;
 }
 
+bool QuicDevice::connected_to(int peer_rank) const {
+  bool up = false;
+  group_.loop().run_owned([&] { up = peers_[static_cast<size_t>(peer_rank)]->conn != nullptr; });
+  return up;
+}
+
 void QuicDevice::established(QuicConnection& c) {
   QuicPeer& p = *c.peer();
   p.conn = &c;

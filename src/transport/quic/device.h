@@ -103,6 +103,8 @@ class QuicDevice final : public Device {
   void shutdown() override;
 
   uint64_t rejected_connections() const { return rejected_.load(); }
+  // Whether the connection to `peer` is established (any thread).
+  bool connected_to(int peer) const;
 
   // ---- For QuicConnection (loop thread).
   Group& group() const { return group_; }
