@@ -46,8 +46,8 @@ struct WeightedOptions {
   std::optional<double> loss;
 
   // Staleness: with current_step set, a contribution with step < current_step - max_staleness
-  // is left out (counted in WeightedResult::stale); a step beyond current_step is
-  // Error(kInvalidArgument). Every rank must pass the same current_step and max_staleness.
+  // is left out (counted in WeightedResult::stale); a step beyond current_step, or a negative
+  // current_step, is Error(kInvalidArgument). Every rank must pass the same current_step and max_staleness.
   std::optional<int64_t> current_step;
   int64_t max_staleness = 0;
 

@@ -158,6 +158,7 @@ WeightedResult robust_decide(std::span<const Contribution> rows, const WeightedO
   if (!(o.min_relative_scale >= 0) || !std::isfinite(o.min_relative_scale))
     invalid("min_relative_scale must be finite and >= 0");
   if (o.max_staleness < 0) invalid("max_staleness must be >= 0");
+  if (o.current_step && *o.current_step < 0) invalid("current_step must be >= 0");
   const size_t n = rows.size();
   WeightedResult r;
   r.weights.resize(n);

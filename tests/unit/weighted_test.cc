@@ -150,6 +150,9 @@ TEST(WeightedDecision, BadArgumentsAreInvalid) {
   EXPECT_EQ(code_of({row(1, 1, 6), row(1, 1, 5)}, o), ErrorCode::kInvalidArgument);  // from the future
   o.max_staleness = 1;
   EXPECT_EQ(code_of({row(1, 1, 1), row(1, 1, 2)}, o), ErrorCode::kInvalidArgument);  // all stale
+  o.current_step = -3;
+  EXPECT_EQ(code_of({row(1, 1, -1)}, o), ErrorCode::kInvalidArgument);
+  o.current_step = 5;
   o.max_staleness = -1;
   EXPECT_EQ(code_of({row(1, 1, 5)}, o), ErrorCode::kInvalidArgument);
   WeightedOptions t;
