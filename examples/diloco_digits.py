@@ -155,6 +155,7 @@ def main(argv=None):
         "identical_params": len(set(shas)) == 1,
         "syncs": diloco.syncs if diloco else None,
         "excluded": {str(k): v for k, v in diloco.excluded.items()} if diloco else None,
+        "downweighted": {str(k): v for k, v in diloco.downweighted.items()} if diloco else None,
         "outer_bytes_per_rank": diloco.bytes_reduced if diloco else None,
     }
     if rank == 0:

@@ -122,6 +122,7 @@ class DiLoCo:
         self.syncs = 0  # fragment syncs completed
         self.bytes_reduced = 0  # float32 bytes handed to the outer allreduces on this rank
         self.excluded = {}  # rank -> times left out (outlier or stale)
+        self.downweighted = {}  # rank -> times its weight was reduced (robust="downweight")
         self.last_result = None  # geoccl.weighted.WeightedResult of the last sync
         self._loss = None
 
@@ -195,6 +196,8 @@ class DiLoCo:
         self.last_result = res
         for r in res.excluded:
             self.excluded[r] = self.excluded.get(r, 0) + 1
+        for r in res.downweighted:
+            self.downweighted[r] = self.downweighted.get(r, 0) + 1
         with torch.no_grad():
             offset = 0
             for g in f.global_params:
