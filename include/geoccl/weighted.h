@@ -47,7 +47,8 @@ struct WeightedOptions {
 
   // Staleness: with current_step set, a contribution with step < current_step - max_staleness
   // is left out (counted in WeightedResult::stale); a step beyond current_step, or a negative
-  // current_step, is Error(kInvalidArgument). Every rank must pass the same current_step and max_staleness.
+  // current_step, is Error(kInvalidArgument). Every rank must pass the same current_step and
+  // max_staleness.
   std::optional<int64_t> current_step;
   int64_t max_staleness = 0;
 
@@ -69,16 +70,16 @@ struct WeightedOptions {
 
 // What every rank contributed and what was decided; equal on every rank.
 struct WeightedResult {
-  std::vector<double> weights;        // per rank: the weight it passed
-  std::vector<double> applied;        // per rank: its share of the mean (sums to 1)
-  std::vector<int64_t> steps;         // per rank: its step (-1 = none)
-  std::vector<double> norms;          // per rank: L2 norm of its contribution
-  std::vector<double> losses;         // per rank: reported loss (NaN = none)
-  std::vector<int> included;          // ranks whose contribution is in the result
-  std::vector<int> outliers;          // ranks the robust mode excluded (weight 0)
-  std::vector<int> downweighted;      // ranks the robust mode kept with a smaller weight
-  std::vector<int> stale;             // ranks left out as too old
-  double total_weight = 0;            // sum of the weights applied, before normalizing
+  std::vector<double> weights;             // per rank: the weight it passed
+  std::vector<double> applied;             // per rank: its share of the mean (sums to 1)
+  std::vector<int64_t> steps;              // per rank: its step (-1 = none)
+  std::vector<double> norms;               // per rank: L2 norm of its contribution
+  std::vector<double> losses;              // per rank: reported loss (NaN = none)
+  std::vector<int> included;               // ranks whose contribution is in the result
+  std::vector<int> outliers;               // ranks the robust mode excluded (weight 0)
+  std::vector<int> downweighted;           // ranks the robust mode kept with a smaller weight
+  std::vector<int> stale;                  // ranks left out as too old
+  double total_weight = 0;                 // sum of the weights applied, before normalizing
   double median_norm = 0, norm_scale = 0;  // the robust rule's figures (norm), 0 when unused
   double median_loss = 0, loss_scale = 0;  // (loss)
 };

@@ -1,7 +1,5 @@
 // Weighted allreduce (geoccl/weighted.h): an allgather of one 64-byte row per rank, the same
 // decision on every rank from it, then one sum allreduce of the buffers scaled by their shares.
-#include "geoccl/weighted.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -9,6 +7,7 @@
 #include <sstream>
 
 #include "core/logging.h"
+#include "geoccl/weighted.h"
 
 namespace geoccl {
 namespace {
@@ -49,9 +48,14 @@ uint64_t get_u64(const uint8_t* p) {
 }
 
 void encode_row(const Row& r, uint8_t* p) {
-  const uint64_t f[kRowFields] = {bits_of(r.c.weight), static_cast<uint64_t>(r.c.step), bits_of(r.c.norm),
-                                  bits_of(r.c.loss),   r.count,                          r.dtype,
-                                  r.problem,           r.policy};
+  const uint64_t f[kRowFields] = {bits_of(r.c.weight),
+                                  static_cast<uint64_t>(r.c.step),
+                                  bits_of(r.c.norm),
+                                  bits_of(r.c.loss),
+                                  r.count,
+                                  r.dtype,
+                                  r.problem,
+                                  r.policy};
   for (size_t i = 0; i < kRowFields; ++i) put_u64(p + 8 * i, f[i]);
 }
 
@@ -117,8 +121,8 @@ double median_of(std::vector<double> v) {  // v non-empty, finite
 // The robust rule for one statistic over the candidates (see WeightedOptions). Returns, per
 // candidate, the factor its weight is multiplied by (1 = kept as is, 0 = excluded); sets
 // median and scale (0 when the rule did not apply).
-std::vector<double> robust_factors(const std::vector<double>& x, bool upper_only, const WeightedOptions& o,
-                                   double* median, double* scale_out) {
+std::vector<double> robust_factors(const std::vector<double>& x, bool upper_only,
+                                   const WeightedOptions& o, double* median, double* scale_out) {
   std::vector<double> factor(x.size(), 1.0);
   std::vector<double> finite;
   for (double v : x)
@@ -154,7 +158,8 @@ std::string rank_list(const std::vector<int>& v) {
 }  // namespace
 
 WeightedResult robust_decide(std::span<const Contribution> rows, const WeightedOptions& o) {
-  if (!(o.threshold > 0) || !std::isfinite(o.threshold)) invalid("threshold must be finite and > 0");
+  if (!(o.threshold > 0) || !std::isfinite(o.threshold))
+    invalid("threshold must be finite and > 0");
   if (!(o.min_relative_scale >= 0) || !std::isfinite(o.min_relative_scale))
     invalid("min_relative_scale must be finite and >= 0");
   if (o.max_staleness < 0) invalid("max_staleness must be >= 0");
@@ -172,7 +177,8 @@ WeightedResult robust_decide(std::span<const Contribution> rows, const WeightedO
     if (!std::isfinite(c.weight) || c.weight < 0)
       invalid("rank " + std::to_string(rank) + " passed weight " + std::to_string(c.weight) +
               " (must be finite and >= 0)");
-    if (c.step < -1) invalid("rank " + std::to_string(rank) + " passed step " + std::to_string(c.step));
+    if (c.step < -1)
+      invalid("rank " + std::to_string(rank) + " passed step " + std::to_string(c.step));
     if (o.current_step && c.step > *o.current_step)
       invalid("rank " + std::to_string(rank) + " contributes step " + std::to_string(c.step) +
               ", beyond the current step " + std::to_string(*o.current_step));
@@ -230,8 +236,8 @@ WeightedResult robust_decide(std::span<const Contribution> rows, const WeightedO
   }
   if (!(total > 0) || !std::isfinite(total)) {
     std::ostringstream os;
-    os << "no weight left to average (" << n << " ranks: " << r.stale.size() << " stale, " << r.outliers.size()
-       << " outliers, the rest weight 0)";
+    os << "no weight left to average (" << n << " ranks: " << r.stale.size() << " stale, "
+       << r.outliers.size() << " outliers, the rest weight 0)";
     invalid(os.str());
   }
   r.total_weight = total;
@@ -275,36 +281,44 @@ WeightedResult weighted_allreduce(Communicator& comm, void* buf, size_t count, D
     const Row& row = rows[static_cast<size_t>(r)];
     if (row.problem == static_cast<uint64_t>(LocalProblem::kDtype))
       invalid("rank " + std::to_string(r) + " passed dtype " +
-              std::string(dtype_name(static_cast<DataType>(row.dtype))) + " (float32 or float64 only)");
+              std::string(dtype_name(static_cast<DataType>(row.dtype))) +
+              " (float32 or float64 only)");
     if (row.problem == static_cast<uint64_t>(LocalProblem::kNullBuffer))
       invalid("rank " + std::to_string(r) + " passed a null buffer");
   }
   for (int r = 1; r < n; ++r) {
     const Row& row = rows[static_cast<size_t>(r)];
     if (row.count != rows[0].count || row.dtype != rows[0].dtype)
-      throw Error(ErrorCode::kMismatch, "weighted_allreduce: rank " + std::to_string(r) + " passed " +
-                                            std::to_string(row.count) + " elements of " +
-                                            std::string(dtype_name(static_cast<DataType>(row.dtype))) +
-                                            ", rank 0 " + std::to_string(rows[0].count) + " of " +
-                                            std::string(dtype_name(static_cast<DataType>(rows[0].dtype))));
+      throw Error(ErrorCode::kMismatch,
+                  "weighted_allreduce: rank " + std::to_string(r) + " passed " +
+                      std::to_string(row.count) + " elements of " +
+                      std::string(dtype_name(static_cast<DataType>(row.dtype))) + ", rank 0 " +
+                      std::to_string(rows[0].count) + " of " +
+                      std::string(dtype_name(static_cast<DataType>(rows[0].dtype))));
     if (row.policy != rows[0].policy)
-      throw Error(ErrorCode::kMismatch, "weighted_allreduce: rank " + std::to_string(r) +
-                                            " passed other staleness or robust options than rank 0");
+      throw Error(ErrorCode::kMismatch,
+                  "weighted_allreduce: rank " + std::to_string(r) +
+                      " passed other staleness or robust options than rank 0");
   }
   WeightedResult res = robust_decide(contributions, o);
   if (me == 0 && (!res.stale.empty() || !res.outliers.empty() || !res.downweighted.empty())) {
-    GEOCCL_LOG(kWarn, "weighted allreduce" << (o.current_step ? " at step " + std::to_string(*o.current_step) : "")
-                                           << ": " << res.included.size() << " of " << n << " ranks included"
-                                           << (res.stale.empty() ? "" : "; stale (older than " +
-                                                                            std::to_string(o.max_staleness) +
-                                                                            " steps): " + rank_list(res.stale))
-                                           << (res.outliers.empty() ? "" : "; outliers excluded: " + rank_list(res.outliers))
-                                           << (res.downweighted.empty() ? "" : "; down-weighted: " + rank_list(res.downweighted)));
+    GEOCCL_LOG(
+        kWarn,
+        "weighted allreduce"
+            << (o.current_step ? " at step " + std::to_string(*o.current_step) : "") << ": "
+            << res.included.size() << " of " << n << " ranks included"
+            << (res.stale.empty() ? ""
+                                  : "; stale (older than " + std::to_string(o.max_staleness) +
+                                        " steps): " + rank_list(res.stale))
+            << (res.outliers.empty() ? "" : "; outliers excluded: " + rank_list(res.outliers))
+            << (res.downweighted.empty() ? "" : "; down-weighted: " + rank_list(res.downweighted)));
   }
   if (count == 0) return res;
   const double share = res.applied[static_cast<size_t>(me)];
-  if (dtype == DataType::kFloat32) scale(static_cast<float*>(buf), count, share);
-  else scale(static_cast<double*>(buf), count, share);
+  if (dtype == DataType::kFloat32)
+    scale(static_cast<float*>(buf), count, share);
+  else
+    scale(static_cast<double*>(buf), count, share);
   comm.allreduce(buf, count, dtype, ReduceOp::kSum, o.op).wait();
   return res;
 }

@@ -42,7 +42,8 @@ bool bit_identical(Communicator& c, const std::vector<T>& buf) {
   std::vector<uint8_t> all(bytes * static_cast<size_t>(c.size()));
   c.allgather(buf.data(), all.data(), bytes, DataType::kUInt8).wait();
   for (int r = 1; r < c.size(); ++r)
-    if (std::memcmp(all.data(), all.data() + bytes * static_cast<size_t>(r), bytes) != 0) return false;
+    if (std::memcmp(all.data(), all.data() + bytes * static_cast<size_t>(r), bytes) != 0)
+      return false;
   return true;
 }
 
@@ -52,7 +53,8 @@ std::vector<double> expected(int n, size_t count, const std::vector<double>& sha
   std::vector<double> want(count, 0.0);
   for (int r = 0; r < n; ++r) {
     const auto x = as<T>(input(r, count));
-    for (size_t i = 0; i < count; ++i) want[i] += share[static_cast<size_t>(r)] * static_cast<double>(x[i]);
+    for (size_t i = 0; i < count; ++i)
+      want[i] += share[static_cast<size_t>(r)] * static_cast<double>(x[i]);
   }
   return want;
 }
@@ -60,7 +62,8 @@ std::vector<double> expected(int n, size_t count, const std::vector<double>& sha
 template <typename T>
 double max_err(const std::vector<T>& got, const std::vector<double>& want) {
   double e = 0;
-  for (size_t i = 0; i < got.size(); ++i) e = std::max(e, std::fabs(static_cast<double>(got[i]) - want[i]));
+  for (size_t i = 0; i < got.size(); ++i)
+    e = std::max(e, std::fabs(static_cast<double>(got[i]) - want[i]));
   return e;
 }
 
@@ -90,7 +93,8 @@ int mode_mean(Communicator& c) {
     const auto mine = as<float>(input(me, count));
     double s = 0;
     for (float v : mine) s += static_cast<double>(v) * v;
-    CHECK(std::fabs(res.norms[static_cast<size_t>(me)] - std::sqrt(s)) < 1e-9 * std::sqrt(s), "norm");
+    CHECK(std::fabs(res.norms[static_cast<size_t>(me)] - std::sqrt(s)) < 1e-9 * std::sqrt(s),
+          "norm");
     if (me == 0) std::fprintf(stderr, "f32 weighted mean: max error %.3g\n", err);
   }
   {
@@ -120,7 +124,8 @@ int mode_mean(Communicator& c) {
     const auto& dom = c.topology().domain_of;
     const bool several = std::any_of(dom.begin(), dom.end(), [&](int d) { return d != dom[0]; });
     // One site: nothing crosses a domain, nothing is compressed (docs/compression.md).
-    CHECK(c.compression_stats().calls == before.calls + (several ? 1 : 0), "int8: %s", several ? "not compressed" : "compressed on one site");
+    CHECK(c.compression_stats().calls == before.calls + (several ? 1 : 0), "int8: %s",
+          several ? "not compressed" : "compressed on one site");
     if (me == 0) std::fprintf(stderr, "int8 weighted mean: relative RMS error %.3g\n", rel);
   }
   return g_failures ? 1 : 0;
@@ -172,12 +177,14 @@ int mode_robust(Communicator& c) {
     const auto res = weighted_allreduce(c, buf.data(), count, DataType::kFloat32, o);
     CHECK(res.outliers.empty() && res.downweighted == std::vector<int>{bad}, "downweight: %zu/%zu",
           res.outliers.size(), res.downweighted.size());
-    CHECK(res.applied[bad] > 0 && res.applied[bad] < 0.02, "downweight: share %g", res.applied[bad]);
+    CHECK(res.applied[bad] > 0 && res.applied[bad] < 0.02, "downweight: share %g",
+          res.applied[bad]);
     // The mean with the shares decided: the bad rank's contribution is bounded by the limit.
     std::vector<double> want(count, 0.0);
     for (int r = 0; r < n; ++r) {
       const auto x = as<float>(mine(r));
-      for (size_t i = 0; i < count; ++i) want[i] += res.applied[static_cast<size_t>(r)] * static_cast<double>(x[i]);
+      for (size_t i = 0; i < count; ++i)
+        want[i] += res.applied[static_cast<size_t>(r)] * static_cast<double>(x[i]);
     }
     CHECK(max_err(buf, want) < 1e-4, "downweight: max error %g", max_err(buf, want));
     CHECK(bit_identical(c, buf), "downweight: ranks differ");
@@ -210,7 +217,8 @@ int mode_stale(Communicator& c) {
   std::vector<int> want_stale;
   for (int r = 0; r < n; ++r)
     if (10 - steps[r % 6] > 2) want_stale.push_back(r);
-  CHECK(res.stale == want_stale, "stale: %zu ranks, wanted %zu", res.stale.size(), want_stale.size());
+  CHECK(res.stale == want_stale, "stale: %zu ranks, wanted %zu", res.stale.size(),
+        want_stale.size());
   std::vector<double> share(static_cast<size_t>(n), 0.0);
   for (int r = 0; r < n; ++r)
     if (std::find(want_stale.begin(), want_stale.end(), r) == want_stale.end())
@@ -229,7 +237,8 @@ void expect_code(F&& f, ErrorCode code, const char* what) {
     f();
     CHECK(false, "%s: no error", what);
   } catch (const Error& e) {
-    CHECK(e.code() == code, "%s: got %s: %s", what, std::string(error_code_name(e.code())).c_str(), e.what());
+    CHECK(e.code() == code, "%s: got %s: %s", what, std::string(error_code_name(e.code())).c_str(),
+          e.what());
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   CHECK(s < 10, "%s: took %.1f s", what, s);
@@ -240,59 +249,65 @@ int mode_invalid(Communicator& c) {
   const size_t count = 10000;
   std::vector<float> buf(count, 1.0f);
   const auto original = buf;
-  expect_code([&] {
-    WeightedOptions o;
-    o.weight = me == 1 ? -2.0 : 1.0;
-    weighted_allreduce(c, buf.data(), count, DataType::kFloat32, o);
-  }, ErrorCode::kInvalidArgument, "negative weight on rank 1");
+  // A float32 call on `buf` with the options `set` makes.
+  auto with = [&](auto set) {
+    return [&, set] {
+      WeightedOptions o;
+      set(o);
+      weighted_allreduce(c, buf.data(), count, DataType::kFloat32, o);
+    };
+  };
+  expect_code(with([&](WeightedOptions& o) { o.weight = me == 1 ? -2.0 : 1.0; }),
+              ErrorCode::kInvalidArgument, "negative weight on rank 1");
   CHECK(buf == original, "the buffer changed after an invalid call");
-  expect_code([&] {
-    WeightedOptions o;
-    o.weight = me == 2 ? std::nan("") : 1.0;
-    weighted_allreduce(c, buf.data(), count, DataType::kFloat32, o);
-  }, ErrorCode::kInvalidArgument, "NaN weight on rank 2");
-  expect_code([&] {
-    WeightedOptions o;
-    o.weight = 0;
-    weighted_allreduce(c, buf.data(), count, DataType::kFloat32, o);
-  }, ErrorCode::kInvalidArgument, "all weights 0");
-  expect_code([&] {
-    WeightedOptions o;
-    o.current_step = 4;
-    o.step = me == 0 ? 5 : 4;
-    weighted_allreduce(c, buf.data(), count, DataType::kFloat32, o);
-  }, ErrorCode::kInvalidArgument, "step in the future on rank 0");
+  expect_code(with([&](WeightedOptions& o) { o.weight = me == 2 ? std::nan("") : 1.0; }),
+              ErrorCode::kInvalidArgument, "NaN weight on rank 2");
+  expect_code(with([](WeightedOptions& o) { o.weight = 0; }), ErrorCode::kInvalidArgument,
+              "all weights 0");
+  expect_code(with([&](WeightedOptions& o) {
+                o.current_step = 4;
+                o.step = me == 0 ? 5 : 4;
+              }),
+              ErrorCode::kInvalidArgument, "step in the future on rank 0");
   std::vector<int32_t> ints(count, 1);
-  expect_code([&] {
-    if (me == n - 1) weighted_allreduce(c, ints.data(), count, DataType::kInt32, {});
-    else weighted_allreduce(c, buf.data(), count, DataType::kFloat32, {});
-  }, ErrorCode::kInvalidArgument, "int32 on the last rank");
-  expect_code([&] {
-    weighted_allreduce(c, ints.data(), count, DataType::kInt32, {});
-  }, ErrorCode::kInvalidArgument, "int32 everywhere");
-  expect_code([&] {
-    weighted_allreduce(c, buf.data(), me == 0 ? count - 1 : count, DataType::kFloat32, {});
-  }, ErrorCode::kMismatch, "counts differ");
-  expect_code([&] {
-    WeightedOptions o;
-    o.robust = me == 1 ? RobustMode::kExclude : RobustMode::kNone;
-    weighted_allreduce(c, buf.data(), count, DataType::kFloat32, o);
-  }, ErrorCode::kMismatch, "robust options differ");
+  expect_code(
+      [&] {
+        if (me == n - 1)
+          weighted_allreduce(c, ints.data(), count, DataType::kInt32, {});
+        else
+          weighted_allreduce(c, buf.data(), count, DataType::kFloat32, {});
+      },
+      ErrorCode::kInvalidArgument, "int32 on the last rank");
+  expect_code([&] { weighted_allreduce(c, ints.data(), count, DataType::kInt32, {}); },
+              ErrorCode::kInvalidArgument, "int32 everywhere");
+  expect_code(
+      [&] {
+        weighted_allreduce(c, buf.data(), me == 0 ? count - 1 : count, DataType::kFloat32, {});
+      },
+      ErrorCode::kMismatch, "counts differ");
+  expect_code(with([&](WeightedOptions& o) {
+                o.robust = me == 1 ? RobustMode::kExclude : RobustMode::kNone;
+              }),
+              ErrorCode::kMismatch, "robust options differ");
   CHECK(buf == original, "the buffer changed after the invalid calls");
   // The group goes on.
   WeightedOptions o;
   o.weight = me + 1;
   const auto res = weighted_allreduce(c, buf.data(), count, DataType::kFloat32, o);
-  for (float v : buf) CHECK(std::fabs(v - 1.0f) < 1e-6f, "after the errors: %g", static_cast<double>(v));
-  CHECK(res.included.size() == static_cast<size_t>(n), "after the errors: %zu included", res.included.size());
+  for (float v : buf)
+    CHECK(std::fabs(v - 1.0f) < 1e-6f, "after the errors: %g", static_cast<double>(v));
+  CHECK(res.included.size() == static_cast<size_t>(n), "after the errors: %zu included",
+        res.included.size());
   return g_failures ? 1 : 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::map<std::string, int (*)(Communicator&)> modes = {
-      {"mean", mode_mean}, {"robust", mode_robust}, {"stale", mode_stale}, {"invalid", mode_invalid}};
+  const std::map<std::string, int (*)(Communicator&)> modes = {{"mean", mode_mean},
+                                                               {"robust", mode_robust},
+                                                               {"stale", mode_stale},
+                                                               {"invalid", mode_invalid}};
   const auto mode = modes.find(argc > 1 ? argv[1] : "");
   if (mode == modes.end()) {
     std::fprintf(stderr, "usage: weighted_check mean|robust|stale|invalid\n");

@@ -1,12 +1,12 @@
 // The decision of the weighted allreduce (robust_decide) driven by hand: rows in, shares,
 // outliers and stale ranks out. No sockets.
+#include "geoccl/weighted.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 #include <vector>
-
-#include "geoccl/weighted.h"
 
 using namespace geoccl;
 
@@ -54,7 +54,8 @@ TEST(WeightedDecision, NormOutlierIsExcludedByTheMedianRule) {
   o.robust = RobustMode::kExclude;
   // Norms 1.0, 1.1, 0.9, 1.05, 50: median 1.05, MAD 0.05 -> scale max(0.0741, 0.0525) = 0.0741,
   // limit 3 * 0.0741 = 0.222: only rank 4 is out.
-  const auto r = robust_decide(std::vector{row(1, 1.0), row(1, 1.1), row(1, 0.9), row(1, 1.05), row(1, 50)}, o);
+  const auto r = robust_decide(
+      std::vector{row(1, 1.0), row(1, 1.1), row(1, 0.9), row(1, 1.05), row(1, 50)}, o);
   EXPECT_EQ(r.outliers, (std::vector<int>{4}));
   EXPECT_EQ(r.included, (std::vector<int>{0, 1, 2, 3}));
   EXPECT_DOUBLE_EQ(r.median_norm, 1.05);
@@ -69,7 +70,8 @@ TEST(WeightedDecision, NormOutlierIsExcludedByTheMedianRule) {
 TEST(WeightedDecision, DownweightScalesByTheLimitOverTheDeviation) {
   WeightedOptions o;
   o.robust = RobustMode::kDownweight;
-  const auto r = robust_decide(std::vector{row(1, 1.0), row(1, 1.1), row(1, 0.9), row(1, 1.05), row(1, 50)}, o);
+  const auto r = robust_decide(
+      std::vector{row(1, 1.0), row(1, 1.1), row(1, 0.9), row(1, 1.05), row(1, 50)}, o);
   EXPECT_TRUE(r.outliers.empty());
   EXPECT_EQ(r.downweighted, (std::vector<int>{4}));
   const double limit = 3 * 1.4826 * 0.05;
@@ -107,19 +109,22 @@ TEST(WeightedDecision, HighLossIsAnOutlierLowLossIsNot) {
   WeightedOptions o;
   o.robust = RobustMode::kExclude;
   o.statistic = RobustStatistic::kLoss;
-  const auto r = robust_decide(
-      std::vector{row(1, 1, -1, 0.5), row(1, 1, -1, 0.55), row(1, 1, -1, 0.45), row(1, 1, -1, 0.01), row(1, 1, -1, 2.3)},
-      o);
+  const auto r =
+      robust_decide(std::vector{row(1, 1, -1, 0.5), row(1, 1, -1, 0.55), row(1, 1, -1, 0.45),
+                                row(1, 1, -1, 0.01), row(1, 1, -1, 2.3)},
+                    o);
   EXPECT_EQ(r.outliers, (std::vector<int>{4}));
   EXPECT_DOUBLE_EQ(r.median_loss, 0.5);
   // Ranks reporting no loss are kept; with fewer than three reporting, nobody is out.
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  const auto s = robust_decide(std::vector{row(1, 1, -1, nan), row(1, 1, -1, 0.5), row(1, 1, -1, 9.0), row(1, 1)}, o);
+  const auto s = robust_decide(
+      std::vector{row(1, 1, -1, nan), row(1, 1, -1, 0.5), row(1, 1, -1, 9.0), row(1, 1)}, o);
   EXPECT_TRUE(s.outliers.empty());
   // Both: the norm or the loss.
   o.statistic = RobustStatistic::kBoth;
   const auto b = robust_decide(
-      std::vector{row(1, 1, -1, 0.5), row(1, 1, -1, 0.5), row(1, 40, -1, 0.5), row(1, 1, -1, 7.0)}, o);
+      std::vector{row(1, 1, -1, 0.5), row(1, 1, -1, 0.5), row(1, 40, -1, 0.5), row(1, 1, -1, 7.0)},
+      o);
   EXPECT_EQ(b.outliers, (std::vector<int>{2, 3}));
 }
 
@@ -127,14 +132,16 @@ TEST(WeightedDecision, StaleContributionsAreLeftOut) {
   WeightedOptions o;
   o.current_step = 100;
   o.max_staleness = 2;
-  const auto r = robust_decide(std::vector{row(1, 1, 100), row(1, 1, 98), row(1, 1, 97), row(1, 1, -1)}, o);
+  const auto r =
+      robust_decide(std::vector{row(1, 1, 100), row(1, 1, 98), row(1, 1, 97), row(1, 1, -1)}, o);
   EXPECT_EQ(r.stale, (std::vector<int>{2}));
   EXPECT_EQ(r.included, (std::vector<int>{0, 1, 3}));
   EXPECT_DOUBLE_EQ(r.applied[2], 0);
   EXPECT_DOUBLE_EQ(r.applied[0], 1.0 / 3);
   // Stale ranks are not candidates of the robust rule.
   o.robust = RobustMode::kExclude;
-  const auto s = robust_decide(std::vector{row(1, 1, 100), row(1, 1, 100), row(1, 1, 100), row(1, 90, 10)}, o);
+  const auto s =
+      robust_decide(std::vector{row(1, 1, 100), row(1, 1, 100), row(1, 1, 100), row(1, 90, 10)}, o);
   EXPECT_EQ(s.stale, (std::vector<int>{3}));
   EXPECT_TRUE(s.outliers.empty());
 }
@@ -147,7 +154,8 @@ TEST(WeightedDecision, BadArgumentsAreInvalid) {
   EXPECT_EQ(code_of({row(INFINITY, 1), row(1, 1)}, o), ErrorCode::kInvalidArgument);
   EXPECT_EQ(code_of({row(0, 1), row(0, 1)}, o), ErrorCode::kInvalidArgument);  // no weight left
   o.current_step = 5;
-  EXPECT_EQ(code_of({row(1, 1, 6), row(1, 1, 5)}, o), ErrorCode::kInvalidArgument);  // from the future
+  EXPECT_EQ(code_of({row(1, 1, 6), row(1, 1, 5)}, o),
+            ErrorCode::kInvalidArgument);  // from the future
   o.max_staleness = 1;
   EXPECT_EQ(code_of({row(1, 1, 1), row(1, 1, 2)}, o), ErrorCode::kInvalidArgument);  // all stale
   o.current_step = -3;
