@@ -9,4 +9,5 @@
 #include "geoccl/error.h"
 #include "geoccl/store.h"
 #include "geoccl/types.h"
+#include "geoccl/weighted.h"
 #include "geoccl/work.h"

@@ -14,6 +14,10 @@ Gradients can be compressed on the hops that cross domains (docs/compression.md)
 ``comm.allreduce(array, op="avg", compression="int8", feedback_key="grad0")``; for DDP, the
 comm hook ``geoccl.compression_hook`` with ``geoccl.GeocclHookState(pg, compression="int8")``.
 
+Beyond DDP (docs/diloco.md): ``geoccl.weighted.weighted_allreduce`` (weighted mean, robust
+against outliers, staleness-checked) and ``geoccl.diloco.DiLoCo`` (inner steps, an outer Nesterov
+step on the pseudo-gradients averaged every H steps; streaming and hierarchical).
+
 Checkpoints and other background traffic go on the bulk priority class: ``priority="bulk"`` on a
 Communicator operation, or a torch group made by ``geoccl.new_bulk_group()``.
 """
@@ -37,7 +41,7 @@ from .torch_backend import (  # noqa: F401
     new_bulk_group,
     register,
 )
-from . import elastic, hooks  # noqa: F401
+from . import diloco, elastic, hooks, weighted  # noqa: F401
 from ._C import ElasticGroup  # noqa: F401
 from .hooks import GeocclHookState, allreduce_hook, compression_hook  # noqa: F401
 
@@ -56,10 +60,12 @@ __all__ = [
     "compression_hook",
     "compression_name",
     "create_process_group",
+    "diloco",
     "elastic",
     "hooks",
     "new_bulk_group",
     "register",
+    "weighted",
 ]
 
 register()

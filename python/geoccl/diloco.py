@@ -1,0 +1,232 @@
+"""DiLoCo for torch on geoccl: train locally, synchronise across regions every H steps.
+
+    model = Net()
+    inner = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    diloco = geoccl.diloco.DiLoCo(model, inner, sync_every=50, compression="int8")
+    for x, y in data:
+        loss = F.cross_entropy(model(x), y)
+        inner.zero_grad(); loss.backward()
+        diloco.step()                     # the inner step; every H steps the outer sync
+
+Every `sync_every` (H) inner steps each rank computes its pseudo-gradient, the global parameters
+of the last sync minus its local ones, and the pseudo-gradients are averaged over the group with
+one weighted allreduce (geoccl.weighted: optional weights, robust mode against outliers, the
+codec on the hops between domains with error feedback); the outer optimizer, SGD with Nesterov
+momentum (the DiLoCo paper's outer lr 0.7, momentum 0.9), steps the global parameters with that
+average as their gradient, and every rank continues from them (Douillard et al., "DiLoCo:
+Distributed Low-Communication Training of Language Models", 2023).
+
+Streaming (Douillard et al., "Streaming DiLoCo", 2025): fragments=P cuts the parameters into P
+groups of about equal size, synchronised in turn (fragment p at steps p*H/P + kH), and
+overlap_steps=tau > 0 lets a fragment's allreduce run on a background thread during the next
+tau inner steps; its result is then merged as local = mix * local + (1 - mix) * global.
+
+Hierarchical: ranks of one domain can run DDP every step on a group of their own
+(:func:`domain_group`) while DiLoCo's outer sync goes over the whole group: only it crosses the
+WAN, and the hierarchical allreduce carries each domain's share once.
+"""
+
+import logging
+import os
+import threading
+
+import torch
+import torch.distributed as dist
+
+from . import weighted as _weighted
+
+log = logging.getLogger("geoccl.diloco")
+
+
+def _split(params, parts):
+    """Contiguous groups of `params` of about equal element counts (at most len(params))."""
+    parts = max(1, min(parts, len(params)))
+    total = sum(p.numel() for p in params)
+    groups, cur, acc = [], [], 0
+    for p in params:
+        cur.append(p)
+        acc += p.numel()
+        if len(groups) < parts - 1 and acc >= total * (len(groups) + 1) / parts:
+            groups.append(cur)
+            cur = []
+    if cur:
+        groups.append(cur)
+    return groups
+
+
+class _Fragment:
+    def __init__(self, index, params, offset, outer_lr, momentum, nesterov):
+        self.index = index
+        self.params = params
+        self.offset = offset  # first inner step of its sync schedule
+        self.global_params = [p.detach().clone() for p in params]
+        self.outer = torch.optim.SGD(self.global_params, lr=outer_lr, momentum=momentum, nesterov=nesterov)
+        self.numel = sum(p.numel() for p in params)
+        self.pending = None  # (finish_step, thread, buffer, box) while its allreduce runs
+
+
+class DiLoCo:
+    """Wraps `model` and its inner optimizer; call :meth:`step` instead of ``inner.step()``.
+
+    sync_every: H, inner steps between two syncs of a fragment (paper: 500; 10-50 here).
+    outer_lr, outer_momentum, nesterov: the outer SGD (paper: 0.7, 0.9, Nesterov).
+    group: the "geoccl" process group the outer sync runs on (None = default group).
+    compression: codec on the hops between domains ("int8", "int4", "fp16", "topk:0.01", ...;
+        None = the group's GEOCCL_WAN_COMPRESSION), error_feedback: keep its residual per fragment.
+    weight: this rank's weight in the average, a number or a function of no arguments called at
+        every sync (for example the samples seen since the last one).
+    robust, statistic, threshold: geoccl.weighted's robust mode ("none", "exclude",
+        "downweight"; "norm", "loss", "both"); :meth:`report_loss` sets the loss sent.
+    fragments, overlap_steps, mix: streaming (see the module's doc); mix defaults to 0.5 with
+        overlap, 0 (replace) without.
+    pseudo_gradient_hook: f(fragment_index, tensor) -> None, modifies this rank's flat
+        pseudo-gradient before the average (clipping, or a fault injected in tests).
+
+    Every rank must construct it with the same arguments (but weight) and call step() equally
+    often. Parameters are broadcast from the group's rank 0 at construction.
+    """
+
+    _made = 0
+
+    def __init__(self, model, inner_optimizer, *, sync_every=500, outer_lr=0.7, outer_momentum=0.9,
+                 nesterov=True, group=None, compression=None, error_feedback=True, weight=1.0,
+                 robust="none", statistic="norm", threshold=3.0, fragments=1, overlap_steps=0,
+                 mix=None, pseudo_gradient_hook=None, timeout=None):
+        if sync_every < 1:
+            raise ValueError("geoccl.diloco: sync_every must be >= 1")
+        if overlap_steps < 0 or overlap_steps >= sync_every:
+            raise ValueError("geoccl.diloco: overlap_steps must be in [0, sync_every)")
+        self.model = model
+        self.inner = inner_optimizer
+        self.sync_every = int(sync_every)
+        self.group = group
+        self.compression = compression
+        self.weight = weight
+        self.robust, self.statistic, self.threshold = robust, statistic, float(threshold)
+        self.overlap_steps = int(overlap_steps)
+        self.mix = (0.5 if overlap_steps else 0.0) if mix is None else float(mix)
+        self.pseudo_gradient_hook = pseudo_gradient_hook
+        self.timeout = timeout
+        self._key = f"diloco{DiLoCo._made}" if error_feedback else ""
+        DiLoCo._made += 1
+        params = [p for p in model.parameters() if p.requires_grad]
+        if not params:
+            raise ValueError("geoccl.diloco: the model has no trainable parameters")
+        self._broadcast(params)
+        groups = _split(params, int(fragments))
+        self.fragments = [
+            _Fragment(i, g, (i * self.sync_every) // len(groups), outer_lr, outer_momentum, nesterov)
+            for i, g in enumerate(groups)
+        ]
+        self.inner_steps = 0
+        self.syncs = 0  # fragment syncs completed
+        self.bytes_reduced = 0  # float32 bytes handed to the outer allreduces on this rank
+        self.excluded = {}  # rank -> times left out (outlier or stale)
+        self.downweighted = {}  # rank -> times its weight was reduced (robust="downweight")
+        self.last_result = None  # geoccl.weighted.WeightedResult of the last sync
+        self._loss = None
+
+    def _broadcast(self, params):
+        flat = torch.cat([p.detach().reshape(-1) for p in params])
+        src = 0 if self.group is None else dist.distributed_c10d._get_global_rank(self.group, 0)
+        dist.broadcast(flat, src, group=self.group)
+        _weighted.copy_back(flat, params)
+
+    def report_loss(self, loss):
+        """The loss this rank sends with its next sync (robust mode by loss)."""
+        self._loss = float(loss)
+
+    def step(self, closure=None):
+        """One inner step, then whatever outer work is due: finish the fragments whose overlap
+        has run out, start (or, without overlap, do) the syncs scheduled at this step."""
+        out = self.inner.step(closure) if closure is not None else self.inner.step()
+        self.inner_steps += 1
+        t = self.inner_steps
+        for f in self.fragments:
+            if f.pending is not None and f.pending[0] <= t:
+                self._finish(f)
+        for f in self.fragments:
+            if t % self.sync_every == f.offset:
+                # One sync in flight at a time: every rank must issue the group's operations in
+                # the same order, and two threads would interleave them differently.
+                self.sync_now()
+                self._start(f, t)
+        return out
+
+    def sync_now(self):
+        """Finishes every pending fragment sync (at the end of training)."""
+        for f in self.fragments:
+            if f.pending is not None:
+                self._finish(f)
+
+    def _average(self, f, buf, box):
+        try:
+            w = self.weight() if callable(self.weight) else self.weight
+            box["result"] = _weighted.weighted_allreduce(
+                buf, w, group=self.group, loss=self._loss, robust=self.robust, statistic=self.statistic,
+                threshold=self.threshold, compression=self.compression,
+                feedback_key=f"{self._key}/{f.index}" if self._key else "", timeout=self.timeout)
+        except BaseException as e:  # noqa: BLE001  (re-raised on the training thread)
+            box["error"] = e
+
+    def _start(self, f, t):
+        with torch.no_grad():
+            delta = torch.cat([(g - p.detach()).reshape(-1).float() for g, p in zip(f.global_params, f.params)])
+        if self.pseudo_gradient_hook is not None:
+            self.pseudo_gradient_hook(f.index, delta)
+        box = {}
+        self.bytes_reduced += delta.numel() * 4
+        if self.overlap_steps == 0:
+            self._average(f, delta, box)
+            f.pending = (t, None, delta, box)
+            self._finish(f)
+            return
+        th = threading.Thread(target=self._average, args=(f, delta, box), name=f"diloco-sync-{f.index}", daemon=True)
+        th.start()
+        f.pending = (t + self.overlap_steps, th, delta, box)
+
+    def _finish(self, f):
+        _, th, delta, box = f.pending
+        f.pending = None
+        if th is not None:
+            th.join()
+        if "error" in box:
+            raise box["error"]
+        res = box["result"]
+        self.last_result = res
+        for r in res.excluded:
+            self.excluded[r] = self.excluded.get(r, 0) + 1
+        for r in res.downweighted:
+            self.downweighted[r] = self.downweighted.get(r, 0) + 1
+        with torch.no_grad():
+            offset = 0
+            for g in f.global_params:
+                n = g.numel()
+                g.grad = delta[offset:offset + n].view_as(g).to(g.dtype)
+                offset += n
+            f.outer.step()
+            for g, p in zip(f.global_params, f.params):
+                if self.mix:
+                    p.mul_(self.mix).add_(g, alpha=1.0 - self.mix)
+                else:
+                    p.copy_(g)
+        self.syncs += 1
+
+
+def domain_group(backend="geoccl", domain=None):
+    """The process group of this rank's domain (GEOCCL_DOMAIN, as `geoccl run --wan` sets it, or
+    `domain`), for DDP inside a region (hierarchical DiLoCo). Every rank of the default group must
+    call it (it creates one group per domain, in sorted order). Returns (group, domain name)."""
+    mine = domain if domain is not None else os.environ.get("GEOCCL_DOMAIN", "")
+    names = [None] * dist.get_world_size()
+    dist.all_gather_object(names, mine)
+    mine_group = None
+    for d in sorted(set(names)):
+        ranks = [r for r, n in enumerate(names) if n == d]
+        g = dist.new_group(ranks, backend=backend)
+        if d == mine:
+            mine_group = g
+    return mine_group, mine
+
+
+__all__ = ["DiLoCo", "domain_group"]
