@@ -35,7 +35,9 @@ struct Config {
   // GEOCCL_SHM_RING_BYTES: bytes of each direction's ring between two ranks on one host.
   size_t shm_ring_bytes = 4 << 20;
   // GEOCCL_QUIC_CC: ngtcp2's congestion control on QUIC connections (cubic, bbr, bbr2, reno).
-  std::string quic_cc = "cubic";
+  // bbr2 by measurement (docs/transport.md, "QUIC"): cubic collapses on the test bed's lossy
+  // and queue-limited paths.
+  std::string quic_cc = "bbr2";
   // GEOCCL_QUIC_WINDOW_BYTES: initial flow-control window of a QUIC connection and of each of its
   // streams (ngtcp2 may grow it to twice that): at least the longest path's bandwidth-delay
   // product.

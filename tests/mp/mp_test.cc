@@ -71,6 +71,11 @@ class Collectives : public ::testing::TestWithParam<std::tuple<int, const char*>
 
 TEST_P(Collectives, EveryOpEveryDtypeMatchesReference) {
   const auto [n, transport] = GetParam();
+#ifdef GEOCCL_TEST_SANITIZED
+  // 5 and 8 ranks take the same paths as 6 and 7 (odd and even, folded and not); the release
+  // build runs every size.
+  if (n == 6 || n == 7) GTEST_SKIP() << "covered by 5 and 8 ranks under the sanitizers";
+#endif
   const auto codes = run_ranks(n, "collectives", 240, {{"GEOCCL_TRANSPORT", transport}});
   for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
 }

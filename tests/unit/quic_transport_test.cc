@@ -112,7 +112,7 @@ TEST(QuicTransport, FramesArriveIntactPostedEarlyOrLateAndAreDelivered) {
   EXPECT_GT(ps.rtt_ms, 0.0);
   EXPECT_GT(ps.quic.cwnd_bytes, 0u);
   EXPECT_GE(ps.quic.streams_opened, frames);
-  EXPECT_EQ(ps.quic.congestion_control, "cubic");
+  EXPECT_EQ(ps.quic.congestion_control, "bbr2");
   EXPECT_FALSE(s0.group.failed());
   EXPECT_FALSE(s1.group.failed());
 }
@@ -160,10 +160,10 @@ TEST(QuicTransport, AddressesRoundTripAndRejectGarbage) {
 }
 
 TEST(QuicTransport, OptionsAndTransportChoiceFromEnvironment) {
-  ::setenv("GEOCCL_QUIC_CC", "bbr2", 1);
+  ::setenv("GEOCCL_QUIC_CC", "cubic", 1);
   ::setenv("GEOCCL_QUIC_WINDOW_BYTES", "16M", 1);
   Config c = Config::from_env();
-  EXPECT_EQ(QuicOptions::from_config(c).congestion_control, "bbr2");
+  EXPECT_EQ(QuicOptions::from_config(c).congestion_control, "cubic");
   EXPECT_EQ(QuicOptions::from_config(c).window_bytes, 16u << 20);
   ::setenv("GEOCCL_QUIC_CC", "vegas", 1);
   EXPECT_THROW(

@@ -201,6 +201,7 @@ class QuicConnection {
   std::deque<int64_t> fin_out_;  // data streams of the peer whose frame is in: our empty FIN
 
   // Transmission: a batch of packets for one sendmsg() (GSO), and what a full socket left.
+  std::vector<uint8_t> pkt_;  // the packet being written
   std::vector<uint8_t> tx_batch_;
   size_t tx_segment_ = 0, tx_count_ = 0;
   std::vector<uint8_t> tx_pending_;

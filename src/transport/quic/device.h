@@ -14,7 +14,7 @@
 //
 // Flow control: the connection and stream windows start at GEOCCL_QUIC_WINDOW_BYTES (sized for
 // the bandwidth-delay product of the longest path) and ngtcp2 may grow them to twice that.
-// Congestion control: GEOCCL_QUIC_CC (cubic, bbr, bbr2, reno).
+// Congestion control: GEOCCL_QUIC_CC (bbr2 by default, cubic, bbr, reno).
 //
 // Liveness: heartbeats ride the control stream; an ICMP port-unreachable from a peer's address
 // (its process is gone) fails the group with peer-lost at once; a path that stays silent past the
@@ -43,7 +43,7 @@
 namespace geoccl::transport::quic {
 
 struct QuicOptions {
-  std::string congestion_control = "cubic";  // GEOCCL_QUIC_CC
+  std::string congestion_control = "bbr2";  // GEOCCL_QUIC_CC
   uint64_t window_bytes = 32u << 20;         // GEOCCL_QUIC_WINDOW_BYTES
   uint64_t socket_buffer_bytes = 32u << 20;  // SO_SNDBUF / SO_RCVBUF of the UDP socket
   std::chrono::milliseconds idle_timeout{30000};

@@ -68,6 +68,20 @@ std::string endpoint_string(const Endpoint& e) {
   return "[" + std::string(host) + "]:" + std::to_string(port);
 }
 
+size_t max_udp_payload(const Endpoint& to, size_t cap) {
+  const bool v6 = to.addr.ss_family == AF_INET6;
+  size_t payload = 1452;
+  const int fd = ::socket(to.addr.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return std::min(payload, cap);
+  int mtu = 0;
+  socklen_t len = sizeof mtu;
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&to.addr), to.len) == 0 &&
+      getsockopt(fd, v6 ? IPPROTO_IPV6 : IPPROTO_IP, v6 ? IPV6_MTU : IP_MTU, &mtu, &len) == 0 && mtu > 1280)
+    payload = static_cast<size_t>(mtu) - (v6 ? 48 : 28);
+  ::close(fd);
+  return std::min(payload, cap);
+}
+
 UdpSocket::UdpSocket(const std::string& host, uint64_t buffer_bytes) : rbuf_(kMaxDatagram) {
   const Endpoint bind_to = resolve_endpoint(tcp::join_host_port(host, 0));
   fd_ = ::socket(bind_to.addr.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);

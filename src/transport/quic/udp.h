@@ -33,6 +33,9 @@ struct Endpoint {
 // "ip:port" -> Endpoint. Throws Error(kInvalidArgument).
 Endpoint resolve_endpoint(const std::string& endpoint);
 std::string endpoint_string(const Endpoint& e);
+// The largest UDP payload a datagram to `to` carries without fragmentation: the MTU of the
+// route's interface less the IP and UDP headers (1452 when it cannot be read), at most `cap`.
+size_t max_udp_payload(const Endpoint& to, size_t cap);
 
 class UdpSocket {
  public:
