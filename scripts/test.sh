@@ -27,7 +27,7 @@ echo "== ctest (ASan+UBSan)"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure --timeout 900 -j "$jobs" -LE wan
 
-echo "== fuzzers (clang, libFuzzer, 10 s each)"
+echo "== fuzzers (clang, libFuzzer, 6 s each)"
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DGEOCCL_BUILD_FUZZERS=ON \
   -DGEOCCL_BUILD_TESTS=OFF -DGEOCCL_BUILD_BENCH=OFF -DGEOCCL_WERROR=ON >/dev/null
 fuzzers=(fuzz_frame fuzz_handshake fuzz_store_codec fuzz_group_params fuzz_transport_address fuzz_shm_hello fuzz_blob_descriptor fuzz_blob_resume_state fuzz_quorum fuzz_etcd_response fuzz_compression fuzz_exposition fuzz_trace_merge)
@@ -37,6 +37,6 @@ for name in "${fuzzers[@]}"; do
   seeds=()
   [ -d "fuzz/corpus/$name" ] && seeds=("fuzz/corpus/$name")
   echo "$name:"
-  "build-fuzz/fuzz/$name" -max_total_time=10 -print_final_stats=0 "build-fuzz/corpus/$name" "${seeds[@]}" 2>&1 | tail -1
+  "build-fuzz/fuzz/$name" -max_total_time=6 -print_final_stats=0 "build-fuzz/corpus/$name" "${seeds[@]}" 2>&1 | tail -1
 done
 echo "all test suites passed"
