@@ -211,24 +211,39 @@ ngtcp2_conn_stat QuicConnection::conn_stat() const {
 uint64_t QuicConnection::bytes_in_flight() const { return conn_stat().bytes_in_flight; }
 
 void QuicConnection::fail(ErrorCode code, const std::string& why) {
-  if (state_ == State::kClosed) return;
+  if (state_ == State::kClosed || close_pending_) return;
   const bool known = state_ == State::kEstablished;
+  if (in_read_) {
+    // Inside ngtcp2_conn_read_pkt (a callback): ngtcp2 may not be re-entered; on_packet closes
+    // once it returns.
+    defer_close(why, true);
+    pending_lost_ = known && peer_;
+    pending_code_ = code;
+    return;
+  }
   close(why, true);
   if (known && peer_) dev_.connection_lost(*peer_, code, why);
 }
 
+void QuicConnection::defer_close(const std::string& reason, bool error) {
+  if (close_pending_) return;
+  close_pending_ = true;
+  close_reason_ = reason;
+  pending_error_ = error;
+}
+
 void QuicConnection::close(const std::string& reason, bool error) {
   if (state_ == State::kClosed) return;
+  if (in_read_) return defer_close(reason, error);
   close_reason_ = reason;
   if (!closing_sent_ && conn_ && !ngtcp2_conn_is_in_closing_period(conn_) && !ngtcp2_conn_is_in_draining_period(conn_)) {
     closing_sent_ = true;
     ngtcp2_connection_close_error ccerr;
     ngtcp2_connection_close_error_default(&ccerr);
-    if (error) {
-      const std::string r = reason.substr(0, 200);
+    const std::string r = reason.substr(0, 200);  // ccerr points into it until the write below
+    if (error)
       ngtcp2_connection_close_error_set_application_error(&ccerr, kAppError,
                                                           reinterpret_cast<const uint8_t*>(r.data()), r.size());
-    }
     std::vector<uint8_t> buf(NGTCP2_MAX_UDP_PAYLOAD_SIZE);
     ngtcp2_path_storage ps;
     ngtcp2_path_storage_zero(&ps);
@@ -253,10 +268,17 @@ void QuicConnection::on_packet(const Endpoint& from, std::span<const uint8_t> pk
   if (state_ == State::kClosed) return;
   ngtcp2_path path = make_path(dev_.socket().local(), from);
   ngtcp2_pkt_info pi{};
+  in_read_ = true;
   const int rv = ngtcp2_conn_read_pkt(conn_, &path, &pi, pkt.data(), pkt.size(), now_ns());
-  if (state_ == State::kClosed) return;  // a callback closed it
+  in_read_ = false;
+  if (state_ == State::kClosed) return;
   if (close_pending_) {
-    close(close_reason_, true);
+    // A callback decided to close: what it queued (a Reply with the reason) leaves first.
+    close_pending_ = false;
+    const std::string why = close_reason_;
+    if (flush_before_close_) write();
+    close(why, pending_error_);
+    if (pending_lost_ && peer_) dev_.connection_lost(*peer_, pending_code_, why);
     return;
   }
   if (rv != 0) {
@@ -297,7 +319,7 @@ int QuicConnection::on_stream_data(uint32_t flags, int64_t stream_id, uint64_t o
   if (stream_id == ctrl_id_ || (server_ && ctrl_id_ < 0)) {
     ctrl_id_ = stream_id;
     on_control_bytes(std::span<const uint8_t>(data, len));
-    return state_ == State::kClosed ? NGTCP2_ERR_CALLBACK_FAILURE : 0;
+    return 0;  // a decision to close is carried out once ngtcp2 returns
   }
   // The receiver's empty FIN on a data stream this side opened: nothing to read.
   if (ngtcp2_conn_is_local_stream(conn_, stream_id)) return 0;
@@ -358,7 +380,7 @@ int QuicConnection::on_data_bytes(int64_t stream_id, InStream& s, const uint8_t*
 void QuicConnection::on_control_bytes(std::span<const uint8_t> data) {
   ctrl_in_.insert(ctrl_in_.end(), data.begin(), data.end());
   size_t pos = 0;
-  while (state_ != State::kClosed) {
+  while (state_ != State::kClosed && !close_pending_) {
     if (!handshake_done_) {
       const size_t need = server_ ? protocol::kHelloSize : protocol::kReplySize;
       if (hello_pending_ || ctrl_in_.size() - pos < need) break;
@@ -419,7 +441,8 @@ void QuicConnection::on_hello() {
   write_control_bytes(bytes);
   if (st != protocol::HandshakeStatus::kAccepted) {
     GEOCCL_LOG(kWarn, "QUIC: rejected a connection from " << endpoint_string(remote_) << ": " << why);
-    write();
+    flush_before_close_ = true;  // the Reply goes out before the CONNECTION_CLOSE
+    if (!in_read_) write();
     close(why, true);
     return;
   }
@@ -455,9 +478,9 @@ int QuicConnection::on_handshake_completed() {
   Fingerprint got{};
   if (!peer_fingerprint(tls_, &got) || got != peer_->address.fingerprint) {
     rejected_ = true;
-    close_reason_ = "rank " + std::to_string(peer_->rank) + " presented a certificate (" + short_fingerprint(got) +
-                    ") that is not the one it published (" + short_fingerprint(peer_->address.fingerprint) + ")";
-    close_pending_ = true;  // closed once ngtcp2 returns (not from inside its callback)
+    defer_close("rank " + std::to_string(peer_->rank) + " presented a certificate (" + short_fingerprint(got) +
+                    ") that is not the one it published (" + short_fingerprint(peer_->address.fingerprint) + ")",
+                true);
     return 0;
   }
   if (ngtcp2_conn_open_bidi_stream(conn_, &ctrl_id_, nullptr) != 0) return NGTCP2_ERR_CALLBACK_FAILURE;
@@ -576,6 +599,7 @@ QuicConnection::OutStream* QuicConnection::next_stream() {
 
 void QuicConnection::write() {
   if (state_ == State::kClosed || !conn_) return;
+  if (in_read_) return;  // on_packet writes once ngtcp2_conn_read_pkt has returned
   if (!tx_pending_.empty()) return;  // waits for the socket (on_writable)
   const size_t max_payload = ngtcp2_conn_get_max_tx_udp_payload_size(conn_);
   const size_t quantum = std::max<size_t>(ngtcp2_conn_get_send_quantum(conn_), max_payload);

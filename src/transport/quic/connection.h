@@ -208,7 +208,14 @@ class QuicConnection {
   size_t tx_pending_segment_ = 0;
   runtime::EventLoop::TimerId timer_ = 0;
   runtime::EventLoop::TimerId kick_ = 0;  // writes again after a full send quantum
-  bool close_pending_ = false;             // a callback decided to close (close_reason_)
+  // Inside ngtcp2_conn_read_pkt (its callbacks run then): ngtcp2 may not be called again, so a
+  // close decided there is carried out once it returns (close_reason_, pending_error_; and a
+  // failure of the group when pending_lost_).
+  bool in_read_ = false;
+  bool close_pending_ = false;
+  bool pending_error_ = false, pending_lost_ = false, flush_before_close_ = false;
+  ErrorCode pending_code_ = ErrorCode::kOk;
+  void defer_close(const std::string& reason, bool error);
   uint64_t timer_at_ = 0;
   std::chrono::steady_clock::time_point last_rx_{};
 };

@@ -339,7 +339,7 @@ void QuicDevice::deliver_staged(QuicPeer& p, uint64_t frame) {
   StagedFrame& s = it->second;
   QuicRecvOp& op = p.session.window().at(frame);
   if (!group_.check_frame(p.rank, op.expect, s.h, op.dst.size())) return;
-  std::memcpy(op.dst.data(), s.payload.data(), s.payload.size());
+  if (!s.payload.empty()) std::memcpy(op.dst.data(), s.payload.data(), s.payload.size());
   QuicRecvOp done = p.session.window().complete(frame);
   done.req->bytes = s.payload.size();
   p.staged.erase(it);
