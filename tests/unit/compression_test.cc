@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "compression/block_quant.h"
+#include "error_code.h"
 #include "compression/codec.h"
 #include "compression/half_codec.h"
 #include "compression/topk.h"
@@ -53,15 +54,7 @@ void append(std::vector<uint8_t>* v, std::initializer_list<uint8_t> b) {
   v->insert(v->end(), b.begin(), b.end());
 }
 
-template <class F>
-ErrorCode error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  return ErrorCode::kOk;
-}
+using geoccl::test::code_of;
 
 const CodecSpec kAll[] = {{CodecId::kFp16, 0},
                           {CodecId::kBf16, 0},
@@ -121,12 +114,12 @@ TEST(CompressionFormat, EncodedSizes) {
   EXPECT_EQ(encoded_size({CodecId::kTopK, 655}, 0), kHeaderSize);
   EXPECT_EQ(topk_k_for_ratio(0.01), 656u);
   EXPECT_EQ(topk_k_for_ratio(1e-9), 1u);
-  EXPECT_EQ(error_of([] { encoded_size({CodecId::kTopK, 0}, 10); }), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(error_of([] {
+  EXPECT_EQ(code_of([] { encoded_size({CodecId::kTopK, 0}, 10); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of([] {
               encoded_size({CodecId::kTopK, 65537}, 10);
             }),
             ErrorCode::kInvalidArgument);
-  EXPECT_EQ(error_of([] { topk_k_for_ratio(0.0); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of([] { topk_k_for_ratio(0.0); }), ErrorCode::kInvalidArgument);
 }
 
 // ---- round trips and error bounds ----
@@ -313,7 +306,7 @@ TEST(CompressionAllCodecs, ResidualIsWhatTheCodecDrops) {
     EXPECT_EQ(in_place, r);
   }
   std::vector<float> small(3);
-  EXPECT_EQ(error_of([&] { residual({CodecId::kInt8}, x, small); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of([&] { residual({CodecId::kInt8}, x, small); }), ErrorCode::kInvalidArgument);
 }
 
 TEST(CompressionAllCodecs, EmptyInputAndWrongSpans) {
@@ -324,9 +317,9 @@ TEST(CompressionAllCodecs, EmptyInputAndWrongSpans) {
     decode(bytes, none);
     decode_add(bytes, none);
     std::vector<float> one(1);
-    EXPECT_EQ(error_of([&] { decode(bytes, one); }), ErrorCode::kMismatch);
+    EXPECT_EQ(code_of([&] { decode(bytes, one); }), ErrorCode::kMismatch);
     std::vector<uint8_t> out(encoded_size(spec, 5) + 1);
-    EXPECT_EQ(error_of([&] { encode(spec, std::vector<float>(5), out); }),
+    EXPECT_EQ(code_of([&] { encode(spec, std::vector<float>(5), out); }),
               ErrorCode::kInvalidArgument);
   }
 }
@@ -340,8 +333,8 @@ TEST(CompressionMalformed, HeaderAndLengthRejected) {
     std::vector<float> dst(x.size());
     auto rejects = [&](std::vector<uint8_t> bad) {
       const std::vector<float> before = dst;
-      EXPECT_EQ(error_of([&] { decode(bad, dst); }), ErrorCode::kProtocol);
-      EXPECT_EQ(error_of([&] { decode_add(bad, dst); }), ErrorCode::kProtocol);
+      EXPECT_EQ(code_of([&] { decode(bad, dst); }), ErrorCode::kProtocol);
+      EXPECT_EQ(code_of([&] { decode_add(bad, dst); }), ErrorCode::kProtocol);
       EXPECT_EQ(dst, before);
     };
     auto with = [&](size_t at, uint8_t v) {
@@ -368,14 +361,14 @@ TEST(CompressionMalformed, HeaderAndLengthRejected) {
     if (spec.codec == CodecId::kTopK) rejects(with(17, 1));  // k > chunk for top-k
     // A codec-specific decoder refuses another codec's buffer.
     if (spec.codec != CodecId::kFp16) {
-      EXPECT_EQ(error_of([&] { half_decode(CodecId::kFp16, good, dst); }), ErrorCode::kProtocol);
+      EXPECT_EQ(code_of([&] { half_decode(CodecId::kFp16, good, dst); }), ErrorCode::kProtocol);
     }
     if (spec.codec != CodecId::kInt8) {
-      EXPECT_EQ(error_of([&] { block_quant_decode(CodecId::kInt8, good, dst); }),
+      EXPECT_EQ(code_of([&] { block_quant_decode(CodecId::kInt8, good, dst); }),
                 ErrorCode::kProtocol);
     }
     if (spec.codec != CodecId::kTopK) {
-      EXPECT_EQ(error_of([&] { topk_decode(good, dst); }), ErrorCode::kProtocol);
+      EXPECT_EQ(code_of([&] { topk_decode(good, dst); }), ErrorCode::kProtocol);
     }
   }
 }
@@ -387,8 +380,8 @@ TEST(CompressionMalformed, TopKIndicesChecked) {
   auto rejects = [&](size_t at, uint8_t v) {
     auto b = good;
     b[at] = v;
-    EXPECT_EQ(error_of([&] { decode_add(b, dst); }), ErrorCode::kProtocol);
-    EXPECT_EQ(error_of([&] { decode(b, dst); }), ErrorCode::kProtocol);
+    EXPECT_EQ(code_of([&] { decode_add(b, dst); }), ErrorCode::kProtocol);
+    EXPECT_EQ(code_of([&] { decode(b, dst); }), ErrorCode::kProtocol);
     EXPECT_EQ(dst, (std::vector<float>{9, 9, 9, 9, 9}));  // untouched
   };
   rejects(kHeaderSize + 2, 5);  // index 5 is outside the 5-element chunk
@@ -403,7 +396,7 @@ TEST(CompressionMalformed, Int4PaddingNibbleMustBeZero) {
   auto b = encode({CodecId::kInt4}, std::vector<float>{0, 15, 7.6f, 3.2f, 1});
   b.back() |= 0x10;
   std::vector<float> dst(5);
-  EXPECT_EQ(error_of([&] { decode(b, dst); }), ErrorCode::kProtocol);
+  EXPECT_EQ(code_of([&] { decode(b, dst); }), ErrorCode::kProtocol);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // TwoLanes (src/collectives/two_lanes.h): hand-offs between the lanes, and failures: whichever
 // lane fails, the group is aborted with its error, the other lane stops waiting (on the other
 // lane or on the network), and run() rethrows the first error.
+#include "error_code.h"
 #include "collectives/two_lanes.h"
 
 #include <gtest/gtest.h>
@@ -80,14 +81,7 @@ struct Fixture {
                 Clock::now() + std::chrono::seconds(60), 1 << 20};
 };
 
-ErrorCode code_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  return ErrorCode::kOk;
-}
+using geoccl::test::code_of;
 
 }  // namespace
 

@@ -200,8 +200,6 @@ QuicConnection::~QuicConnection() {
   if (tls_) gnutls_deinit(tls_);
 }
 
-std::vector<std::string> QuicConnection::own_cids() const { return cids_; }
-
 ngtcp2_conn_stat QuicConnection::conn_stat() const {
   ngtcp2_conn_stat st{};
   ngtcp2_conn_get_conn_stat(conn_, &st);

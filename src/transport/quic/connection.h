@@ -110,9 +110,6 @@ class QuicConnection {
   uint64_t bytes_in_flight() const;
   uint64_t streams_opened() const { return streams_opened_; }
 
-  // The connection IDs this side chose (the device routes packets by them).
-  std::vector<std::string> own_cids() const;
-
   // ---- ngtcp2 callbacks (static trampolines in connection.cc).
   int on_stream_data(uint32_t flags, int64_t stream_id, uint64_t offset, const uint8_t* data, size_t len);
   int on_acked(int64_t stream_id, uint64_t offset, uint64_t len);
