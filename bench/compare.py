@@ -25,7 +25,9 @@ Emulated WAN (each run is `geoccl run --wan S --domains D --host-cc C -n N -- PR
 With --wan the table also gives the physical limit of an allreduce of S bytes across the k
 domains, limit = 2(k-1)/k * 8S / B + RTT, where B is the bottleneck rate (the smallest uplink
 or per-pair rate among the domains used, bits/s) and RTT the largest pair RTT of the scenario,
-and each backend's time as a multiple of it. --train resnet50 replays a ResNet-50 data-parallel
+and each backend's time as a multiple of it. Beside it, the small-message bound: the largest
+one-way delay between two of the domains used (a small allreduce needs one message from every
+other domain, and all can be sent at once), and each backend's time as a multiple of that. --train resnet50 replays a ResNet-50 data-parallel
 step (bench/train_step.cc, bench/train_step_torch.py) on each backend, alternately.
 
 --compression CODEC (none|fp16|bf16|int8|int4|topk:RATIO[@allgather|@ring]) compresses geoccl's
@@ -66,13 +68,17 @@ TRAIN_KEYS = {
     "step_ms_median": (int, float), "compute_ms_median": (int, float),
     "exposed_comm_share_median": (int, float), "correct": bool,
 }
-ALL_BACKENDS = ["geoccl", "geoccl-tcp", "geoccl-fp32", "gloo", "torch-gloo", "torch-gloo-fp16"]
+ALL_BACKENDS = ["geoccl", "geoccl-tcp", "geoccl-thresholds", "geoccl-fp32", "gloo", "torch-gloo",
+                "torch-gloo-fp16"]
 # Variants of geoccl: (name, environment the ranks get); their JSON says "geoccl".
-GEOCCL_VARIANTS = {"geoccl-tcp": ["GEOCCL_TRANSPORT=tcp"]}
+# geoccl-thresholds: the planner's size thresholds instead of its cost model (no path probe).
+GEOCCL_VARIANTS = {"geoccl-tcp": ["GEOCCL_TRANSPORT=tcp"],
+                   "geoccl-thresholds": ["GEOCCL_PLAN_PROBE_BYTES=0"]}
 # Baselines for --compression, run in the same interleaved rounds when --backends names them:
 # geoccl-fp32 is geoccl without the codec, torch-gloo-fp16 torch-gloo with fp16_compress_hook
 # whatever the codec. Their JSON says "geoccl" / "torch-gloo".
-BASE_OF = {"geoccl-tcp": "geoccl", "geoccl-fp32": "geoccl", "torch-gloo-fp16": "torch-gloo"}
+BASE_OF = {"geoccl-tcp": "geoccl", "geoccl-thresholds": "geoccl", "geoccl-fp32": "geoccl",
+           "torch-gloo-fp16": "torch-gloo"}
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -252,6 +258,11 @@ class Scenario:
                 rtt = max(rtt, self.one_way(a, b) + self.one_way(b, a))
         return (min(rates) if rates else None), rtt
 
+    def largest_one_way(self, domains):
+        """The small-message bound (s): the largest one-way delay between two of `domains`.
+        Each rank needs one message from every other domain, and all can send at once."""
+        return max([self.one_way(a, b) for a in domains for b in domains if a != b] or [0.0])
+
 
 def limit_us(nbytes, k, rate_bps, rtt_s):
     """Physical limit of an allreduce of nbytes across k domains (microseconds)."""
@@ -339,6 +350,7 @@ def parse_args(argv):
         if args.domains is None:
             args.domains = [(d, args.scenario.ranks[d]) for d in args.scenario.domain_names
                             if args.scenario.ranks[d] > 0]
+        args.small_bound_s = args.scenario.largest_one_way([d for d, _ in args.domains])
         total = sum(c for _, c in args.domains)
         if args.world_sizes is None:
             args.world_sizes = [total]
@@ -617,7 +629,9 @@ def summarize(args, n, names, rows, k, rate, rtt):
     for spec in args.sizes:
         nbytes = parse_size(spec)
         lim = limit_us(nbytes, k, rate, rtt) if args.wan else None
-        entry = {"world_size": n, "bytes": nbytes, "size": spec, "limit_us": lim}
+        bound = args.small_bound_s * 1e6 if args.wan else None
+        entry = {"world_size": n, "bytes": nbytes, "size": spec, "limit_us": lim,
+                 "small_bound_us": bound}
         for name in names:
             rs = [r for r in rows if r["backend"] == name and r["bytes"] == nbytes]
             med = statistics.median(r["time_us_median"] for r in rs) if rs else None
@@ -630,6 +644,7 @@ def summarize(args, n, names, rows, k, rate, rtt):
                 "busbw_gbps": (statistics.median(r["busbw_gbps"] for r in rs) if rs else None),
                 "correct": bool(rs) and all(r["correct"] for r in rs),
                 "ratio_to_limit": (med / lim) if (med and lim) else None,
+                "ratio_to_small_bound": (med / bound) if (med and bound) else None,
             }
             enc = [r["encoded_bytes_per_call"] for r in rs if "encoded_bytes_per_call" in r]
             if enc:  # geoccl with --compression: what all ranks encoded per call
@@ -655,6 +670,8 @@ def records_from(args, summary, names):
                 "time_us_max": b["time_us_max"], "algbw_gbps": b["algbw_gbps"],
                 "busbw_gbps": b["busbw_gbps"], "ratio_vs_geoccl": b["ratio_vs_geoccl"],
                 "limit_us": e["limit_us"], "ratio_to_limit": b["ratio_to_limit"],
+                "small_bound_us": e["small_bound_us"],
+                "ratio_to_small_bound": b["ratio_to_small_bound"],
                 "correct": b["correct"], "compression": compression_label(args, name),
                 "encoded_bytes_per_call": b.get("encoded_bytes_per_call"),
             })
@@ -692,6 +709,8 @@ def print_header(args, n, k, rate, rtt, title):
             ",".join("%s:%d" % dc for dc in args.domains), k, cc))
         print("- limit = 2(k-1)/k * 8S/B + RTT with B = %s (bottleneck), RTT = %.1f ms "
               "(largest pair), k = %d" % (fmt_rate(rate), rtt * 1e3, k))
+        print("- small-message bound = the largest one-way delay between two domains used: "
+              "%.1f ms" % (args.small_bound_s * 1e3))
     else:
         print("- loopback (no emulated WAN): no physical limit")
     print("- date: %s; machine: %s" % (now, machine_description()))
@@ -715,19 +734,20 @@ def print_table(args, n, names, summary, k, rate, rtt):
     print_header(args, n, k, rate, rtt, "%s f32, %d iters/run" % (args.op, args.iters))
     head = ["size"]
     if args.wan:
-        head += ["limit ms"]
+        head += ["limit ms", "small bound ms"]
     for name in names:
         head += ["%s ms (min-max)" % name, "%s algbw GB/s" % name]
         if name != "geoccl":
             head += ["%s/geoccl" % name]
         if args.wan:
-            head += ["%s x limit" % name]
+            head += ["%s x limit" % name, "%s x bound" % name]
     print("| " + " | ".join(head) + " |")
     print("|" + "|".join("---:" for _ in head) + "|")
     for e in summary:
         cells = [e["size"]]
         if args.wan:
             cells.append(fmt_ms(e["limit_us"] / 1e3 if e["limit_us"] else None))
+            cells.append(fmt_ms(e["small_bound_us"] / 1e3 if e["small_bound_us"] else None))
         for name in names:
             b = e[name]
             if b["time_us_median"] is None:
@@ -742,6 +762,8 @@ def print_table(args, n, names, summary, k, rate, rtt):
                     "time_us_median")))
             if args.wan:
                 cells.append("-" if b["ratio_to_limit"] is None else "%.1f" % b["ratio_to_limit"])
+                cells.append("-" if b["ratio_to_small_bound"] is None
+                             else "%.2f" % b["ratio_to_small_bound"])
         print("| " + " | ".join(cells) + " |")
     print("\nX/geoccl > 1: geoccl is faster. x limit: time / physical limit (1 = at the limit).",
           flush=True)

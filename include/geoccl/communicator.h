@@ -58,6 +58,11 @@ struct PeerStats {
   uint64_t frames_sent = 0;
   uint64_t frames_received = 0;
   double rtt_ms = 0;  // smoothed RTT where the transport measures one (TCP: mean over streams)
+  // TCP: the rank whose relay carries this peer's connections, because the two could not reach
+  // each other directly (GEOCCL_RELAY_AFTER_MS); -1: direct.
+  int relay = -1;
+  // TCP: bytes this rank forwarded, as a relay, on connections with this peer at one end.
+  uint64_t relayed_bytes = 0;
   // The bulk class's own link to the peer (Priority::kBulk): bytes and RTT.
   uint64_t bulk_bytes_sent = 0, bulk_bytes_received = 0;
   double bulk_rtt_ms = 0;
@@ -100,8 +105,23 @@ struct PeerStats {
     uint64_t bytes_in_flight = 0;
     uint64_t delivery_rate_bps = 0;  // bit/s
     uint64_t pacing_rate_bps = 0;
-    uint64_t streams_opened = 0;     // data frames sent, one stream each
+    uint64_t streams_opened = 0;     // data frame copies sent, one stream each
+    uint64_t frames_duplicated = 0;  // small frames sent on two streams (GEOCCL_QUIC_DUPLICATE_BYTES)
+    uint64_t reconnects = 0;         // connections replaced after a silence (GEOCCL_QUIC_REDIAL_MS)
+    uint64_t frames_resent = 0;      // frames sent again on a replacing connection
+    uint64_t zero_rtt = 0;           // replacing connections resumed with 0-RTT early data accepted
+    uint64_t zero_rtt_refused = 0;   // replacing connections whose 0-RTT was refused (full handshake)
+    double reconnect_ms = 0;         // dialler, last replacement: from its first packet from the peer
+                                     // (the path is back) until every frame re-sent was acknowledged
     bool gso = false;                // UDP GSO in use on the device's socket
+    // Flow control (src/transport/quic/flow_window.h): the receive windows this side gives the
+    // peer, sized from the path's bandwidth-delay product once it is measured, and the figures
+    // they were sized from (0 = not measured yet: GEOCCL_QUIC_WINDOW_BYTES).
+    uint64_t window_bytes = 0;         // connection window
+    uint64_t stream_window_bytes = 0;  // each data frame's stream
+    uint64_t max_window_bytes = 0;     // ngtcp2's auto-tuning ceiling, set when the connection was made
+    uint64_t window_rtt_ns = 0;
+    uint64_t window_rate_bps = 0;
   } quic;
 };
 
@@ -112,6 +132,19 @@ struct TopologyInfo {
   std::string source;              // "labels", "rtt" or "single"
   std::vector<double> rtt_ms;      // size*size matrix when measured, else empty
   std::string describe;            // one line for logs
+  // Across domains (GEOCCL_PLAN_PROBE_BYTES > 0): what the leaders measured between every pair
+  // of domains at start-up, agreed by every rank (domains*domains, row-major; empty otherwise):
+  // one-way delay (half the fastest RTT) and one flow's delivery rate from row to column.
+  std::vector<double> wan_one_way_ms;
+  std::vector<double> wan_rate_mbps;
+};
+
+// The planner's choice for an allreduce (Communicator::plan_allreduce): the algorithm, why, and
+// the cost model's predicted time (negative when there is no model: one domain, or no paths).
+struct AllreducePlan {
+  std::string algo;
+  std::string why;
+  double predicted_ms = -1;
 };
 
 // All operations are asynchronous and return a Work. Buffers are raw memory with a count of
@@ -143,6 +176,8 @@ class Communicator {
   // wait for peers. Any thread, any number of times (only the first failure is kept).
   void abort(const std::string& reason = "");
 
+  // What allreduce(count, dtype, o) would run, and its predicted time (same on every rank).
+  AllreducePlan plan_allreduce(size_t count, DataType dtype, const OpOptions& o = {}) const;
   // In place: `buf` holds `count` elements in, the reduction of all ranks' buffers out.
   Work allreduce(void* buf, size_t count, DataType dtype, ReduceOp op, const OpOptions& o = {});
   Work broadcast(void* buf, size_t count, DataType dtype, int root, const OpOptions& o = {});

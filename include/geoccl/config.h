@@ -24,6 +24,20 @@ struct Config {
   // already serves there), which dies with rank 0.
   std::string store;
 
+  // Security (docs/security.md). GEOCCL_SECRET: the group secret (at least 16 bytes; `geoccl
+  // run` makes a fresh one per job), or GEOCCL_SECRET_FILE: a file holding it. With a secret
+  // every TCP connection is mutually authenticated and every frame sealed with an AEAD.
+  std::string secret;
+  std::string secret_file;
+  // GEOCCL_CIPHER: auto (AES-256-GCM where the CPU has AES-NI, else XChaCha20-Poly1305),
+  // aes256gcm or xchacha20poly1305.
+  std::string cipher = "auto";
+  // GEOCCL_ALLOW_INSECURE=1: a multi-domain job without a secret runs without the warning.
+  bool allow_insecure = false;
+  // GEOCCL_SHM_TRUST_HOST=1: with a secret, ranks on one host still use shared memory, which
+  // is not authenticated (the host is trusted). Off: with a secret, TCP carries every pair.
+  bool shm_trust_host = false;
+
   // Networking.
   std::string bind_addr;  // GEOCCL_BIND_ADDR: address peers connect to (default: auto)
   // GEOCCL_TRANSPORT: the transport of each path class (docs/transport.md). "auto" =
@@ -38,10 +52,25 @@ struct Config {
   // bbr2 by measurement (docs/transport.md, "QUIC"): cubic collapses on the test bed's lossy
   // and queue-limited paths.
   std::string quic_cc = "bbr2";
-  // GEOCCL_QUIC_WINDOW_BYTES: initial flow-control window of a QUIC connection and of each of its
-  // streams (ngtcp2 may grow it to twice that): at least the longest path's bandwidth-delay
-  // product.
+  // GEOCCL_QUIC_WINDOW_BYTES: flow-control window of a QUIC connection to a peer whose path is not
+  // measured yet (ngtcp2 may grow it to twice that); measured paths get windows sized from their
+  // bandwidth-delay product (transport/quic/flow_window.h).
   uint64_t quic_window_bytes = 32u << 20;
+  // GEOCCL_QUIC_DUPLICATE_BYTES: a data frame of at most this many payload bytes goes out on two
+  // QUIC streams at once and the first copy to arrive in full is used, so a random packet loss
+  // costs it nothing unless it hits both copies (0 = never). Small operations (the 4 KiB
+  // allreduce) then keep their latency on lossy paths; the cost is their bytes twice.
+  uint64_t quic_duplicate_bytes = 16u << 10;
+  // GEOCCL_QUIC_REDIAL_MS: a QUIC connection with data in flight (or a receive waiting on the
+  // peer) and nothing heard from the peer for this long is dialled again beside the old one (by the higher rank of the pair); the first
+  // of the two to carry packets again wins and the frames not yet acknowledged are re-sent on it,
+  // each delivered once. It bounds the recovery after an outage, which QUIC's own retransmission
+  // timer, doubling through the outage, would stretch to as much again. 0 = never re-dial.
+  std::chrono::milliseconds quic_redial_after{2000};
+  // GEOCCL_QUIC_0RTT: a re-dialled QUIC connection resumes the TLS session of the one it
+  // replaces and re-sends its frames as 0-RTT early data (1), or takes a full handshake (0). An
+  // acceptor with 0 refuses early data, and the dialler falls back to the full handshake.
+  bool quic_zero_rtt = true;
   // GEOCCL_TRANSPORT remote=auto: how long QUIC may take to connect before the peers it missed
   // stay on TCP (GEOCCL_QUIC_CONNECT_MS), and the decider probe's burst
   // (GEOCCL_TRANSPORT_PROBE_BYTES, one way per candidate and pair of domains).
@@ -75,6 +104,11 @@ struct Config {
   // this long is replaced by a fresh one instead of waiting out TCP's retransmission backoff
   // after an outage; 0 = never.
   std::chrono::milliseconds tcp_stall_timeout{1000};
+  // GEOCCL_RELAY_AFTER_MS: a peer that a TCP connection attempt does not reach within this time
+  // (no answer at all: a firewall, a cut path) is reached through a relay, a third rank that
+  // reaches it (docs/transport.md "Relays"); 0 = never relay (wait for the direct path until the
+  // connect timeout).
+  std::chrono::milliseconds relay_after{5000};
 
   // Liveness (docs/transport.md "Liveness"). GEOCCL_HEARTBEAT_MS: every rank sends every peer a
   // heartbeat this often (0 = none: a stopped process is then found only by deadlines).
@@ -97,7 +131,7 @@ struct Config {
   std::chrono::milliseconds connect_timeout{std::chrono::minutes(2)};  // GEOCCL_CONNECT_TIMEOUT_MS
 
   // Algorithms.
-  std::string algo = "auto";                // GEOCCL_ALGO: auto|ring|rd|tree|hier|flat
+  std::string algo = "auto";                // GEOCCL_ALGO: auto|ring|rd|tree|hier[-ring|-small|-direct]|flat
   // GEOCCL_TOPOLOGY: how domains are found. auto = labels (GEOCCL_DOMAIN) when set, else measure
   // the RTT matrix at start-up and cluster; labels; probe (measure even with labels); flat.
   std::string topology = "auto";
@@ -105,7 +139,15 @@ struct Config {
   // GEOCCL_WAN_SMALL_MSG_BYTES: across domains, allreduces up to this size use one direct
   // exchange between domain leaders (one WAN latency) instead of the hierarchical ring (2(k-1)
   // WAN latencies): on a WAN, latency dominates up to about a bandwidth-delay product.
+  // Used only when the WAN paths were not measured (GEOCCL_PLAN_PROBE_BYTES=0); otherwise the
+  // cost model over the measured paths chooses (collectives/cost_model.h).
   size_t wan_small_msg_bytes = 1 << 20;
+  // GEOCCL_PLAN_PROBE_BYTES: across domains, the leaders of every pair of domains measure the
+  // pair's RTT and one flow's rate in each direction at start-up (a burst of this many bytes,
+  // twice: the first warms the connection), for the planner's cost model (0 = off: size
+  // thresholds). Every rank must use the same value. Off by default until the model's choices
+  // beat the thresholds in every case measured (docs/benchmarks.md, issue 18): 4M turns it on.
+  size_t plan_probe_bytes = 0;
   size_t chunk_bytes = 1 << 20;             // GEOCCL_CHUNK_BYTES: pipelining unit
   // GEOCCL_WAN_COMPRESSION: the codec of the WAN hops of float32 sum/avg allreduces that do not
   // name one (OpOptions::compression): none|fp16|bf16|int8|int4|topk:RATIO, optionally

@@ -4,9 +4,11 @@
 // Values are opaque bytes.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,8 +24,14 @@ class StoreServer {
   // A store owned by one job: a job's rank 0 hosts it with its owner record (see
   // membership/rendezvous.h), which another job's rank 0 reads and refuses.
   StoreServer(const std::string& bind_addr, uint16_t port, const std::vector<uint8_t>& owner);
+  // With `secret` (the hashed group secret, as the ranks load it): every request must be
+  // authenticated with it (docs/security.md); others are answered kUnauthenticated and logged.
+  StoreServer(const std::string& bind_addr, uint16_t port, const std::vector<uint8_t>& owner,
+              const std::optional<std::array<uint8_t, 32>>& secret);
   ~StoreServer();
   uint16_t port() const;
+  // Requests refused as unauthenticated or replayed so far (any thread).
+  uint64_t refused_requests() const;
 
  private:
   std::unique_ptr<StoreServerImpl> impl_;
@@ -79,12 +87,24 @@ class StoreClient final : public Store {
   int64_t add(const std::string& key, int64_t delta) override;
   bool remove(const std::string& key) override;
   bool check(const std::string& key) override;
+  // From now on every request is authenticated with `secret` (the hashed group secret): a random
+  // client id, a counter and a MAC (docs/security.md). A store that requires it answers a request
+  // of a client with another secret, or none, with Error(kProtocol).
+  void authenticate(const std::array<uint8_t, 32>& secret);
 
  private:
+  struct Auth {
+    std::array<uint8_t, 32> key{};
+    std::array<uint8_t, 16> client{};
+    uint64_t counter = 0;
+  };
+  std::optional<Auth> auth_;
   int fd_ = -1;
   std::string address_;  // host:port, named in every error
   std::chrono::milliseconds io_timeout_;
-  std::vector<uint8_t> call(const std::vector<uint8_t>& request, std::chrono::milliseconds timeout);
+  // Sends a request body (framed, or wrapped in an authenticated envelope) and returns the
+  // response body.
+  std::vector<uint8_t> call(const std::vector<uint8_t>& body, std::chrono::milliseconds timeout);
 };
 
 }  // namespace geoccl

@@ -11,10 +11,12 @@
 #include "api/completion_pool.h"
 #include "api/work_state.h"
 #include "collectives/collectives.h"
+#include "collectives/cost_model.h"
 #include "collectives/planner.h"
 #include "collectives/wan_codec.h"
 #include "compression/error_feedback.h"
 #include "core/logging.h"
+#include "security/secret.h"
 #include "geoccl/communicator.h"
 #include "membership/rendezvous.h"
 #include "metrics/comm_metrics.h"
@@ -53,6 +55,18 @@ class CommunicatorImpl {
   const std::string& algo(const OpOptions& o) const { return o.algo.empty() ? cfg_.algo : o.algo; }
   const topology::Topology& topo() const { return topo_; }
   const TopologyInfo& topology_info() const { return topo_info_; }
+  // The measured figures of every pair of domains (empty: one domain, or not measured).
+  const collectives::WanPaths& wan_paths() const { return wan_paths_; }
+  // `compressed`: the WAN codec applies to this call. Only the hierarchical plans have WAN hops
+  // of their own to compress, so an automatic choice is made among them (the cost model would
+  // otherwise trade the codec away for a flat ring without saying so).
+  collectives::Plan plan_allreduce(size_t bytes, DataType t, const OpOptions& o, bool compressed) const {
+    const std::string& a = algo(o);
+    const bool automatic = (a.empty() || a == "auto") && topo_.domains() > 1;
+    return collectives::plan_allreduce(bytes, dtype_size(t), topo_, wan_paths_.empty() ? nullptr : &wan_paths_,
+                                       cfg_.chunk_bytes, cfg_.small_msg_bytes, cfg_.wan_small_msg_bytes,
+                                       compressed && automatic ? std::string("hier") : a);
+  }
   // The WAN compression of an allreduce of `bytes` on `t`/`op` with options `o`, or nullopt
   // (uncompressed). Throws kInvalidArgument for an explicit codec that cannot apply.
   std::optional<collectives::WanCompression> wan_compression(const OpOptions& o, size_t bytes,
@@ -110,6 +124,10 @@ class CommunicatorImpl {
   // QUIC"): the leaders of every pair of domains probe each transport, every rank gets all the
   // figures, and every rank applies the same rule to them, so both ends of a pair choose alike.
   void choose_transports();
+  // Across domains: the leaders of every pair of domains measure its RTT and one flow's rate in
+  // each direction (path_probe.cc); every rank gets the same figures (wan_paths_), the inputs of
+  // the planner's cost model.
+  void measure_wan_paths();
   void worker_main(Channel& ch);
   void start(Channel& ch, Op& op);
   // recv_any: waits (bounded by `deadline`) until a peer's next message with the tag has
@@ -131,6 +149,7 @@ class CommunicatorImpl {
   std::unique_ptr<transport::Router> router_;
   topology::Topology topo_;
   TopologyInfo topo_info_;
+  collectives::WanPaths wan_paths_;
   Compression wan_default_;  // GEOCCL_WAN_COMPRESSION
   compression::FeedbackStore feedback_;
   collectives::CompressionCounters compressed_;
@@ -175,6 +194,13 @@ CommunicatorImpl::CommunicatorImpl(Config cfg) : cfg_(std::move(cfg)) {
   if (cfg_.world_size > 1) rdv_ = membership::join_store(cfg_);
   group_ = std::make_unique<transport::Group>(loop_, cfg_.rank, cfg_.world_size, rdv_.session_id,
                                               rdv_.params.hash(), [this] { progress_.notify(); });
+  if (rdv_.secret) {
+    group_->set_security(security::job_key(*rdv_.secret, rdv_.session_id, security::offered_ciphers(cfg_.cipher)));
+  } else if (cfg_.world_size > 1 && !cfg_.domain.empty() && !cfg_.allow_insecure) {
+    GEOCCL_LOG(kWarn, "no group secret (GEOCCL_SECRET / GEOCCL_SECRET_FILE) in a multi-domain job: traffic "
+                      "between ranks is neither authenticated nor encrypted, and anyone who reaches a rank "
+                      "can join or inject frames (docs/security.md; GEOCCL_ALLOW_INSECURE=1 silences this)");
+  }
   // A handler that threw, or a loop that died: the group fails with the reason on every rank
   // (from the loop thread while it runs; a dead loop fails it directly).
   loop_.set_error_handler([this](const std::string& why) {
@@ -187,9 +213,21 @@ CommunicatorImpl::CommunicatorImpl(Config cfg) : cfg_(std::move(cfg)) {
   // A rank that could not join (other group parameters) left its reason in the store: every
   // rank still setting up fails with it instead of waiting for that rank.
   auto poll = [&] {
-    if (auto why = membership::setup_error(rdv_)) {
+    std::optional<std::string> why;
+    ErrorCode code = ErrorCode::kInvalidArgument;
+    try {
+      why = membership::setup_error(rdv_);
+    } catch (const Error& e) {
+      // A reason sealed with another group secret (security/store_seal.h): a rank with a wrong
+      // secret left it.
+      if (e.code() != ErrorCode::kProtocol) throw;
+      const std::string what = e.what(), prefix = std::string(error_code_name(e.code())) + ": ";
+      why = what.starts_with(prefix) ? what.substr(prefix.size()) : what;
+      code = ErrorCode::kProtocol;
+    }
+    if (why) {
       rdv_.store->add(rdv_.prefix + membership::kSetupErrorSeenKey, 1);
-      throw Error(ErrorCode::kInvalidArgument, *why);
+      throw Error(code, *why);
     }
   };
   try {
@@ -213,9 +251,19 @@ CommunicatorImpl::CommunicatorImpl(Config cfg) : cfg_(std::move(cfg)) {
       },
       poll, deadline);
   } catch (const Error& e) {
+    // A peer that rejected this rank's handshake (a wrong group secret, another version): the
+    // ranks still setting up fail with the reason too, instead of waiting for this one.
+    if (e.code() == ErrorCode::kProtocol && rdv_.store) {
+      const std::string msg = "rank " + std::to_string(cfg_.rank) + " could not connect: " + e.what();
+      try {
+        if (!membership::setup_error(rdv_))
+          rdv_.store->set(rdv_.prefix + membership::kSetupErrorKey, std::vector<uint8_t>(msg.begin(), msg.end()));
+      } catch (const Error&) {
+      }
+    }
     // The store lives in this process: keep it up until the other ranks have read why the
     // setup failed (bounded), so that they fail with that reason rather than a lost store.
-    if (rdv_.server && e.code() == ErrorCode::kInvalidArgument)
+    if (rdv_.server && (e.code() == ErrorCode::kInvalidArgument || e.code() == ErrorCode::kProtocol))
       membership::await_setup_error_seen(rdv_, cfg_.world_size - 1, std::chrono::seconds(5));
     throw;
   }
@@ -241,6 +289,14 @@ CommunicatorImpl::CommunicatorImpl(Config cfg) : cfg_(std::move(cfg)) {
   if (router_->deciding() && topo_.domains() > 1) {
     try {
       choose_transports();
+    } catch (...) {
+      stop_workers();
+      throw;
+    }
+  }
+  if (topo_.domains() > 1 && cfg_.plan_probe_bytes > 0) {
+    try {
+      measure_wan_paths();
     } catch (...) {
       stop_workers();
       throw;
@@ -301,6 +357,30 @@ void CommunicatorImpl::record_completion(const InFlight& f) {
   metrics_->record_error(kind, op, code);
 }
 
+namespace {
+
+// The header of a set-up collective of float64 figures.
+FrameHeader probe_header(uint32_t tag) {
+  FrameHeader h;
+  h.kind = OpKind::kBarrier;
+  h.dtype = static_cast<uint8_t>(DataType::kFloat64);
+  h.tag = tag;
+  return h;
+}
+
+// Pairs of domains in a fixed order, for their leaders (la, lb): every leader takes its pairs
+// one after another, so both ends of a pair reach it in the same order.
+template <class F>
+void for_leader_pairs(const topology::Topology& t, int me, F&& f) {
+  for (int da = 0; da < t.domains(); ++da)
+    for (int db = da + 1; db < t.domains(); ++db) {
+      const int la = t.members[static_cast<size_t>(da)][0], lb = t.members[static_cast<size_t>(db)][0];
+      if (me == la || me == lb) f(da, db, la, lb);
+    }
+}
+
+}  // namespace
+
 void CommunicatorImpl::choose_transports() {
   const auto names = router_->candidates();
   const int n = cfg_.world_size, me = cfg_.rank, k = topo_.domains();
@@ -314,32 +394,24 @@ void CommunicatorImpl::choose_transports() {
     if (r != me)
       for (size_t i = 0; i < nc; ++i)
         reach[(static_cast<size_t>(me) * un + static_cast<size_t>(r)) * nc + i] = router_->connected(r, names[i]) ? 1 : 0;
-  FrameHeader h;
-  h.kind = OpKind::kBarrier;
-  h.dtype = static_cast<uint8_t>(DataType::kFloat64);
-  h.tag = 0x5450524f;  // "TPRO"
-  submit(h, {}, [&](OpContext& c) {
-    // Pairs of domains in a fixed order: every leader takes its pairs one after another.
-    for (int da = 0; da < k; ++da)
-      for (int db = da + 1; db < k; ++db) {
-        const int la = topo_.members[static_cast<size_t>(da)][0], lb = topo_.members[static_cast<size_t>(db)][0];
-        if (me != la && me != lb) continue;
-        const int peer = me == la ? lb : la;
-        std::vector<char> available(nc);
-        for (size_t i = 0; i < nc; ++i) available[i] = router_->connected(peer, names[i]);
-        const auto figs = collectives::probe_path(
-            c, peer, names, available, [&](size_t i) { router_->use(peer, names[i]); },
-            cfg_.transport_probe_bytes, 5);
-        if (me > peer) continue;  // the lower rank measured
-        for (size_t i = 0; i < nc; ++i) {
-          double* f = shared.data() + slot(da, db, i);
-          f[0] = figs[i].ok ? 1 : 0;
-          f[1] = figs[i].rtt_ms;
-          f[2] = figs[i].burst_ms;
-          f[3] = figs[i].mbps;
-          f[4] = figs[i].cpu_s_per_gbit;
-        }
+  submit(probe_header(0x5450524f /* "TPRO" */), {}, [&](OpContext& c) {
+    for_leader_pairs(topo_, me, [&](int da, int db, int la, int lb) {
+      const int peer = me == la ? lb : la;
+      std::vector<char> available(nc);
+      for (size_t i = 0; i < nc; ++i) available[i] = router_->connected(peer, names[i]);
+      const auto figs = collectives::probe_path(
+          c, peer, names, available, [&](size_t i) { router_->use(peer, names[i]); },
+          cfg_.transport_probe_bytes, 5);
+      if (me > peer) return;  // the lower rank measured
+      for (size_t i = 0; i < nc; ++i) {
+        double* f = shared.data() + slot(da, db, i);
+        f[0] = figs[i].ok ? 1 : 0;
+        f[1] = figs[i].rtt_ms;
+        f[2] = figs[i].burst_ms;
+        f[3] = figs[i].mbps;
+        f[4] = figs[i].cpu_s_per_gbit;
       }
+    });
     collectives::ring_allreduce(c, shared.data(), shared.size(), DataType::kFloat64, ReduceOp::kMax);
   }).wait();
   // Every rank decides from the same figures.
@@ -379,6 +451,48 @@ void CommunicatorImpl::choose_transports() {
     }
     router_->use(r, names[pick], why);
   }
+}
+
+void CommunicatorImpl::measure_wan_paths() {
+  const int k = topo_.domains(), me = cfg_.rank;
+  const auto uk = static_cast<size_t>(k);
+  // [0, k*k): one-way delay, [k*k, 2k*k): rate, filled by the sending leader; max over ranks.
+  std::vector<double> shared(2 * uk * uk, 0.0);
+  submit(probe_header(0x504c414e /* "PLAN" */), {}, [&](OpContext& c) {
+    // The RTT from pings; the rate of each direction from two bursts (probe_rate, timed by the
+    // receiver), the faster kept: the first warms the connection. The lower rank of a probe's
+    // context sends.
+    for_leader_pairs(topo_, me, [&](int da, int db, int, int) {
+      for (const auto& [from, to] : {std::pair{da, db}, std::pair{db, da}}) {
+        const int sender = topo_.members[static_cast<size_t>(from)][0];
+        const int receiver = topo_.members[static_cast<size_t>(to)][0];
+        OpContext pair = c.sub({sender, receiver});
+        const int other = me == sender ? 1 : 0;
+        const auto figs = collectives::probe_path(pair, other, {"current"}, {1}, [](size_t) {}, 4096, 5);
+        double mbps = 0;
+        for (int round = 0; round < 2; ++round) mbps = std::max(mbps, collectives::probe_rate(pair, other, cfg_.plan_probe_bytes));
+        if (me != sender || figs.empty() || !figs[0].ok || mbps <= 0) continue;
+        const double rtt_ms = figs[0].rtt_ms;
+        const size_t ij = static_cast<size_t>(from) * uk + static_cast<size_t>(to);
+        const size_t ji = static_cast<size_t>(to) * uk + static_cast<size_t>(from);
+        shared[ij] = shared[ji] = rtt_ms / 2;
+        shared[uk * uk + ij] = mbps;
+      }
+    });
+    collectives::ring_allreduce(c, shared.data(), shared.size(), DataType::kFloat64, ReduceOp::kMax);
+  }).wait();
+  // Both directions measured a delay: the max-reduction kept the larger (the same everywhere).
+  wan_paths_.k = k;
+  wan_paths_.one_way_ms.assign(shared.begin(), shared.begin() + static_cast<std::ptrdiff_t>(uk * uk));
+  wan_paths_.rate_mbps.assign(shared.begin() + static_cast<std::ptrdiff_t>(uk * uk), shared.end());
+  topo_info_.wan_one_way_ms = wan_paths_.one_way_ms;
+  topo_info_.wan_rate_mbps = wan_paths_.rate_mbps;
+  if (me == 0)
+    for (int a = 0; a < k; ++a)
+      for (int b = 0; b < k; ++b)
+        if (a != b)
+          GEOCCL_LOG(kDebug, "path " << a << "->" << b << ": one-way " << wan_paths_.delay(a, b) << " ms, "
+                                     << wan_paths_.rate(a, b) << " Mbit/s");
 }
 
 void CommunicatorImpl::discover_topology() {
@@ -733,26 +847,34 @@ void Communicator::forget_feedback(const std::string& key) {
   else impl_->feedback().forget(key);
 }
 
+AllreducePlan Communicator::plan_allreduce(size_t count, DataType t, const OpOptions& o) const {
+  const size_t bytes = checked_bytes(count, t);
+  const auto p = impl_->plan_allreduce(bytes, t, o, impl_->wan_compression(o, bytes, t, ReduceOp::kSum).has_value());
+  return {collectives::algo_name(p.algo), p.why, p.predicted_ms};
+}
+
 Work Communicator::allreduce(void* buf, size_t count, DataType t, ReduceOp op, const OpOptions& o) {
   check_dtype(t);
   check_op(op);
   check_buf(buf, count, "buffer");
   const size_t bytes = checked_bytes(count, t);
   const auto& topo = impl_->topo();
-  const auto plan = collectives::plan_allreduce(bytes, size(), topo.domains(), config().small_msg_bytes,
-                                                config().wan_small_msg_bytes, impl_->algo(o));
   auto z = impl_->wan_compression(o, bytes, t, op);
+  const auto plan = impl_->plan_allreduce(bytes, t, o, z.has_value());
   // Only the hierarchical plans have WAN hops of their own to compress.
   const bool hierarchical = plan.algo == collectives::Algo::kHierarchical ||
-                            plan.algo == collectives::Algo::kHierarchicalSmall;
+                            plan.algo == collectives::Algo::kHierarchicalSmall ||
+                            plan.algo == collectives::Algo::kHierarchicalDirect ||
+                            plan.algo == collectives::Algo::kHierarchicalLeaders;
   if (!hierarchical) z.reset();
-  GEOCCL_LOG(kDebug, "allreduce " << bytes << " B: " << collectives::algo_name(plan.algo) << " ("
-                                  << plan.why << ")"
+  GEOCCL_LOG(kDebug, "allreduce " << bytes << " B: " << collectives::algo_name(plan.algo) << ", predicted "
+                                  << plan.predicted_ms << " ms (" << plan.why << ")"
                                   << (z ? ", WAN codec " + z->name : std::string()));
   // The codec is part of what every rank must agree on: the frames' tag carries it (codec, form,
   // top-k k), so ranks that disagree fail with kMismatch instead of misreading each other.
   uint32_t tag = 0;
   if (z) tag = static_cast<uint32_t>(z->spec.codec) | static_cast<uint32_t>(z->algo) << 8 | z->spec.k << 12;
+  const double settle_ms = impl_->wan_paths().empty() ? 0 : impl_->wan_paths().largest_delay();
   return impl_->submit(header(OpKind::kAllreduce, t, bytes, static_cast<uint8_t>(op), tag), o,
                        [=, &topo, z = std::move(z)](OpContext& c) {
                          const collectives::WanCompression* zp = z ? &*z : nullptr;
@@ -762,7 +884,11 @@ Work Communicator::allreduce(void* buf, size_t count, DataType t, ReduceOp op, c
                            case collectives::Algo::kHierarchical:
                              return collectives::hierarchical_allreduce(c, topo, buf, count, t, op, zp);
                            case collectives::Algo::kHierarchicalSmall:
-                             return collectives::hierarchical_small_allreduce(c, topo, buf, count, t, op, zp);
+                             return collectives::hierarchical_small_allreduce(c, topo, buf, count, t, op, zp, settle_ms);
+                           case collectives::Algo::kHierarchicalDirect:
+                             return collectives::hierarchical_direct_allreduce(c, topo, buf, count, t, op, zp);
+                           case collectives::Algo::kHierarchicalLeaders:
+                             return collectives::hierarchical_leaders_allreduce(c, topo, buf, count, t, op, zp);
                            default:
                              return collectives::recursive_doubling_allreduce(c, buf, count, t, op);
                          }

@@ -21,7 +21,9 @@
 #include "geoccl/error.h"
 #include "geoccl/store.h"
 #include "membership/quorum.h"
+#include "membership/sealed_store.h"
 #include "protocol/wire.h"
+#include "security/secret.h"
 
 namespace geoccl {
 
@@ -70,6 +72,11 @@ class ElasticGroupImpl {
                                 " (elastic groups need a store outside every rank: `geoccl store --port P` or "
                                 "GEOCCL_STORE=etcd://...): " + e.what());
     }
+    // With a group secret the group's records (candidates, decisions, failures) are sealed like
+    // every other store value (docs/security.md): a store dump shows none, and a record written
+    // without the secret is refused when read (kProtocol naming the key).
+    if (const auto secret = security::load_secret(cfg_))
+      store_ = std::make_unique<membership::SealedStore>(std::move(store_), *secret);
   }
 
   // A group of this session exists already (a process restarted into it).

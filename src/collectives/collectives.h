@@ -54,9 +54,30 @@ void ring_allgather(OpContext& c, const RingLayout& layout, DataType t,
 // stays in full precision.
 void hierarchical_allreduce(OpContext& c, const topology::Topology& topo, void* buf, size_t count,
                             DataType t, ReduceOp op, const WanCompression* z = nullptr);
+// The same three steps, but step 2 is a direct reduce-scatter + allgather among each piece's k
+// owners (every owner sends each other owner its part at once; the part's owner reduces the k
+// contributions in domain order and sends the result to all): two one-way delays instead of a
+// ring's 2(k-1) hops. Uncompressed only (`z` falls back to the ring's step 2).
+void hierarchical_direct_allreduce(OpContext& c, const topology::Topology& topo, void* buf, size_t count,
+                                   DataType t, ReduceOp op, const WanCompression* z = nullptr);
+// Reduce to a leader per domain, a direct reduce-scatter + allgather among the leaders (leader
+// q reduces the q-th of k parts and sends it to the others), broadcast inside each domain: the
+// WAN bytes of the direct exchange over one rank per domain (fewer flows on each uplink than
+// among owners). With `z`, the compressed leaders' exchange of hierarchical_small_allreduce.
+void hierarchical_leaders_allreduce(OpContext& c, const topology::Topology& topo, void* buf, size_t count,
+                                    DataType t, ReduceOp op, const WanCompression* z = nullptr);
+// Global rank that owns element `pos` after a ring reduce-scatter of `count` elements inside
+// domain `d`.
+int hierarchical_owner(const topology::Topology& topo, int d, size_t count, size_t pos);
+// `settle_ms` (small allreduce): a leader's exchange ends no earlier than this long after the
+// leader began it (the largest one-way delay between leaders). Back to back, the leaders of the
+// farthest pair would otherwise stay out of step for good: the one that starts later finds the
+// other's message waiting and finishes early, so it starts the next call early, and the other
+// waits a full round trip every second call; the slowest rank's time per call is then up to two
+// one-way delays. Ending together keeps every call at one.
 void hierarchical_small_allreduce(OpContext& c, const topology::Topology& topo, void* buf,
                                   size_t count, DataType t, ReduceOp op,
-                                  const WanCompression* z = nullptr);
+                                  const WanCompression* z = nullptr, double settle_ms = 0);
 
 // The protocol decider's probe between this rank and `peer` (path_probe.cc): figures for each
 // candidate transport (names[i]; available[i]: connected on this rank; use(i) switches the pair
@@ -64,6 +85,11 @@ void hierarchical_small_allreduce(OpContext& c, const topology::Topology& topo, 
 std::vector<topology::PathFigures> probe_path(OpContext& c, int peer, const std::vector<std::string>& names,
                                               const std::vector<char>& available,
                                               const std::function<void(size_t)>& use, size_t bytes, int pings);
+
+// One flow's delivery rate (Mbit/s) from the lower of this rank and `peer` to the higher: a
+// burst of `bytes` in 16 frames, which the receiver times from the first frame's arrival to the
+// last's. Both ranks return it.
+double probe_rate(OpContext& c, int peer, size_t bytes);
 
 // broadcast from root. Binomial tree for small buffers, pipelined chain for large ones.
 void tree_broadcast(OpContext& c, void* buf, size_t bytes, int root);

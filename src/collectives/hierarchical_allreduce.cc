@@ -35,8 +35,10 @@
 #include <cstring>
 #include <optional>
 #include <set>
+#include <thread>
 
 #include "collectives/collectives.h"
+#include "collectives/cost_model.h"
 #include "collectives/two_lanes.h"
 #include "collectives/wan_codec.h"
 #include "core/logging.h"
@@ -44,13 +46,8 @@
 #include "metrics/trace.h"
 
 namespace geoccl::collectives {
-namespace {
 
-ReduceOp combine_op(ReduceOp op) { return op == ReduceOp::kAvg ? ReduceOp::kSum : op; }
-
-// Global rank that owns element `pos` after a ring reduce-scatter of `count` elements inside
-// domain `d`.
-int owner_of(const topology::Topology& topo, int d, size_t count, size_t pos) {
+int hierarchical_owner(const topology::Topology& topo, int d, size_t count, size_t pos) {
   const auto& m = topo.members[static_cast<size_t>(d)];
   const int n = static_cast<int>(m.size());
   // Segment s holds pos; rank with local index (s - 1) mod n owns segment s.
@@ -62,22 +59,20 @@ int owner_of(const topology::Topology& topo, int d, size_t count, size_t pos) {
   return m[static_cast<size_t>((lo - 1 + n) % n)];
 }
 
+namespace {
+
+ReduceOp combine_op(ReduceOp op) { return op == ReduceOp::kAvg ? ReduceOp::kSum : op; }
+
 // Scratch slots: the domain lane's rings use 0-1, the WAN lane's 2-3 (they run at the same time).
 constexpr int kDomainScratch = 0;
 constexpr int kWanScratch = 2;
 
-// Blocks. Only the first block's step 1 and the last block's step 3 stay exposed, so more blocks
-// hide more; but each block is a ring of its own inside the domain, and each WAN part is a
-// 1/(domain size * k) share of a block: a block holds at least 16 chunks (16 MiB by default) so
-// that these stay a few chunks long. On the 3 x 2 test bed 8 blocks did no better than 4. Below
-// two blocks' worth, the buffer goes through the steps in one piece, on one thread.
-constexpr size_t kMinChunksPerBlock = 16;
-constexpr int kMaxBlocks = 4;
-
-int block_count(size_t bytes, size_t chunk_bytes) {
-  const size_t fit = bytes / (kMinChunksPerBlock * chunk_bytes);
-  return static_cast<int>(std::clamp<size_t>(fit, 1, kMaxBlocks));
-}
+// Blocks (hierarchical_blocks, cost_model.cc). Only the first block's step 1 and the last
+// block's step 3 stay exposed, so more blocks hide more; but each block is a ring of its own
+// inside the domain, and each WAN part is a 1/(domain size * k) share of a block: a block holds
+// at least 16 chunks (16 MiB by default) so that these stay a few chunks long. On the 3 x 2 test
+// bed 8 blocks did no better than 4. Below two blocks' worth, the buffer goes through the steps
+// in one piece, on one thread.
 
 // Milliseconds spent in each part of one call, for the debug log. With two lanes, the domain
 // work left exposed is the first block's reduce-scatter (the WAN lane waits for it) and what
@@ -107,11 +102,11 @@ struct WanRing {
 class Hierarchical {
  public:
   Hierarchical(OpContext& c, const topology::Topology& topo, void* buf, size_t count, DataType t,
-               ReduceOp op, const WanCompression* z)
+               ReduceOp op, const WanCompression* z, bool direct)
       : c_(c), topo_(topo), base_(static_cast<uint8_t*>(buf)), count_(count), es_(dtype_size(t)),
         t_(t), inner_(combine_op(op)),
         local_(topo.members[static_cast<size_t>(topo.domain_of[static_cast<size_t>(c.rank())])]),
-        blocks_(block_count(count * es_, c.chunk_bytes())), z_(z) {}
+        blocks_(hierarchical_blocks(count * es_, c.chunk_bytes())), z_(z), direct_(direct && !z) {}
 
   void run() {
     const auto t0 = PhaseTimes::Clock::now();
@@ -119,7 +114,7 @@ class Hierarchical {
     if (z_) take_residual();
     if (blocks_ == 1) {
       run_in_sequence();
-      GEOCCL_LOG(kDebug, "hierarchical allreduce phases (ms), 1 block: total "
+      GEOCCL_LOG(kDebug, (direct_ ? "hierarchical direct allreduce phases (ms), 1 block: total " : "hierarchical allreduce phases (ms), 1 block: total ")
                              << PhaseTimes::since(t0) << "; domain reduce-scatter "
                              << ms_.reduce_scatter << ", across domains " << ms_.across
                              << ", domain allgather " << ms_.allgather);
@@ -166,7 +161,7 @@ class Hierarchical {
           cuts.insert(segment_begin(n, static_cast<int>(m.size()), s));
       for (auto it = cuts.begin(); std::next(it) != cuts.end(); ++it) {
         std::vector<int> owners;
-        for (int d : topo_.ring_order) owners.push_back(owner_of(topo_, d, n, *it));
+        for (int d : topo_.ring_order) owners.push_back(hierarchical_owner(topo_, d, n, *it));
         if (std::find(owners.begin(), owners.end(), c_.rank()) == owners.end()) continue;
         auto r = std::find_if(rings.begin(), rings.end(), [&](auto& w) { return w.owners == owners; });
         if (r == rings.end()) r = rings.insert(rings.end(), WanRing{owners, {}});
@@ -203,6 +198,83 @@ class Hierarchical {
         block_final(block_of(part));
     });
     wan.wait_all(sends);
+  }
+
+  // Step 2 as a direct reduce-scatter + allgather among each ring's owners, over all rings at
+  // once. Part q of a piece is the q-th of k parts; owner q reduces it. Block by block, as each
+  // is ready (before_block), every part of it goes to its owner; then, block by block, each
+  // owner reduces its parts (its own data, then the others' in owner order: one place computes
+  // each value) and sends them to the other owners; block_final(b) once block b's parts have all
+  // arrived. Frames to one peer are posted in the same order on both ends: the reduce-scatter's
+  // by block, ring (the same order on every rank) and piece, then the allgather's alike.
+  void across_direct(const std::function<void(int)>& before_block,
+                     const std::function<void(int)>& block_final) {
+    std::vector<OpContext> wans;
+    wans.reserve(rings_.size());
+    for (const auto& r : rings_) wans.push_back(c_.sub(r.owners, kWanScratch));
+    // This thread's own context for waiting on requests of any ring (c_ may be the other
+    // lane's), and for the staging memory (the WAN lane's slot).
+    OpContext self = c_.sub({c_.rank()}, kWanScratch);
+    struct Item {
+      size_t ring, piece, staged;  // staged: byte offset of its k-1 incoming parts in the staging
+    };
+    std::vector<std::vector<Item>> by_block(static_cast<size_t>(blocks_));
+    size_t staging_bytes = 0;
+    auto part = [&](const Item& it, int q) {
+      const auto& p = rings_[it.ring].pieces[it.piece];
+      const int k = wans[it.ring].size();
+      const size_t len = p.end - p.begin;
+      const size_t a = p.begin + segment_begin(len, k, q), b = p.begin + segment_begin(len, k, q + 1);
+      return std::span<uint8_t>(at(a), (b - a) * es_);
+    };
+    for (size_t r = 0; r < rings_.size(); ++r)
+      for (size_t i = 0; i < rings_[r].pieces.size(); ++i) {
+        Item it{r, i, staging_bytes};
+        by_block[static_cast<size_t>(rings_[r].pieces[i].block)].push_back(it);
+        staging_bytes += part(it, wans[r].rank()).size() * static_cast<size_t>(wans[r].size() - 1);
+      }
+    auto staging = self.scratch(staging_bytes);
+    // The incoming part from owner q (q != me) of an item.
+    auto staged = [&](const Item& it, int q) {
+      const int me = wans[it.ring].rank();
+      const size_t len = part(it, me).size();
+      return staging.subspan(it.staged + len * static_cast<size_t>(q < me ? q : q - 1), len);
+    };
+    const auto ub = static_cast<size_t>(blocks_);
+    std::vector<std::vector<RequestPtr>> rs_sends(ub), rs_recvs(ub), ag_recvs(ub);
+    std::vector<RequestPtr> ag_sends;
+    for (size_t b = 0; b < ub; ++b) {
+      if (before_block) before_block(static_cast<int>(b));
+      for (const Item& it : by_block[b]) {
+        OpContext& w = wans[it.ring];
+        for (int q = 0; q < w.size(); ++q) {
+          if (q == w.rank()) continue;
+          w.send_chunked(q, part(it, q), &rs_sends[b]);
+          w.recv_chunked(q, staged(it, q), &rs_recvs[b]);
+        }
+      }
+    }
+    for (size_t b = 0; b < ub; ++b) {
+      self.wait_all(rs_recvs[b]);
+      // The allgather writes where these sends read.
+      self.wait_all(rs_sends[b]);
+      for (const Item& it : by_block[b]) {
+        OpContext& w = wans[it.ring];
+        auto mine = part(it, w.rank());
+        for (int q = 0; q < w.size(); ++q)
+          if (q != w.rank()) core::reduce_into(mine.data(), staged(it, q).data(), mine.size() / es_, t_, inner_);
+        for (int q = 0; q < w.size(); ++q) {
+          if (q == w.rank()) continue;
+          w.send_chunked(q, mine, &ag_sends);
+          w.recv_chunked(q, part(it, q), &ag_recvs[b]);
+        }
+      }
+    }
+    for (size_t b = 0; b < ub; ++b) {
+      self.wait_all(ag_recvs[b]);
+      if (block_final) block_final(static_cast<int>(b));
+    }
+    self.wait_all(ag_sends);
   }
 
   // Error feedback: one residual over every piece this rank encodes (all its rings' pieces, in
@@ -263,7 +335,8 @@ class Hierarchical {
     t = PhaseTimes::Clock::now();
     {
       metrics::TraceSpan span(c_.trace(), "inter-domain allreduce");
-      for (size_t r = 0; r < rings_.size(); ++r) across(r, {}, {});
+      if (direct_) across_direct({}, {});
+      else for (size_t r = 0; r < rings_.size(); ++r) across(r, {}, {});
     }
     ms_.across = PhaseTimes::since(t);
     t = PhaseTimes::Clock::now();
@@ -308,16 +381,16 @@ class Hierarchical {
       const auto start = PhaseTimes::Clock::now();
       metrics::TraceSpan span(c_.trace(), "inter-domain ring (WAN lane)", metrics::kTraceTrackPhases + 1);
       const auto& rings = rings_;
-      for (size_t r = 0; r < rings.size(); ++r) {
-        auto wait_reduced = [&](int block) {
-          const auto t = PhaseTimes::Clock::now();
-          lanes.wait(kReduced, block + 1);
-          ms_.across_waiting += PhaseTimes::since(t);
-        };
-        // Only the last ring finalizes blocks; the ones before it have ended by then.
-        auto finalized = [&](int block) { lanes.advance_to(kFinal, block + 1); };
+      auto wait_reduced = [&](int block) {
+        const auto t = PhaseTimes::Clock::now();
+        lanes.wait(kReduced, block + 1);
+        ms_.across_waiting += PhaseTimes::since(t);
+      };
+      auto finalized = [&](int block) { lanes.advance_to(kFinal, block + 1); };
+      if (direct_) across_direct(wait_reduced, finalized);
+      // Only the last ring finalizes blocks; the ones before it have ended by then.
+      else for (size_t r = 0; r < rings.size(); ++r)
         across(r, wait_reduced, r + 1 == rings.size() ? finalized : std::function<void(int)>{});
-      }
       lanes.advance_to(kFinal, blocks_);  // blocks where this rank owns nothing, or no ring at all
       across_end = PhaseTimes::Clock::now();
       ms_.across = std::chrono::duration<double, std::milli>(across_end - start).count();
@@ -335,6 +408,7 @@ class Hierarchical {
   const std::vector<int>& local_;
   int blocks_;
   const WanCompression* z_;
+  bool direct_;  // step 2: direct exchange among owners instead of rings
   std::vector<WanRing> rings_;        // this rank's step-2 rings
   std::span<float> residual_;         // error feedback (empty: none)
   std::vector<size_t> ring_residual_;  // where each ring's pieces start in it
@@ -343,17 +417,66 @@ class Hierarchical {
 
 }  // namespace
 
-void hierarchical_allreduce(OpContext& c, const topology::Topology& topo, void* buf, size_t count,
-                            DataType t, ReduceOp op, const WanCompression* z) {
+namespace {
+
+void run_hierarchical(OpContext& c, const topology::Topology& topo, void* buf, size_t count, DataType t,
+                      ReduceOp op, const WanCompression* z, bool direct) {
   if (topo.domains() <= 1) return ring_allreduce(c, buf, count, t, op);
   if (count == 0) return;
   if (z && z->counters) z->counters->calls.fetch_add(1, std::memory_order_relaxed);
-  Hierarchical(c, topo, buf, count, t, op, z).run();
+  Hierarchical(c, topo, buf, count, t, op, z, direct).run();
   if (op == ReduceOp::kAvg) core::finish_avg(buf, count, t, c.size());
 }
 
-void hierarchical_small_allreduce(OpContext& c, const topology::Topology& topo, void* buf,
-                                  size_t count, DataType t, ReduceOp op, const WanCompression* z) {
+}  // namespace
+
+void hierarchical_allreduce(OpContext& c, const topology::Topology& topo, void* buf, size_t count,
+                            DataType t, ReduceOp op, const WanCompression* z) {
+  run_hierarchical(c, topo, buf, count, t, op, z, false);
+}
+
+void hierarchical_direct_allreduce(OpContext& c, const topology::Topology& topo, void* buf, size_t count,
+                                   DataType t, ReduceOp op, const WanCompression* z) {
+  run_hierarchical(c, topo, buf, count, t, op, z, true);
+}
+
+namespace {
+
+// The leaders' direct reduce-scatter + allgather of the whole buffer (uncompressed): leader q
+// reduces part q (the q-th of k) from its own data and the others' in leader order, then sends it
+// to every other leader. One place computes each value.
+void leaders_reduce_scatter_allgather(OpContext& wan, void* buf, size_t count, DataType t, ReduceOp inner) {
+  const int k = wan.size(), me = wan.rank();
+  const size_t es = dtype_size(t);
+  auto part = [&](int q) {
+    const size_t a = segment_begin(count, k, q), b = segment_begin(count, k, q + 1);
+    return std::span<uint8_t>(static_cast<uint8_t*>(buf) + a * es, (b - a) * es);
+  };
+  const auto mine = part(me);
+  auto staging = wan.scratch(mine.size() * static_cast<size_t>(k - 1), 0);
+  auto staged = [&](int q) { return staging.subspan(mine.size() * static_cast<size_t>(q < me ? q : q - 1), mine.size()); };
+  std::vector<RequestPtr> sends, recvs;
+  for (int q = 0; q < k; ++q) {
+    if (q == me) continue;
+    wan.send_chunked(q, part(q), &sends);
+    wan.recv_chunked(q, staged(q), &recvs);
+  }
+  wan.wait_all(recvs);
+  wan.wait_all(sends);  // the allgather writes where these read
+  for (int q = 0; q < k; ++q)
+    if (q != me) core::reduce_into(mine.data(), staged(q).data(), mine.size() / es, t, inner);
+  for (int q = 0; q < k; ++q) {
+    if (q == me) continue;
+    wan.send_chunked(q, mine, &sends);
+    wan.recv_chunked(q, part(q), &recvs);
+  }
+  wan.wait_all(recvs);
+  wan.wait_all(sends);
+}
+
+// Reduce to a leader per domain, the leaders' WAN step, broadcast inside each domain.
+void through_leaders(OpContext& c, const topology::Topology& topo, void* buf, size_t count, DataType t,
+                     ReduceOp op, const WanCompression* z, double settle_ms, bool split) {
   if (topo.domains() <= 1) return recursive_doubling_allreduce(c, buf, count, t, op);
   if (count == 0) return;
   if (z && z->counters) z->counters->calls.fetch_add(1, std::memory_order_relaxed);
@@ -368,6 +491,7 @@ void hierarchical_small_allreduce(OpContext& c, const topology::Topology& topo, 
     tree_reduce(dom, buf, count, t, inner, 0);
   }
   if (me == local.front()) {
+    const auto began = std::chrono::steady_clock::now();
     metrics::TraceSpan span(c.trace(), "leaders exchange");
     std::vector<int> leaders;
     for (const auto& m : topo.members) leaders.push_back(m.front());
@@ -377,6 +501,8 @@ void hierarchical_small_allreduce(OpContext& c, const topology::Topology& topo, 
       FloatPiece whole{{static_cast<float*>(buf), count}, {}};
       if (z->feedback && !z->key.empty()) whole.residual = z->feedback->get(z->key, count, 0x5a11);
       compressed_allgather_allreduce(wan, z->spec, {whole}, z->counters);
+    } else if (split) {
+      leaders_reduce_scatter_allgather(wan, buf, count, t, inner);
     } else {
       const int k = wan.size();
       auto all = c.scratch(bytes * static_cast<size_t>(k), 0);
@@ -393,6 +519,8 @@ void hierarchical_small_allreduce(OpContext& c, const topology::Topology& topo, 
       for (int d = 1; d < k; ++d) core::reduce_into(slot(0).data(), slot(d).data(), count, t, inner);
       std::memcpy(buf, slot(0).data(), bytes);
     }
+    if (settle_ms > 0)
+      std::this_thread::sleep_until(began + std::chrono::microseconds(static_cast<int64_t>(settle_ms * 1e3)));
   }
   {
     metrics::TraceSpan span(c.trace(), "domain broadcast");
@@ -400,6 +528,18 @@ void hierarchical_small_allreduce(OpContext& c, const topology::Topology& topo, 
     tree_broadcast(dom, buf, bytes, 0);
   }
   if (op == ReduceOp::kAvg) core::finish_avg(buf, count, t, c.size());
+}
+
+}  // namespace
+
+void hierarchical_small_allreduce(OpContext& c, const topology::Topology& topo, void* buf, size_t count,
+                                  DataType t, ReduceOp op, const WanCompression* z, double settle_ms) {
+  through_leaders(c, topo, buf, count, t, op, z, settle_ms, false);
+}
+
+void hierarchical_leaders_allreduce(OpContext& c, const topology::Topology& topo, void* buf, size_t count,
+                                    DataType t, ReduceOp op, const WanCompression* z) {
+  through_leaders(c, topo, buf, count, t, op, z, 0, true);
 }
 
 }  // namespace geoccl::collectives

@@ -88,4 +88,30 @@ std::vector<topology::PathFigures> probe_path(OpContext& c, int peer, const std:
   return out;
 }
 
+double probe_rate(OpContext& c, int peer, size_t bytes) {
+  // Frames of a sixteenth of the burst (at least 4 KiB); the receiver times the arrivals from
+  // the first frame to the last, on its own clock (the first frame's one-way delay left out).
+  const size_t frame = std::max<size_t>(4096, bytes / 16);
+  std::vector<uint8_t> burst(bytes, 0x5a);
+  if (c.rank() < peer) {
+    std::vector<RequestPtr> sends;
+    for (size_t off = 0; off < bytes; off += frame)
+      sends.push_back(c.send(peer, std::span<const uint8_t>(burst.data() + off, std::min(frame, bytes - off)), off));
+    c.wait_all(sends);
+    double mbps = 0;
+    c.wait(c.recv(peer, std::span<uint8_t>(reinterpret_cast<uint8_t*>(&mbps), sizeof mbps)));
+    return mbps;
+  }
+  std::vector<RequestPtr> recvs;
+  for (size_t off = 0; off < bytes; off += frame)
+    recvs.push_back(c.recv(peer, std::span<uint8_t>(burst.data() + off, std::min(frame, bytes - off)), off));
+  c.wait(recvs[0]);
+  const auto first = std::chrono::steady_clock::now();
+  for (size_t i = 1; i < recvs.size(); ++i) c.wait(recvs[i]);
+  const double ms = std::max(ms_since(first), 1e-3);
+  double mbps = static_cast<double>(bytes - std::min(frame, bytes)) * 8 / (ms * 1e3);
+  c.wait(c.send(peer, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&mbps), sizeof mbps)));
+  return mbps;
+}
+
 }  // namespace geoccl::collectives

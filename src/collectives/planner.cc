@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "collectives/cost_model.h"
+
 namespace geoccl::collectives {
 
 const char* algo_name(Algo a) {
@@ -12,6 +14,8 @@ const char* algo_name(Algo a) {
     case Algo::kChain: return "chain";
     case Algo::kHierarchical: return "hier";
     case Algo::kHierarchicalSmall: return "hier-small";
+    case Algo::kHierarchicalDirect: return "hier-direct";
+    case Algo::kHierarchicalLeaders: return "hier-leaders";
   }
   return "?";
 }
@@ -22,6 +26,8 @@ Plan plan_allreduce(size_t bytes, int world, int domains, size_t small_msg_bytes
   if (forced == "rd" || forced == "tree") return {Algo::kRecursiveDoubling, "forced"};
   if (forced == "hier-ring") return {Algo::kHierarchical, "forced"};
   if (forced == "hier-small") return {Algo::kHierarchicalSmall, "forced"};
+  if (forced == "hier-direct") return {Algo::kHierarchicalDirect, "forced"};
+  if (forced == "hier-leaders") return {Algo::kHierarchicalLeaders, "forced"};
   if (forced == "hier" || (forced != "flat" && domains > 1)) {
     const bool small = bytes <= std::max(small_msg_bytes, wan_small_msg_bytes);
     // Across domains the WAN is the bottleneck: cross it once per piece (large) or with one
@@ -36,6 +42,18 @@ Plan plan_allreduce(size_t bytes, int world, int domains, size_t small_msg_bytes
     return {Algo::kRecursiveDoubling,
             std::to_string(bytes) + " B <= small-message threshold: latency-bound"};
   return {Algo::kRing, std::to_string(bytes) + " B > small-message threshold: bandwidth-bound"};
+}
+
+Plan plan_allreduce(size_t bytes, size_t elem_size, const topology::Topology& topo, const WanPaths* paths,
+                    size_t chunk_bytes, size_t small_msg_bytes, size_t wan_small_msg_bytes,
+                    const std::string& forced) {
+  const int domains = topo.domains(), world = static_cast<int>(topo.domain_of.size());
+  Plan p = plan_allreduce(bytes, world, domains, small_msg_bytes, wan_small_msg_bytes, forced);
+  if (domains < 2 || !paths || paths->empty()) return p;
+  const bool automatic = forced.empty() || forced == "auto" || forced == "hier";
+  if (automatic) return plan_by_cost(topo, *paths, bytes, elem_size, chunk_bytes, forced == "hier");
+  p.predicted_ms = predicted_ms(topo, *paths, p.algo, bytes, elem_size, chunk_bytes);
+  return p;
 }
 
 Plan plan_allgather(int domains, const std::string& forced) {

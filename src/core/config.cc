@@ -107,11 +107,19 @@ void Config::apply_env() {
   apply({"GEOCCL_DOMAIN"}, [&](auto, auto v) { domain = v; });
   apply({"GEOCCL_SESSION"}, [&](auto, auto v) { session = v; });
   apply({"GEOCCL_STORE"}, [&](auto, auto v) { store = v; });
+  apply({"GEOCCL_SECRET"}, [&](auto, auto v) { secret = v; });
+  apply({"GEOCCL_SECRET_FILE"}, [&](auto, auto v) { secret_file = v; });
+  apply({"GEOCCL_CIPHER"}, [&](auto, auto v) { cipher = v; });
+  apply({"GEOCCL_ALLOW_INSECURE"}, [&](auto n, auto v) { allow_insecure = parse_int<int>(n, v) != 0; });
+  apply({"GEOCCL_SHM_TRUST_HOST"}, [&](auto n, auto v) { shm_trust_host = parse_int<int>(n, v) != 0; });
   apply({"GEOCCL_BIND_ADDR"}, [&](auto, auto v) { bind_addr = v; });
   apply({"GEOCCL_TRANSPORT"}, [&](auto, auto v) { transport = v; });
   apply({"GEOCCL_SHM_RING_BYTES"}, [&](auto n, auto v) { shm_ring_bytes = parse_size(n, v); });
   apply({"GEOCCL_QUIC_CC"}, [&](auto, auto v) { quic_cc = v; });
   apply({"GEOCCL_QUIC_WINDOW_BYTES"}, [&](auto n, auto v) { quic_window_bytes = parse_size(n, v); });
+  apply({"GEOCCL_QUIC_DUPLICATE_BYTES"}, [&](auto n, auto v) { quic_duplicate_bytes = parse_size(n, v); });
+  apply({"GEOCCL_QUIC_0RTT"}, [&](auto n, auto v) { quic_zero_rtt = parse_int<int>(n, v) != 0; });
+  apply({"GEOCCL_QUIC_REDIAL_MS"}, [&](auto n, auto v) { quic_redial_after = std::chrono::milliseconds(parse_int<int64_t>(n, v)); });
   apply({"GEOCCL_QUIC_CONNECT_MS"}, [&](auto n, auto v) { quic_connect_budget = std::chrono::milliseconds(parse_int<int64_t>(n, v)); });
   apply({"GEOCCL_TRANSPORT_PROBE_BYTES"}, [&](auto n, auto v) { transport_probe_bytes = parse_size(n, v); });
   apply({"GEOCCL_TCP_CC"}, [&](auto, auto v) { tcp_cc = v; });
@@ -130,6 +138,9 @@ void Config::apply_env() {
   });
   apply({"GEOCCL_TCP_STALL_MS"}, [&](auto n, auto v) {
     tcp_stall_timeout = std::chrono::milliseconds(parse_int<int64_t>(n, v));
+  });
+  apply({"GEOCCL_RELAY_AFTER_MS"}, [&](auto n, auto v) {
+    relay_after = std::chrono::milliseconds(parse_int<int64_t>(n, v));
   });
   apply({"GEOCCL_HEARTBEAT_MS"}, [&](auto n, auto v) {
     heartbeat_interval = std::chrono::milliseconds(parse_int<int64_t>(n, v));
@@ -151,6 +162,7 @@ void Config::apply_env() {
   apply({"GEOCCL_SMALL_MSG_BYTES"}, [&](auto n, auto v) { small_msg_bytes = parse_size(n, v); });
   apply({"GEOCCL_WAN_SMALL_MSG_BYTES"},
         [&](auto n, auto v) { wan_small_msg_bytes = parse_size(n, v); });
+  apply({"GEOCCL_PLAN_PROBE_BYTES"}, [&](auto n, auto v) { plan_probe_bytes = parse_size(n, v); });
   apply({"GEOCCL_CHUNK_BYTES"}, [&](auto n, auto v) { chunk_bytes = parse_size(n, v); });
   apply({"GEOCCL_WAN_COMPRESSION"}, [&](auto, auto v) { wan_compression = v; });
   apply({"GEOCCL_WAN_COMPRESSION_MIN_BYTES"},
@@ -182,6 +194,7 @@ void Config::validate() const {
   if (tcp_resume != "auto" && tcp_resume != "on" && tcp_resume != "off")
     bad("GEOCCL_TCP_RESUME must be auto, on or off, got '" + tcp_resume + "'");
   if (tcp_resume_timeout.count() <= 0) bad("GEOCCL_TCP_RESUME_TIMEOUT_MS must be > 0");
+  if (relay_after.count() < 0) bad("GEOCCL_RELAY_AFTER_MS must be >= 0 (0: never relay)");
   if (tcp_stall_timeout.count() < 0) bad("GEOCCL_TCP_STALL_MS must be >= 0 (0: never replace a stalled connection)");
   if (heartbeat_interval.count() < 0) bad("GEOCCL_HEARTBEAT_MS must be >= 0 (0: no heartbeats)");
   if (heartbeat_interval.count() > 0 && liveness_window < 3 * heartbeat_interval)
@@ -193,6 +206,9 @@ void Config::validate() const {
     bad("GEOCCL_QUIC_CC must be cubic, bbr, bbr2 or reno, got '" + quic_cc + "'");
   if (quic_window_bytes < (64 << 10) || quic_window_bytes > (uint64_t{1} << 32))
     bad("GEOCCL_QUIC_WINDOW_BYTES must be between 64K and 4G");
+  if (quic_duplicate_bytes > (1u << 20)) bad("GEOCCL_QUIC_DUPLICATE_BYTES must be at most 1M");
+  if (quic_redial_after.count() != 0 && (quic_redial_after.count() < 100 || quic_redial_after.count() > 600000))
+    bad("GEOCCL_QUIC_REDIAL_MS must be 0 or in 100..600000");
   if (quic_connect_budget.count() < 100) bad("GEOCCL_QUIC_CONNECT_MS must be >= 100");
   if (transport_probe_bytes < 4096 || transport_probe_bytes > (uint64_t{1} << 30))
     bad("GEOCCL_TRANSPORT_PROBE_BYTES must be between 4K and 1G");
@@ -202,8 +218,10 @@ void Config::validate() const {
   if (shm_ring_bytes < (64 << 10) || shm_ring_bytes > (size_t{1} << 30))
     bad("GEOCCL_SHM_RING_BYTES must be between 64K and 1G");
   if (algo != "auto" && algo != "ring" && algo != "rd" && algo != "tree" && algo != "hier" &&
-      algo != "hier-ring" && algo != "hier-small" && algo != "flat")
-    bad("GEOCCL_ALGO must be auto, ring, rd, tree, hier or flat, got '" + algo + "'");
+      algo != "hier-ring" && algo != "hier-small" && algo != "hier-direct" &&
+      algo != "hier-leaders" && algo != "flat")
+    bad("GEOCCL_ALGO must be auto, ring, rd, tree, hier (hier-ring, hier-small, hier-direct, hier-leaders) or flat, got '" +
+        algo + "'");
   try {
     (void)Compression::parse(wan_compression);
   } catch (const Error& e) {

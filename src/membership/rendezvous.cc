@@ -6,6 +6,7 @@
 
 #include "core/logging.h"
 #include "geoccl/error.h"
+#include "membership/sealed_store.h"
 #include "membership/store_url.h"
 #include "protocol/store_codec.h"
 #include "protocol/wire.h"
@@ -118,18 +119,24 @@ std::string choose_bind_address(const Config& cfg) {
 
 RendezvousInfo join_store(const Config& cfg) {
   RendezvousInfo info;
+  info.secret = security::load_secret(cfg);
   if (cfg.rank == 0 && cfg.store.empty()) {
-    // Host the store unless something already serves master_addr:master_port.
+    // Host the store unless something already serves master_addr:master_port. With a secret it
+    // takes only requests authenticated with it.
     const StoreOwner me{cfg.session, static_cast<uint32_t>(cfg.world_size), random_u64()};
     try {
       info.server = std::make_unique<StoreServer>(cfg.master_addr, cfg.master_port,
-                                                  protocol::encode_store_owner(me));
+                                                  protocol::encode_store_owner(me), info.secret);
     } catch (const Error& e) {
       GEOCCL_LOG(kInfo, "not hosting the store (" << e.what() << "); connecting to the existing one");
     }
   }
   info.store = connect_store(cfg);
-  if (!info.server) check_owner(cfg, *info.store);
+  // Every request to the TCP store authenticated (a store with the secret requires it; etcd has
+  // its own access control).
+  if (auto* tcp = dynamic_cast<StoreClient*>(info.store.get()); tcp && info.secret) tcp->authenticate(*info.secret);
+  if (!info.server) check_owner(cfg, *info.store);  // the owner record is the server's, in clear
+  if (info.secret) info.store = std::make_unique<SealedStore>(std::move(info.store), *info.secret);
   // Several communicators may share one store (new groups, tests): every rank counts the ones it
   // created in this session, and all ranks create them in the same order.
   const std::string base = "geoccl/" + cfg.session + "/";
@@ -144,7 +151,24 @@ RendezvousInfo join_store(const Config& cfg) {
     info.store->set(info.prefix + "params",
                     encode_params({info.session_id, static_cast<uint32_t>(cfg.world_size), cfg.session, mine}));
   } else {
-    const Params p = decode_params(info.store->get(info.prefix + "params", cfg.connect_timeout));
+    std::vector<uint8_t> params;
+    try {
+      params = info.store->get(info.prefix + "params", cfg.connect_timeout);
+    } catch (const Error& e) {
+      // Sealed with another secret: this rank's secret differs from rank 0's. The others learn it
+      // from the setup error this rank leaves (which they cannot open either: kProtocol).
+      if (e.code() == ErrorCode::kProtocol && info.secret) {
+        const std::string msg = "rank " + std::to_string(cfg.rank) + " cannot open the group's parameters: " +
+                                "its group secret differs from rank 0's";
+        try {
+          info.store->set(info.prefix + kSetupErrorKey, std::vector<uint8_t>(msg.begin(), msg.end()));
+        } catch (const Error&) {
+        }
+        throw Error(ErrorCode::kProtocol, msg + " (" + e.what() + ")");
+      }
+      throw;
+    }
+    const Params p = decode_params(params);
     check_group(cfg, p.world_size, p.session, "rank 0 of group " + info.prefix + " at " + store_address(cfg));
     info.session_id = p.session_id;
     info.params = p.group;
@@ -162,8 +186,15 @@ RendezvousInfo join_store(const Config& cfg) {
 }
 
 std::optional<std::string> setup_error(const RendezvousInfo& info) {
+  if (!info.store) return std::nullopt;
+  // The store refused a rank's requests for want of the secret: that rank never comes.
+  const std::string refused(protocol::kRefusedKey);
+  if (info.secret && info.store->check(refused)) {
+    const auto v = info.store->get(refused, std::chrono::seconds(5));
+    throw Error(ErrorCode::kProtocol, std::string(v.begin(), v.end()));
+  }
   const std::string key = info.prefix + kSetupErrorKey;
-  if (!info.store || !info.store->check(key)) return std::nullopt;
+  if (!info.store->check(key)) return std::nullopt;
   const auto v = info.store->get(key, std::chrono::seconds(5));
   return std::string(v.begin(), v.end());
 }

@@ -11,6 +11,7 @@
 #include "geoccl/config.h"
 #include "geoccl/store.h"
 #include "membership/group_params.h"
+#include "security/secret.h"
 
 namespace geoccl::membership {
 
@@ -21,6 +22,9 @@ struct RendezvousInfo {
   uint64_t session_id = 0;              // random, chosen by rank 0, checked in every handshake
   GroupParams params;                   // rank 0's; params.hash() is checked in every handshake
   int data_streams = 1;                 // params.data_streams
+  // The group secret (GEOCCL_SECRET / GEOCCL_SECRET_FILE) when set: store values are sealed with
+  // it (SealedStore) and connections authenticated (docs/security.md).
+  std::optional<security::Key> secret;
 };
 
 // Where a rank that cannot join (its group parameters differ from rank 0's) leaves the reason,

@@ -1,3 +1,4 @@
+#include <sodium.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include "geoccl/store.h"
 #include "protocol/store_codec.h"
 #include "protocol/wire.h"
+#include "security/store_seal.h"
 #include "transport/tcp/socket_util.h"
 
 namespace geoccl {
@@ -47,8 +49,28 @@ StoreClient::~StoreClient() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-std::vector<uint8_t> StoreClient::call(const std::vector<uint8_t>& request,
-                                       std::chrono::milliseconds timeout) {
+void StoreClient::authenticate(const std::array<uint8_t, 32>& secret) {
+  Auth a;
+  a.key = security::store_request_key(secret);
+  randombytes_buf(a.client.data(), a.client.size());
+  auth_ = a;
+}
+
+std::vector<uint8_t> StoreClient::call(const std::vector<uint8_t>& body, std::chrono::milliseconds timeout) {
+  std::vector<uint8_t> request;
+  if (auth_) {
+    protocol::AuthenticatedStoreRequest q;
+    q.client = auth_->client;
+    q.counter = ++auth_->counter;
+    q.body = body;
+    q.mac = security::store_request_mac(auth_->key, q.client, q.counter, body);
+    request = protocol::encode_authenticated_store_request(q);
+  } else {
+    request.reserve(body.size() + 4);
+    protocol::Writer w(&request);
+    w.u32(static_cast<uint32_t>(body.size()));
+    w.bytes(body);
+  }
   const auto deadline = Clock::now() + timeout + kIoSlack;
   if (!transport::tcp::write_all(fd_, request, deadline))
     throw Error(ErrorCode::kIo, "store " + address_ + ": write failed: " + std::strerror(errno));
@@ -59,10 +81,10 @@ std::vector<uint8_t> StoreClient::call(const std::vector<uint8_t>& request,
   uint32_t len = 0;
   r.u32(&len);
   if (len > protocol::kMaxStoreMessage) throw Error(ErrorCode::kProtocol, "store " + address_ + ": response too large");
-  std::vector<uint8_t> body(len);
-  if (!transport::tcp::read_all(fd_, body, deadline))
+  std::vector<uint8_t> response(len);
+  if (!transport::tcp::read_all(fd_, response, deadline))
     throw Error(ErrorCode::kIo, "store " + address_ + ": read failed: " + std::strerror(errno));
-  return body;
+  return response;
 }
 
 namespace {
@@ -71,6 +93,10 @@ protocol::StoreResponse decode(const std::vector<uint8_t>& body, const std::stri
   if (!r) throw Error(ErrorCode::kProtocol, "malformed response from the store at " + address);
   if (r->status == StoreStatus::kBadRequest)
     throw Error(ErrorCode::kInvalidArgument, "the store at " + address + " rejected the request");
+  if (r->status == StoreStatus::kUnauthenticated)
+    throw Error(ErrorCode::kProtocol, "the store at " + address +
+                                          " refused the request as unauthenticated: it requires the group secret, and "
+                                          "this process has another one or none (GEOCCL_SECRET)");
   return std::move(*r);
 }
 }  // namespace
@@ -79,12 +105,12 @@ void StoreClient::set(const std::string& key, const std::vector<uint8_t>& value)
   if (key.size() > protocol::kMaxKey || value.size() > protocol::kMaxValue)
     throw Error(ErrorCode::kInvalidArgument, "store key or value too large for the store at " + address_);
   StoreRequest q{StoreCommand::kSet, key, value, 0, 0};
-  decode(call(protocol::encode_store_request(q), io_timeout_), address_);
+  decode(call(protocol::encode_store_request_body(q), io_timeout_), address_);
 }
 
 std::vector<uint8_t> StoreClient::get(const std::string& key, std::chrono::milliseconds timeout) {
   StoreRequest q{StoreCommand::kGet, key, {}, 0, static_cast<uint64_t>(std::max<int64_t>(timeout.count(), 1))};
-  auto r = decode(call(protocol::encode_store_request(q), timeout), address_);
+  auto r = decode(call(protocol::encode_store_request_body(q), timeout), address_);
   if (r.status != StoreStatus::kOk)
     throw Error(ErrorCode::kTimeout, "store key '" + key + "' did not appear at " + address_ + " within " +
                                          std::to_string(timeout.count()) + " ms");
@@ -101,17 +127,17 @@ void StoreClient::wait(const std::vector<std::string>& keys, std::chrono::millis
 
 int64_t StoreClient::add(const std::string& key, int64_t delta) {
   StoreRequest q{StoreCommand::kAdd, key, {}, delta, 0};
-  return decode(call(protocol::encode_store_request(q), io_timeout_), address_).number;
+  return decode(call(protocol::encode_store_request_body(q), io_timeout_), address_).number;
 }
 
 bool StoreClient::remove(const std::string& key) {
   StoreRequest q{StoreCommand::kDelete, key, {}, 0, 0};
-  return decode(call(protocol::encode_store_request(q), io_timeout_), address_).status == StoreStatus::kOk;
+  return decode(call(protocol::encode_store_request_body(q), io_timeout_), address_).status == StoreStatus::kOk;
 }
 
 bool StoreClient::check(const std::string& key) {
   StoreRequest q{StoreCommand::kCheck, key, {}, 0, 0};
-  return decode(call(protocol::encode_store_request(q), io_timeout_), address_).status == StoreStatus::kOk;
+  return decode(call(protocol::encode_store_request_body(q), io_timeout_), address_).status == StoreStatus::kOk;
 }
 
 }  // namespace geoccl

@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <list>
 #include <map>
@@ -16,6 +17,7 @@
 #include "protocol/store_codec.h"
 #include "protocol/wire.h"
 #include "runtime/event_loop.h"
+#include "security/store_seal.h"
 #include "transport/tcp/socket_util.h"
 
 namespace geoccl {
@@ -27,7 +29,9 @@ using protocol::StoreStatus;
 
 class StoreServerImpl {
  public:
-  StoreServerImpl(const std::string& bind_addr, uint16_t port, const std::vector<uint8_t>& owner) {
+  StoreServerImpl(const std::string& bind_addr, uint16_t port, const std::vector<uint8_t>& owner,
+                  const std::optional<security::Key>& secret) {
+    if (secret) request_key_ = security::store_request_key(*secret);
     // Before the first client can connect: nobody sees an owned store without its owner.
     if (!owner.empty()) data_[std::string(protocol::kOwnerKey)] = owner;
     listen_fd_ = transport::tcp::listen_on(bind_addr, port);
@@ -52,6 +56,7 @@ class StoreServerImpl {
     }
   }
   uint16_t port() const { return port_; }
+  uint64_t refused() const { return refused_.load(std::memory_order_relaxed); }
 
  private:
   // One connection. It owns its fd and closes it once, when the last reference goes: the map
@@ -129,8 +134,13 @@ class StoreServerImpl {
         return drop(c);
       }
       if (c.in.size() < 4 + size_t{len}) return;
-      auto req = protocol::decode_store_request(std::span<const uint8_t>(c.in).subspan(4, len));
+      std::vector<uint8_t> body(c.in.begin() + 4, c.in.begin() + 4 + len);
       c.in.erase(c.in.begin(), c.in.begin() + 4 + len);
+      std::optional<StoreRequest> req;
+      if (!open_request(c, body, &req)) {
+        if (c.dead) return;
+        continue;
+      }
       if (!req) {
         respond(c, {StoreStatus::kBadRequest, {}, 0});
       } else {
@@ -140,10 +150,49 @@ class StoreServerImpl {
     }
   }
 
+  // The request in `body`: unwrapped from its authenticated envelope (checked when this store has
+  // a secret; a store without one serves a client that authenticates all the same) into *req
+  // (nullopt: malformed). False when it was refused (answered kUnauthenticated, logged).
+  bool open_request(Client& c, std::span<const uint8_t> body, std::optional<StoreRequest>* req) {
+    if (!protocol::is_authenticated_store_request(body)) {
+      if (request_key_) return refuse(c, "it carries no MAC", true);
+      *req = protocol::decode_store_request(body);
+      return true;
+    }
+    const auto env = protocol::decode_authenticated_store_request(body);
+    if (!env) return true;  // malformed: kBadRequest
+    if (request_key_) {
+      if (!security::store_request_mac_ok(*request_key_, env->client, env->counter, env->body, env->mac))
+        return refuse(c, "its MAC is wrong", true);
+      if (!replays_.fresh(env->client, env->counter))
+        return refuse(c, "its counter " + std::to_string(env->counter) + " was used already (a replay)", false);
+    }
+    *req = protocol::decode_store_request(env->body);
+    return true;
+  }
+
+  // Answers kUnauthenticated and logs it. `secret`: the request lacks the group secret (not a
+  // replay): noted once under kRefusedKey, where ranks setting up find it.
+  bool refuse(Client& c, const std::string& why, bool secret) {
+    const uint64_t n = refused_.fetch_add(1, std::memory_order_relaxed) + 1;
+    if (n <= 20 || n % 1000 == 0)
+      GEOCCL_LOG(kWarn, "store: refused request " << n << " of a client: " << why
+                                                  << " (not authenticated with the group secret)");
+    const std::string key(protocol::kRefusedKey);
+    if (secret && !data_.count(key)) {
+      const std::string note = "the store refused a request that is not authenticated with the group secret (" +
+                               why + "): a rank has another group secret (GEOCCL_SECRET) or none";
+      data_[key] = std::vector<uint8_t>(note.begin(), note.end());
+      wake(key);
+    }
+    respond(c, {StoreStatus::kUnauthenticated, {}, 0});
+    return false;
+  }
+
   void handle(const ClientPtr& cp, StoreRequest req) {
     Client& c = *cp;
     const bool reads = req.command == StoreCommand::kGet || req.command == StoreCommand::kCheck;
-    if (!reads && req.key == protocol::kOwnerKey) return respond(c, {StoreStatus::kBadRequest, {}, 0});
+    if (!reads && req.key.starts_with(protocol::kServerKeyPrefix)) return respond(c, {StoreStatus::kBadRequest, {}, 0});
     switch (req.command) {
       case StoreCommand::kSet:
         data_[req.key] = std::move(req.value);
@@ -232,12 +281,19 @@ class StoreServerImpl {
   std::unordered_map<int, ClientPtr> clients_;
   std::map<std::string, std::vector<uint8_t>> data_;
   std::list<Waiter> waiters_;
+  std::optional<security::Key> request_key_;  // a store with a group secret
+  security::StoreReplayGuard replays_;
+  std::atomic<uint64_t> refused_{0};
 };
 
 StoreServer::StoreServer(const std::string& bind_addr, uint16_t port)
-    : impl_(std::make_unique<StoreServerImpl>(bind_addr, port, std::vector<uint8_t>{})) {}
+    : impl_(std::make_unique<StoreServerImpl>(bind_addr, port, std::vector<uint8_t>{}, std::nullopt)) {}
 StoreServer::StoreServer(const std::string& bind_addr, uint16_t port, const std::vector<uint8_t>& owner)
-    : impl_(std::make_unique<StoreServerImpl>(bind_addr, port, owner)) {}
+    : impl_(std::make_unique<StoreServerImpl>(bind_addr, port, owner, std::nullopt)) {}
+StoreServer::StoreServer(const std::string& bind_addr, uint16_t port, const std::vector<uint8_t>& owner,
+                         const std::optional<std::array<uint8_t, 32>>& secret)
+    : impl_(std::make_unique<StoreServerImpl>(bind_addr, port, owner, secret)) {}
+uint64_t StoreServer::refused_requests() const { return impl_->refused(); }
 StoreServer::~StoreServer() = default;
 uint16_t StoreServer::port() const { return impl_->port(); }
 

@@ -50,8 +50,7 @@ uint64_t process_resident_bytes() {
 }
 
 CommMetrics::CommMetrics(Registry& r, int rank, int world_size, std::string domain, double link_bps)
-    : reg_(r),
-      rank_(rank),
+    : rank_(rank),
       domain_(std::move(domain)),
       link_bps_(link_bps),
       duration_(r.histogram("geoccl_op_duration_seconds",
@@ -187,6 +186,7 @@ void CommMetrics::collect() {
     retransmits_.with({peer}).set(ps.tcp.retransmits);
     uint64_t reconnects = 0;
     for (const auto& s : ps.tcp.streams) reconnects += s.reconnects;
+    reconnects += ps.quic.reconnects;
     reconnects_.with({peer}).set(reconnects);
     const int d = domain_of(ps.peer);
     if (d >= 0 && d != mine && static_cast<size_t>(d) < to_domain.size()) {

@@ -73,7 +73,6 @@ class CommMetrics {
   OpSeries* series(uint8_t kind, const char* op, const char* algo, uint64_t bytes);
   void collect();
 
-  Registry& reg_;
   const int rank_;
   const std::string domain_;
   const double link_bps_;

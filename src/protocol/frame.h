@@ -49,6 +49,10 @@ namespace geoccl::protocol {
 
 inline constexpr uint32_t kFrameMagic = 0x32464347;  // "GCF2"
 inline constexpr size_t kFrameHeaderSize = 64;
+// Where the header holds its type and its frame number (the layout above): what reads them
+// before the header is decoded or trusted (the sealer picks a frame's key and nonce by them).
+inline constexpr size_t kFrameTypeOffset = 4;
+inline constexpr size_t kFrameNumberOffset = 40;
 inline constexpr uint32_t kMaxPayload = 1u << 30;
 inline constexpr uint32_t kMaxAbortMessage = 4096;
 inline constexpr uint8_t kFrameFlagsKnown = 0;  // flag bits this version defines

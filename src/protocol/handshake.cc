@@ -18,6 +18,9 @@ const char* handshake_status_name(HandshakeStatus s) {
     case HandshakeStatus::kMalformed: return "malformed handshake";
     case HandshakeStatus::kBadStream: return "stream index out of range";
     case HandshakeStatus::kBadParams: return "group parameters differ";
+    case HandshakeStatus::kAuthMismatch:
+      return "one side has a group secret (GEOCCL_SECRET / GEOCCL_SECRET_FILE), the other not";
+    case HandshakeStatus::kUnreachable: return "the relay cannot reach that rank";
   }
   return "unknown";
 }
@@ -31,8 +34,8 @@ std::array<uint8_t, N> to_array(const std::vector<uint8_t>& v) {
   return out;
 }
 
-void write_reserved(Writer& w) {
-  for (size_t i = 0; i < kHandshakeReserved; ++i) w.u8(0);
+void write_reserved(Writer& w, size_t n = kHandshakeReserved) {
+  for (size_t i = 0; i < n; ++i) w.u8(0);
 }
 
 }  // namespace
@@ -49,7 +52,8 @@ std::array<uint8_t, kHelloSize> encode_hello(const Hello& h) {
   w.u16(h.minor);
   w.u32(h.flags);
   w.u64(h.params_hash);
-  write_reserved(w);
+  w.u32(h.via);
+  write_reserved(w, kHelloReserved);
   return to_array<kHelloSize>(v);
 }
 
@@ -81,8 +85,9 @@ HandshakeStatus decode_hello(std::span<const uint8_t, kHelloSize> in, Hello* out
   r.u16(&h.minor);
   r.u32(&h.flags);
   r.u64(&h.params_hash);
+  r.u32(&h.via);
   if (magic != kHelloMagic) return HandshakeStatus::kBadMagic;
-  if (!r.ok() || r.remaining() != kHandshakeReserved) return HandshakeStatus::kMalformed;
+  if (!r.ok() || r.remaining() != kHelloReserved) return HandshakeStatus::kMalformed;
   *out = h;
   return HandshakeStatus::kAccepted;
 }
@@ -101,7 +106,7 @@ HandshakeStatus decode_reply(std::span<const uint8_t, kReplySize> in, Reply* out
   r.u32(&rep.flags);
   if (magic != kReplyMagic) return HandshakeStatus::kBadMagic;
   if (!r.ok() || r.remaining() != kHandshakeReserved ||
-      status > static_cast<uint8_t>(HandshakeStatus::kBadParams))
+      status > static_cast<uint8_t>(HandshakeStatus::kUnreachable))
     return HandshakeStatus::kMalformed;
   rep.status = static_cast<HandshakeStatus>(status);
   *out = rep;
@@ -116,7 +121,15 @@ HandshakeStatus check_hello(const Hello& h, uint32_t my_world_size, uint64_t my_
   if (h.params_hash != my_params_hash) return HandshakeStatus::kBadParams;
   if (h.rank >= my_world_size) return HandshakeStatus::kBadRank;
   if (h.stream >= num_streams) return HandshakeStatus::kBadStream;
+  const uint32_t relay = h.flags & (kHelloFlagRelayRequest | kHelloFlagRelayed);
+  if (relay == (kHelloFlagRelayRequest | kHelloFlagRelayed)) return HandshakeStatus::kMalformed;
+  if (relay && (h.via >= my_world_size || h.via == h.rank)) return HandshakeStatus::kBadRank;
   return HandshakeStatus::kAccepted;
+}
+
+HandshakeStatus check_auth_flag(const Hello& h, bool authenticated) {
+  return ((h.flags & kHelloFlagAuth) != 0) == authenticated ? HandshakeStatus::kAccepted
+                                                             : HandshakeStatus::kAuthMismatch;
 }
 
 }  // namespace geoccl::protocol

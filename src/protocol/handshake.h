@@ -11,9 +11,11 @@
 //    16    4 world_size
 //    20    8 session_id
 //    28    2 minor        minor version of the sender (any value is accepted)
-//    30    4 flags        capabilities of the sender; none are defined in 4.0
+//    30    4 flags        capabilities of the sender: kHelloFlagAuth (4.1)
 //    34    8 params_hash  GroupParams::hash() of the sender's group parameters; must be equal
-//    42   16 reserved
+//    42    4 via          kHelloFlagRelayRequest: the rank to connect the sender to;
+//                         kHelloFlagRelayed: the rank whose relay carries this connection (4.2)
+//    46   12 reserved
 // Reply (38 bytes):
 //     0    8 magic        "GEOCCLHR"
 //     8    2 version      major version of the acceptor
@@ -21,8 +23,16 @@
 //    11    1 reserved
 //    12    4 rank         the acceptor's rank
 //    16    2 minor        minor version of the acceptor
-//    18    4 flags        capabilities of the acceptor; none are defined in 4.0
+//    18    4 flags        capabilities of the acceptor: kHelloFlagAuth (4.1)
 //    22   16 reserved
+//
+// Relays (minor 2). A rank that cannot reach a peer directly (a firewall, a cut path) asks a third
+// rank to carry the connection: it sends that rank a Hello with kHelloFlagRelayRequest and `via`
+// = the peer. The relay checks it like any Hello, connects to the peer's published address and
+// answers with a Reply: kAccepted once it reaches the peer (from then on it forwards bytes both
+// ways, unread), kUnreachable if it cannot. The dialler then runs the ordinary handshake with the
+// peer through that tunnel, end to end (its Hello says kHelloFlagRelayed and `via` = the relay),
+// so authentication and frame sealing are between the two ends only.
 //
 // Rules for what comes next:
 //   - The first bytes keep the layout of version 3 (a Hello's first 28 bytes, a Reply's first
@@ -49,10 +59,19 @@ inline constexpr uint64_t kReplyMagic = 0x5248'4C43'434F'4547ull;  // "GEOCCLHR"
 // 4: 64-byte frame header (flags, channel, epoch); group parameter hash, minor version, flags
 //    and reserved bytes in the handshake.
 inline constexpr uint16_t kProtocolVersion = 4;
-inline constexpr uint16_t kProtocolMinor = 0;
+// Minor 1: kHelloFlagAuth. A Hello with it is followed by security::AuthInit; a Reply that accepts
+// it by AuthResp, then the dialler sends AuthFin (security/auth.h). Both sides must agree: a rank
+// with a group secret rejects a Hello without the flag, and one without a secret a Hello with it
+// (kAuthMismatch), so a secret on one side only is a clear error at connect.
+// Minor 2: relays (kHelloFlagRelayRequest, kHelloFlagRelayed, `via`, kUnreachable).
+inline constexpr uint16_t kProtocolMinor = 2;
+inline constexpr uint32_t kHelloFlagAuth = 1u << 0;
+inline constexpr uint32_t kHelloFlagRelayRequest = 1u << 1;
+inline constexpr uint32_t kHelloFlagRelayed = 1u << 2;
 inline constexpr size_t kHelloSize = 58;
 inline constexpr size_t kReplySize = 38;
 inline constexpr size_t kHandshakeReserved = 16;
+inline constexpr size_t kHelloReserved = 12;  // after `via`
 
 struct Hello {
   uint16_t version = kProtocolVersion;
@@ -63,6 +82,7 @@ struct Hello {
   uint16_t minor = kProtocolMinor;
   uint32_t flags = 0;
   uint64_t params_hash = 0;  // membership::GroupParams::hash()
+  uint32_t via = 0;          // relay flags only (see above); 0 otherwise
 
   bool operator==(const Hello&) const = default;
 };
@@ -77,6 +97,8 @@ enum class HandshakeStatus : uint8_t {
   kMalformed = 6,
   kBadStream = 7,
   kBadParams = 8,
+  kAuthMismatch = 9,  // one side has a group secret, the other does not
+  kUnreachable = 10,  // a relay could not reach the rank it was asked to connect to (minor 2)
 };
 const char* handshake_status_name(HandshakeStatus s);
 
@@ -99,8 +121,13 @@ HandshakeStatus decode_hello(std::span<const uint8_t, kHelloSize> in, Hello* out
 HandshakeStatus decode_reply(std::span<const uint8_t, kReplySize> in, Reply* out);
 
 // The accepting side's verdict on a decoded Hello: kBadVersion, kBadSession, kBadWorldSize,
-// kBadParams (`my_params_hash` differs), kBadRank, kBadStream, in that order, or kAccepted.
+// kBadParams (`my_params_hash` differs), kBadRank, kBadStream, in that order, or kAccepted. With a
+// relay flag, `via` must be another rank of the group than the sender (kBadRank), and the two
+// flags never come together (kMalformed).
 HandshakeStatus check_hello(const Hello& h, uint32_t my_world_size, uint64_t my_session_id,
                             uint16_t num_streams, uint64_t my_params_hash);
+// kAuthMismatch when the Hello's kHelloFlagAuth differs from `authenticated` (this rank has a
+// group secret), else kAccepted.
+HandshakeStatus check_auth_flag(const Hello& h, bool authenticated);
 
 }  // namespace geoccl::protocol

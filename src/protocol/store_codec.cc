@@ -16,7 +16,7 @@ std::vector<uint8_t> with_length(std::vector<uint8_t> body) {
 
 }  // namespace
 
-std::vector<uint8_t> encode_store_request(const StoreRequest& r) {
+std::vector<uint8_t> encode_store_request_body(const StoreRequest& r) {
   std::vector<uint8_t> body;
   Writer w(&body);
   w.u8(static_cast<uint8_t>(r.command));
@@ -24,7 +24,34 @@ std::vector<uint8_t> encode_store_request(const StoreRequest& r) {
   w.blob(r.value);
   w.i64(r.delta);
   w.u64(r.timeout_ms);
+  return body;
+}
+
+std::vector<uint8_t> encode_store_request(const StoreRequest& r) { return with_length(encode_store_request_body(r)); }
+
+std::vector<uint8_t> encode_authenticated_store_request(const AuthenticatedStoreRequest& r) {
+  std::vector<uint8_t> body;
+  Writer w(&body);
+  w.u8(kAuthenticatedRequest);
+  w.bytes(r.client);
+  w.u64(r.counter);
+  w.blob(r.body);
+  w.bytes(r.mac);
   return with_length(std::move(body));
+}
+
+std::optional<AuthenticatedStoreRequest> decode_authenticated_store_request(std::span<const uint8_t> body) {
+  Reader r(body);
+  AuthenticatedStoreRequest q;
+  uint8_t tag = 0;
+  if (!r.u8(&tag) || tag != kAuthenticatedRequest) return {};
+  for (auto& b : q.client)
+    if (!r.u8(&b)) return {};
+  if (!r.u64(&q.counter) || !r.blob(&q.body, kMaxStoreMessage)) return {};
+  for (auto& b : q.mac)
+    if (!r.u8(&b)) return {};
+  if (r.remaining() != 0) return {};
+  return q;
 }
 
 std::vector<uint8_t> encode_store_response(const StoreResponse& r) {
@@ -52,7 +79,7 @@ std::optional<StoreResponse> decode_store_response(std::span<const uint8_t> body
   Reader r(body);
   StoreResponse s;
   uint8_t st = 0;
-  if (!r.u8(&st) || st > static_cast<uint8_t>(StoreStatus::kBadRequest)) return {};
+  if (!r.u8(&st) || st > static_cast<uint8_t>(StoreStatus::kUnauthenticated)) return {};
   s.status = static_cast<StoreStatus>(st);
   if (!r.blob(&s.value, kMaxValue) || !r.i64(&s.number) || r.remaining() != 0) return {};
   return s;

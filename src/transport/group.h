@@ -22,6 +22,7 @@
 #include "protocol/frame.h"
 #include "protocol/liveness.h"
 #include "runtime/event_loop.h"
+#include "security/secret.h"
 #include "transport/transport.h"
 
 namespace geoccl::transport {
@@ -41,6 +42,10 @@ class Group {
   int size() const { return size_; }
   uint64_t session_id() const { return session_id_; }
   uint64_t params_hash() const { return params_hash_; }
+  // The job key when the group has a secret (docs/security.md): every connection is then
+  // authenticated and sealed. Set before any device is built; null = plaintext.
+  void set_security(std::optional<security::GroupKey> key) { security_ = std::move(key); }
+  const security::GroupKey* security() const { return security_ ? &*security_ : nullptr; }
 
   // Called on the loop thread with the group's first failure, once, by fail(). `tell_peers`: the
   // failure was found on this rank (not reported by a peer): tell every peer. A device subscribes
@@ -98,6 +103,19 @@ class Group {
   // Any thread: wakes whoever waits for requests.
   void notify() const { on_progress_(); }
 
+  // Paths (any thread): the rank whose relay reaches `peer` from here (-1: direct, or not known).
+  // The first device that needs a relay to a peer records it; the others (one per priority
+  // class) go to that relay at once instead of waiting out the direct attempt again.
+  void set_relay(int peer, int relay) {
+    std::lock_guard lk(mu_);
+    relays_.resize(static_cast<size_t>(size_), -1);
+    relays_[static_cast<size_t>(peer)] = relay;
+  }
+  int relay(int peer) const {
+    std::lock_guard lk(mu_);
+    return static_cast<size_t>(peer) < relays_.size() ? relays_[static_cast<size_t>(peer)] : -1;
+  }
+
  private:
   // Fails the group with kMismatch: "ranks disagree on <op> #<seq> with rank <peer>: <why>".
   void mismatch(int peer, const protocol::FrameHeader& op, const std::string& why);
@@ -105,12 +123,14 @@ class Group {
   runtime::EventLoop& loop_;
   const int rank_, size_;
   const uint64_t session_id_, params_hash_;
+  std::optional<security::GroupKey> security_;
   std::function<void()> on_progress_;
   std::mutex listeners_mu_;
   std::vector<std::pair<ListenerId, FailureListener>> listeners_;
   ListenerId next_listener_ = 1;
   mutable std::mutex mu_;
   std::optional<Failure> failure_;
+  std::vector<int> relays_;  // by peer (mu_)
   std::atomic<bool> failed_{false};
   // early_message(): by channel, then peer: sequence number -> tag of first frames seen early.
   std::mutex early_mu_;

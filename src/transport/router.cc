@@ -53,7 +53,19 @@ PathChoice PathChoice::parse(const std::string& s) {
 Router::Router(Group& group, const Config& cfg, int data_streams, const std::string& bind_addr,
                const Publish& publish, const Lookup& lookup, const Poll& poll, Clock::time_point deadline)
     : group_(group) {
-  const PathChoice choice = PathChoice::parse(cfg.transport);
+  PathChoice choice = PathChoice::parse(cfg.transport);
+  if (group.security()) {
+    // Shared memory has no handshake of its own to bind to the secret: it is used only where the
+    // host is trusted explicitly (docs/security.md). TCP authenticates every connection with the
+    // secret and seals every frame. QUIC's TLS 1.3 seals every packet and both ends present the
+    // certificate whose fingerprint the peer published in the store; with a secret the store's
+    // values are sealed, so that fingerprint comes from a rank that holds the secret.
+    if (choice.host == "shm" && !cfg.shm_trust_host) {
+      GEOCCL_LOG(kInfo, "group secret set: same-host peers use authenticated TCP, not shared memory "
+                        "(GEOCCL_SHM_TRUST_HOST=1 trusts the host)");
+      choice.host = "tcp";
+    }
+  }
   for (auto& ch : channels_) ch.by_peer = std::vector<std::atomic<Device*>>(static_cast<size_t>(group.size()));
   why_.resize(static_cast<size_t>(group.size()));
   if (group_.size() == 1) return;  // a group of one needs no network

@@ -31,6 +31,12 @@ int g_failures = 0;
     }                                                                              \
   } while (0)
 
+// The integer in environment variable `name`, or `dflt` when it is unset.
+inline int env_int(const char* name, int dflt) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : dflt;
+}
+
 // GEOCCL_TEST_DOMAINS="a,a,b,...": this rank's GEOCCL_DOMAIN is the RANK-th entry (throws
 // std::out_of_range when the list is shorter).
 inline void apply_test_domains() {

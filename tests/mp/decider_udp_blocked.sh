@@ -5,12 +5,7 @@
 # Usage: decider_udp_blocked.sh MP_CHECK. Exit 77 (skipped) without root or iptables.
 set -euo pipefail
 check=$1
-if [ "$(id -u)" != 0 ] || ! command -v iptables >/dev/null || ! command -v unshare >/dev/null; then
-  echo "needs root, iptables and unshare: skipped"
-  exit 77
-fi
-logs=$(mktemp -d)
-trap 'rm -rf "$logs"' EXIT
+. "$(dirname "$0")/netns.sh"
 # The namespace lives as long as the processes in it; `timeout` bounds every rank.
 unshare -n bash -s "$check" "$logs" <<'INNER'
 set -euo pipefail

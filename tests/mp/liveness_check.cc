@@ -55,11 +55,6 @@ int64_t read_stamp() {
   return v;
 }
 
-int env_int(const char* name, int dflt) {
-  const char* v = std::getenv(name);
-  return v ? std::atoi(v) : dflt;
-}
-
 // Runs `f` and checks that it throws Error(code); prints how long after the stamp it came.
 int expect_after_stamp(const std::function<void()>& f, ErrorCode code, double min_ms, double max_ms, int me,
                        const char* what) {

@@ -7,11 +7,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <future>
 #include <memory>
@@ -22,6 +26,15 @@
 #include "check.h"
 #include "core/half.h"
 #include "geoccl/geoccl.h"
+#include "membership/group_params.h"
+#include "membership/sealed_store.h"
+#include "protocol/frame.h"
+#include "protocol/handshake.h"
+#include "protocol/wire.h"
+#include "security/auth.h"
+#include "security/sealer.h"
+#include "security/secret.h"
+#include "transport/quic/flow_window.h"
 #include "transport/tcp/address.h"
 #include "transport/tcp/socket_util.h"
 
@@ -135,10 +148,12 @@ void check_allreduce(Communicator& c, DataType t, ReduceOp op, size_t count,
   }
 }
 
-void check_reductions(Communicator& c, const std::vector<size_t>& counts) {
+void check_reductions(Communicator& c, const std::vector<size_t>& counts,
+                      const std::vector<DataType>& types = {std::begin(kTypes), std::end(kTypes)},
+                      const std::vector<ReduceOp>& ops = {std::begin(kOps), std::end(kOps)}) {
   const int n = c.size(), me = c.rank();
-  for (DataType t : kTypes)
-    for (ReduceOp op : kOps)
+  for (DataType t : types)
+    for (ReduceOp op : ops)
       for (size_t count : counts) {
         const size_t es = dtype_size(t);
         std::vector<uint8_t> want(count * es + 1);
@@ -146,7 +161,7 @@ void check_reductions(Communicator& c, const std::vector<size_t>& counts) {
         want.resize(count * es);
         // allreduce with every algorithm that applies.
         if (c.topology().names.size() > 1)
-          check_allreduce(c, t, op, count, {"hier-ring", "hier-small", "ring", "rd"});
+          check_allreduce(c, t, op, count, {"hier-ring", "hier-small", "hier-direct", "hier-leaders", "ring", "rd"});
         else
           check_allreduce(c, t, op, count, {"ring", "rd"});
         // reduce to the last rank.
@@ -171,11 +186,12 @@ void check_reductions(Communicator& c, const std::vector<size_t>& counts) {
       }
 }
 
-void check_data_movement(Communicator& c, const std::vector<size_t>& counts) {
+void check_data_movement(Communicator& c, const std::vector<size_t>& counts,
+                         const std::vector<DataType>& types = {std::begin(kTypes), std::end(kTypes)}) {
   const int n = c.size(), me = c.rank();
   const auto un = static_cast<size_t>(n);
   auto val = [](int r, size_t i) { return static_cast<int64_t>((static_cast<size_t>(r) * 31 + i) % 100); };
-  for (DataType t : kTypes)
+  for (DataType t : types)
     for (size_t count : counts) {
       const size_t es = dtype_size(t);
       auto fill = [&](std::vector<uint8_t>& b, int r, size_t first, size_t len) {
@@ -248,7 +264,7 @@ void check_data_movement(Communicator& c, const std::vector<size_t>& counts) {
 int mode_hier_blocks(Communicator& c) {
   // 200003 elements: 3 blocks for 1-byte types, 4 for the others (at 4 KiB chunks).
   for (DataType t : kTypes)
-    for (ReduceOp op : kOps) check_allreduce(c, t, op, 200003, {"hier-ring"});
+    for (ReduceOp op : kOps) check_allreduce(c, t, op, 200003, {"hier-ring", "hier-direct", "hier-leaders"});
   return g_failures ? 1 : 0;
 }
 
@@ -314,6 +330,52 @@ int mode_collectives(Communicator& c, bool big) {
   CHECK(ran.size() == 16, "%zu of 16 callbacks ran before wait() returned", ran.size());
   for (size_t k = 0; k < ran.size(); ++k) CHECK(ran[k] == static_cast<int>(k), "callback %zu ran twice", k);
   CHECK(out_of_order == 0, "%d Works completed before an earlier one", out_of_order);
+  return g_failures ? 1 : 0;
+}
+
+// Relays (wan_relay): the pairs GEOCCL_TEST_RELAYED names ("2-4,3-5") are carried by a third
+// rank's relay, as both ends report, and every other pair is direct; every collective with every
+// allreduce algorithm (two types and ops, as the WAN's round trips make the full matrix of
+// mode_collectives take minutes), and a 24 MiB allreduce, is exact; the relays forwarded bytes.
+int mode_relay(Communicator& c) {
+  const int me = c.rank();
+  std::vector<std::pair<int, int>> want;
+  const char* env = std::getenv("GEOCCL_TEST_RELAYED");
+  for (const char* p = env ? env : ""; *p;) {
+    int a = 0, b = 0, used = 0;
+    if (std::sscanf(p, "%d-%d%n", &a, &b, &used) != 2) break;
+    want.emplace_back(std::min(a, b), std::max(a, b));
+    p += used;
+    if (*p == ',') ++p;
+  }
+  CHECK(!want.empty(), "GEOCCL_TEST_RELAYED names no pair");
+  const auto relayed = [&](int peer) {
+    return std::find(want.begin(), want.end(), std::make_pair(std::min(me, peer), std::max(me, peer))) != want.end();
+  };
+  for (const auto& ps : c.peer_stats()) {
+    CHECK((ps.relay >= 0) == relayed(ps.peer), "pair %d-%d: relay %d, expected %s", me, ps.peer, ps.relay,
+          relayed(ps.peer) ? "a relay" : "direct");
+    CHECK(ps.relay != me && ps.relay != ps.peer, "pair %d-%d relayed by one of its ends (%d)", me, ps.peer, ps.relay);
+  }
+  check_reductions(c, {1, 1003}, {DataType::kFloat32, DataType::kInt64}, {ReduceOp::kSum, ReduceOp::kMax});
+  check_data_movement(c, {0, 1003}, {DataType::kFloat32, DataType::kUInt8});
+  {
+    const size_t count = (24u << 20) / 4 + 5;
+    std::vector<float> buf(count);
+    for (size_t i = 0; i < count; ++i) buf[i] = static_cast<float>(input(me, i, DataType::kFloat32, ReduceOp::kSum));
+    c.allreduce(buf.data(), count, DataType::kFloat32, ReduceOp::kSum).wait();
+    for (size_t i = 0; i < count; i += 4099) {
+      int64_t s = 0;
+      for (int r = 0; r < c.size(); ++r) s += input(r, i, DataType::kFloat32, ReduceOp::kSum);
+      CHECK(buf[i] == static_cast<float>(s), "24 MiB allreduce at %zu", i);
+    }
+  }
+  c.barrier().wait();
+  int64_t forwarded = 0;
+  for (const auto& ps : c.peer_stats()) forwarded += static_cast<int64_t>(ps.relayed_bytes);
+  c.allreduce(&forwarded, 1, DataType::kInt64, ReduceOp::kSum).wait();
+  CHECK(forwarded > (24 << 20) / 8, "relays forwarded %lld bytes", static_cast<long long>(forwarded));
+  if (me == 0) std::printf("relays forwarded %lld bytes (sum over the tunnels' two ends)\n", static_cast<long long>(forwarded));
   return g_failures ? 1 : 0;
 }
 
@@ -775,6 +837,311 @@ int mode_abort(Config cfg) {
   return g_failures ? 1 : 0;
 }
 
+
+// ---- Mode "stranger" (docs/security.md): the last process is no rank but a stranger without the
+// group secret that is handed everything the store holds, opened (a dump: session id, group
+// parameters, every rank's address). It tries to change the store, to join, to replace an
+// existing data stream and to inject frames; each attempt must be refused (and logged by rank 0,
+// which hosts the store), while the other processes, a group of WORLD_SIZE - 1, go on with exact
+// allreduces. Files next to each other under GEOCCL_TEST_DIR (default /tmp) carry the dump to the
+// stranger and its verdict back.
+
+std::string stranger_file(const Config& cfg, const char* what) {
+  const char* d = std::getenv("GEOCCL_TEST_DIR");
+  return std::string(d && *d ? d : "/tmp") + "/geoccl-stranger-" + cfg.session + "-" +
+         std::to_string(cfg.master_port) + "." + what;
+}
+
+struct StoreDump {
+  uint64_t session_id = 0, params_hash = 0;
+  std::vector<std::string> endpoints;  // TCP address of each rank
+};
+
+// Rank 0 of the group: what the stranger gets, read through the store as a member reads it.
+StoreDump dump_store(const Config& cfg) {
+  StoreDump d;
+  auto client = std::make_unique<StoreClient>(cfg.master_addr, cfg.master_port, std::chrono::seconds(10));
+  client->authenticate(*security::load_secret(cfg));
+  membership::SealedStore store(std::move(client), *security::load_secret(cfg));
+  const std::string prefix = "geoccl/" + cfg.session + "/g1/";
+  const auto params = store.get(prefix + "params", std::chrono::seconds(5));
+  protocol::Reader r(params);
+  uint32_t world = 0;
+  std::string session;
+  std::vector<uint8_t> group;
+  CHECK(r.u64(&d.session_id) && r.u32(&world) && r.str(&session, 4096) && r.blob(&group, 64 << 10),
+        "group parameters in the store");
+  const auto g = membership::GroupParams::decode(group);
+  CHECK(g.has_value(), "group parameters decode");
+  if (g) d.params_hash = g->hash();
+  for (int i = 0; i < cfg.world_size; ++i) {
+    std::string ep;
+    CHECK(transport::tcp::decode_address(store.get(prefix + "addr/tcp/" + std::to_string(i), std::chrono::seconds(5)), &ep),
+          "rank %d's TCP address", i);
+    d.endpoints.push_back(ep);
+  }
+  return d;
+}
+
+// One connection of the stranger to `endpoint`: sends `out`, returns the first `want` bytes of the
+// answer (fewer when the rank closes first), bounded by 5 s.
+struct StrangerConn {
+  int fd = -1;
+  explicit StrangerConn(const std::string& endpoint) {
+    std::string host;
+    uint16_t port = 0;
+    transport::tcp::split_host_port(endpoint, &host, &port);
+    fd = transport::tcp::connect_with_timeout(host, port, std::chrono::seconds(5));
+    const timeval tv{5, 0};
+    if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
+  ~StrangerConn() {
+    if (fd >= 0) ::close(fd);
+  }
+  bool send(std::span<const uint8_t> b) {
+    return transport::tcp::write_all(fd, b, Clock::now() + std::chrono::seconds(5));
+  }
+  bool read(std::span<uint8_t> b) { return transport::tcp::read_all(fd, b, Clock::now() + std::chrono::seconds(5)); }
+  // The rank closed the connection (EOF or reset), rather than taking more from it.
+  bool closed_by_rank() {
+    uint8_t b[256];
+    for (;;) {
+      const ssize_t n = ::recv(fd, b, sizeof b, 0);
+      if (n > 0) continue;
+      return n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
+    }
+  }
+};
+
+// A data frame header for receive 0 of the pair, as the stranger forges it.
+std::vector<uint8_t> forged_frame(size_t bytes) {
+  protocol::FrameHeader h;
+  h.type = protocol::FrameType::kData;
+  h.kind = protocol::OpKind::kAllreduce;
+  h.payload_len = static_cast<uint32_t>(bytes);
+  const auto hb = protocol::encode_frame_header(h);
+  std::vector<uint8_t> f(hb.begin(), hb.end());
+  f.resize(hb.size() + security::sealed_payload_size(bytes), 0x66);
+  return f;
+}
+
+// Claims stream `stream` of rank `as` towards the rank at `endpoint` with a perfect Hello (from the
+// dump); `auth`: with the auth flag and a guessed secret, then frames as if it had joined.
+void stranger_hello(const StoreDump& d, const std::string& endpoint, int world, int as, int stream, bool auth) {
+  StrangerConn conn(endpoint);
+  CHECK(conn.fd >= 0, "stranger: connect to %s", endpoint.c_str());
+  if (conn.fd < 0) return;
+  protocol::Hello h;
+  h.stream = static_cast<uint16_t>(stream);
+  h.rank = static_cast<uint32_t>(as);
+  h.world_size = static_cast<uint32_t>(world);
+  h.session_id = d.session_id;
+  h.params_hash = d.params_hash;
+  h.flags = auth ? protocol::kHelloFlagAuth : 0;
+  Config guess;
+  guess.secret = "a guess at the group secret, 32+";
+  security::AuthDialler dialler(security::job_key(*security::load_secret(guess), d.session_id,
+                                                  security::offered_ciphers("auto")));
+  const auto hb = protocol::encode_hello(h);
+  std::vector<uint8_t> out(hb.begin(), hb.end());
+  if (auth) {
+    const auto init = dialler.init();
+    out.insert(out.end(), init.begin(), init.end());
+  }
+  CHECK(conn.send(out), "stranger: send Hello");
+  std::array<uint8_t, protocol::kReplySize> rb{};
+  CHECK(conn.read(rb), "stranger: no Reply to its Hello (stream %d as rank %d)", stream, as);
+  protocol::Reply reply;
+  CHECK(protocol::decode_reply(rb, &reply) == protocol::HandshakeStatus::kAccepted, "stranger: Reply decodes");
+  if (as >= world) {
+    CHECK(reply.status == protocol::HandshakeStatus::kBadRank, "stranger: a rank beyond the world: %s",
+          protocol::handshake_status_name(reply.status));
+  } else if (!auth) {
+    CHECK(reply.status == protocol::HandshakeStatus::kAuthMismatch, "stranger: without the auth flag: %s",
+          protocol::handshake_status_name(reply.status));
+  } else if (reply.status != protocol::HandshakeStatus::kAccepted) {
+    // A stream that cannot be taken over at all (one that is not resumable).
+    CHECK(reply.status == protocol::HandshakeStatus::kBadRank, "stranger: Hello of the dump: %s",
+          protocol::handshake_status_name(reply.status));
+  } else {
+    // The Hello itself is right (session and parameters from the dump); the proof is not.
+    std::array<uint8_t, security::kAuthRespSize> resp{};
+    CHECK(conn.read(resp), "stranger: AuthResp");
+    std::array<uint8_t, security::kAuthFinSize> fin{};
+    security::ConnectionKeys keys;
+    CHECK(dialler.on_resp(hb, rb, resp, &fin, &keys) == security::AuthStatus::kBadProof,
+          "stranger: the rank's proof checked out under a guessed secret");
+    fin[8] = 0;  // claims success, with a proof it cannot make
+    (void)conn.send(fin);
+    (void)conn.send(forged_frame(4096));  // then a frame, as if it had joined
+  }
+  CHECK(conn.closed_by_rank(), "stranger: the rank kept its connection (stream %d as rank %d) open", stream, as);
+}
+
+int stranger_main(const Config& cfg) {
+  Config me = cfg;
+  me.secret.clear();
+  me.secret_file.clear();
+  const int world = cfg.world_size - 1;
+  // The dump, once the group is up (a dump older than this process is another run's).
+  const auto start = std::filesystem::file_time_type::clock::now() - std::chrono::seconds(2);
+  const std::string dump_path = stranger_file(cfg, "dump");
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  StoreDump d;
+  for (;;) {
+    std::error_code ec;
+    if (std::filesystem::exists(dump_path, ec) && std::filesystem::last_write_time(dump_path, ec) >= start) {
+      std::FILE* f = std::fopen(dump_path.c_str(), "r");
+      unsigned long long sid = 0, hash = 0;
+      char ep[256];
+      if (f && std::fscanf(f, "%llx %llx", &sid, &hash) == 2) {
+        d.session_id = sid;
+        d.params_hash = hash;
+        while (std::fscanf(f, "%255s", ep) == 1) d.endpoints.emplace_back(ep);
+      }
+      if (f) std::fclose(f);
+      if (static_cast<int>(d.endpoints.size()) == world) break;
+      d = {};
+    }
+    if (Clock::now() > deadline) {
+      std::fprintf(stderr, "stranger: no store dump within 30 s\n");
+      return 1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::printf("stranger: session 0x%llx, %zu rank addresses from the dump\n",
+              static_cast<unsigned long long>(d.session_id), d.endpoints.size());
+  // 1. The store: no write, delete or counter without the secret, nor with a guessed one.
+  {
+    StoreClient raw(cfg.master_addr, cfg.master_port, std::chrono::seconds(5));
+    StoreClient guessed(cfg.master_addr, cfg.master_port, std::chrono::seconds(5));
+    Config guess;
+    guess.secret = "a guess at the group secret, 32+";
+    guessed.authenticate(*security::load_secret(guess));
+    const std::string prefix = "geoccl/" + cfg.session + "/g1/";
+    for (StoreClient* s : {&raw, &guessed}) {
+      for (const auto& attempt : std::vector<std::function<void()>>{
+               [&] { s->set(prefix + "addr/tcp/0", {1, 2, 3}); }, [&] { s->remove(prefix + "params"); },
+               [&] { s->add(prefix + "count", 1); }, [&] { s->get(prefix + "params", std::chrono::seconds(1)); }}) {
+        try {
+          attempt();
+          CHECK(false, "stranger: the store served a request without the group secret");
+        } catch (const Error& e) {
+          CHECK(e.code() == ErrorCode::kProtocol && std::string(e.what()).find("unauthenticated") != std::string::npos,
+                "stranger: store: %s", e.what());
+        }
+      }
+    }
+  }
+  // 2. Join as rank 1 (its control stream), and as a rank the group does not have.
+  stranger_hello(d, d.endpoints[0], world, 1, 0, true);
+  stranger_hello(d, d.endpoints[0], world, world, 0, true);
+  // 3. Replace rank 1's existing data stream 1 to rank 0, without and with the auth flag.
+  stranger_hello(d, d.endpoints[0], world, 1, 1, false);
+  stranger_hello(d, d.endpoints[0], world, 1, 1, true);
+  // 4. A frame straight away, no handshake, to every rank.
+  for (const auto& ep : d.endpoints) {
+    StrangerConn conn(ep);
+    CHECK(conn.fd >= 0, "stranger: connect to %s", ep.c_str());
+    if (conn.fd < 0) continue;
+    (void)conn.send(forged_frame(4096));
+    CHECK(conn.closed_by_rank(), "stranger: %s took a frame without a handshake", ep.c_str());
+  }
+  std::printf("stranger: %d attempt(s) not refused\n", g_failures);
+  const std::string done = stranger_file(cfg, "done");
+  if (std::FILE* f = std::fopen((done + ".tmp").c_str(), "w")) {
+    std::fprintf(f, "%d\n", g_failures);
+    std::fclose(f);
+    std::filesystem::rename(done + ".tmp", done);
+  }
+  return g_failures ? 1 : 0;
+}
+
+int mode_stranger(Config cfg) {
+  if (cfg.rank == cfg.world_size - 1) return stranger_main(cfg);
+  const Config full = cfg;
+  cfg.world_size -= 1;
+  const std::string dump_path = stranger_file(full, "dump"), done_path = stranger_file(full, "done");
+  const std::string log_path = stranger_file(full, "rank0.log");
+  if (cfg.rank == 0) {
+    std::filesystem::remove(dump_path);
+    std::filesystem::remove(done_path);
+    // Rank 0's log (it hosts the store) is checked for the refusals below.
+    if (!std::freopen(log_path.c_str(), "w", stderr)) return 3;
+    std::setvbuf(stderr, nullptr, _IONBF, 0);
+  }
+  int iterations = 0;
+  {
+    Communicator c(cfg);
+    const int n = c.size();
+    auto exact_allreduce = [&] {
+      std::vector<int64_t> v(64 << 10);
+      for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int64_t>(i) * (c.rank() + 1);
+      c.allreduce(v.data(), v.size(), DataType::kInt64, ReduceOp::kSum).wait(std::chrono::seconds(20));
+      const int64_t f = static_cast<int64_t>(n) * (n + 1) / 2;
+      for (size_t i = 0; i < v.size(); ++i)
+        if (v[i] != static_cast<int64_t>(i) * f) return false;
+      return true;
+    };
+    CHECK(exact_allreduce(), "rank %d: allreduce before the stranger", c.rank());
+    if (c.rank() == 0) {
+      const StoreDump d = dump_store(cfg);
+      const std::string tmp = dump_path + ".tmp";
+      if (std::FILE* f = std::fopen(tmp.c_str(), "w")) {
+        std::fprintf(f, "%llx %llx\n", static_cast<unsigned long long>(d.session_id),
+                     static_cast<unsigned long long>(d.params_hash));
+        for (const auto& ep : d.endpoints) std::fprintf(f, "%s\n", ep.c_str());
+        std::fclose(f);
+        std::filesystem::rename(tmp, dump_path);
+      }
+    }
+    // Allreduces go on while the stranger tries; rank 0 says when it is done (a flag in the data,
+    // so every rank stops after the same iteration).
+    const auto deadline = Clock::now() + std::chrono::seconds(40);
+    for (bool done = false; !done;) {
+      CHECK(exact_allreduce(), "rank %d: allreduce %d while the stranger tries", c.rank(), iterations);
+      ++iterations;
+      int64_t flag = c.rank() == 0 && (std::filesystem::exists(done_path) || Clock::now() > deadline) ? 1 : 0;
+      c.allreduce(&flag, 1, DataType::kInt64, ReduceOp::kSum).wait(std::chrono::seconds(20));
+      done = flag > 0;
+    }
+    CHECK(exact_allreduce(), "rank %d: allreduce after the stranger", c.rank());
+    c.barrier().wait(std::chrono::seconds(20));
+  }
+  if (cfg.rank == 0) {
+    std::fflush(stderr);
+    std::ifstream in(log_path);
+    const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::printf("%s", log.c_str());
+    auto count = [&](const std::string& what) {
+      size_t k = 0;
+      for (size_t at = log.find(what); at != std::string::npos; at = log.find(what, at + 1)) ++k;
+      return k;
+    };
+    // Join, beyond the world, two stream takeovers and a bare frame: five rejected connections;
+    // eight refused store requests.
+    CHECK(count("rejected inbound connection") + count("dropping inbound connection") >= 5,
+          "rank 0 logged %zu rejected connection(s), 5 expected", count("rejected inbound connection"));
+    CHECK(count("store: refused request") >= 8, "rank 0's store logged %zu refused request(s), 8 expected",
+          count("store: refused request"));
+    // With resumable streams a Hello for an existing data stream is answered, and the takeover
+    // fails at the stranger's proof.
+    const char* resume = std::getenv("GEOCCL_TCP_RESUME");
+    if ((resume && std::string(resume) == "on") || std::getenv("GEOCCL_DOMAIN"))
+      CHECK(count("claiming to be rank 1 stream 1 failed authentication") >= 1,
+            "rank 0 logged no failed takeover of rank 1's stream 1");
+    std::ifstream done(done_path);
+    int stranger_failures = -1;
+    CHECK(done >> stranger_failures && stranger_failures == 0, "the stranger reports %d attempt(s) not refused",
+          stranger_failures);
+    std::filesystem::remove(dump_path);
+    std::filesystem::remove(done_path);
+    std::filesystem::remove(log_path);
+  }
+  std::printf("rank %d: %d exact allreduce(s) while the stranger tried\n", cfg.rank, iterations);
+  CHECK(iterations > 0, "rank %d: no allreduce while the stranger tried", cfg.rank);
+  return g_failures ? 1 : 0;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -786,6 +1153,21 @@ int main(int argc, char** argv) {
         mode == "mismatch-op" || mode == "mismatch-bulk")
       return failure_mode(mode, cfg);
     if (mode == "callbacks-shutdown") return mode_callbacks_shutdown(cfg);
+    if (mode == "wrong-secret") {
+      // The last rank has another group secret: every rank fails at setup with a typed error that
+      // names the secret, and none hangs.
+      if (cfg.rank == cfg.world_size - 1) cfg.secret += " but another one";
+      try {
+        Communicator c(cfg);
+        std::fprintf(stderr, "rank %d joined a group with a wrong secret\n", cfg.rank);
+        return 1;
+      } catch (const Error& e) {
+        std::printf("rank %d: %s\n", cfg.rank, e.what());
+        const bool typed = e.code() == ErrorCode::kProtocol || e.code() == ErrorCode::kInvalidArgument;
+        return typed && std::string(e.what()).find("secret") != std::string::npos ? 0 : 2;
+      }
+    }
+    if (mode == "stranger") return mode_stranger(cfg);
     if (mode == "abort") return mode_abort(cfg);
     Communicator c(cfg);
     const int me = c.rank(), n = c.size();
@@ -794,6 +1176,7 @@ int main(int argc, char** argv) {
     if (mode == "collectives-big") return mode_collectives(c, true);
     if (mode == "hier-blocks") return mode_hier_blocks(c);
     if (mode == "channels") return mode_channels(c);
+    if (mode == "relay") return mode_relay(c);
     if (mode == "recv-any") return mode_recv_any(c);
     if (mode == "decider") {
       // GEOCCL_TRANSPORT remote=auto: every peer in another domain has a reason for its
@@ -810,6 +1193,68 @@ int main(int argc, char** argv) {
         if (expect) CHECK(ps.transport == expect, "peer %d on %s, expected %s", ps.peer, ps.transport.c_str(), expect);
       }
       return mode_collectives(c, false);
+    }
+    if (mode == "quic-outage") {
+      // Allreduces of 1 MiB and 4 KiB (a duplicated frame), each checked exactly, for
+      // GEOCCL_TEST_RUN_S seconds while tests/mp/quic_outage.sh drops every UDP packet for a
+      // while; a vote (the last element) makes every rank stop after the same iteration. With
+      // GEOCCL_TEST_EXPECT_REDIAL some connection of the group must have been replaced (which
+      // pairs are depends on who waited for whom when the cut came; the others recover by
+      // themselves). Every connection's flow-control windows are the ones flow_window.h sizes from
+      // the figures it reports, and a replacing connection's are sized from a measured path.
+      const auto run_for = std::chrono::seconds(env_int("GEOCCL_TEST_RUN_S", 10));
+      const auto t0 = std::chrono::steady_clock::now();
+      double worst_ms = 0;
+      int it = 0;
+      for (bool stop = false; !stop; ++it) {
+        const size_t count = it % 2 ? 1024 : (1u << 20) / 4;
+        std::vector<float> buf(count);
+        for (size_t i = 0; i + 1 < count; ++i) buf[i] = static_cast<float>((me + 1) * ((i + static_cast<size_t>(it)) % 89));
+        buf[count - 1] = std::chrono::steady_clock::now() - t0 >= run_for ? 1.f : 0.f;
+        const auto s0 = std::chrono::steady_clock::now();
+        c.allreduce(buf.data(), count, DataType::kFloat32, ReduceOp::kSum).wait();
+        worst_ms = std::max(worst_ms, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s0).count());
+        const float ranks = static_cast<float>(n * (n + 1) / 2);
+        for (size_t i = 0; i + 1 < count; ++i)
+          CHECK(buf[i] == ranks * static_cast<float>((i + static_cast<size_t>(it)) % 89), "iteration %d element %zu: %g",
+                it, i, static_cast<double>(buf[i]));
+        stop = buf[count - 1] != 0.f;
+      }
+      int64_t replaced = 0;
+      for (const auto& ps : c.peer_stats()) {
+        replaced += static_cast<int64_t>(ps.quic.reconnects);
+        std::printf("rank %d -> %d: %s, %llu reconnect(s) (%llu with 0-RTT), %llu frame(s) re-sent, %llu duplicated\n",
+                    me, ps.peer, ps.transport.c_str(), static_cast<unsigned long long>(ps.quic.reconnects),
+                    static_cast<unsigned long long>(ps.quic.zero_rtt),
+                    static_cast<unsigned long long>(ps.quic.frames_resent),
+                    static_cast<unsigned long long>(ps.quic.frames_duplicated));
+        CHECK(ps.transport == "quic", "peer %d on %s", ps.peer, ps.transport.c_str());
+        CHECK(ps.quic.frames_duplicated > 0, "peer %d: no small frame went out twice", ps.peer);
+        const auto& q = ps.quic;
+        transport::quic::WindowLimits limits;
+        limits.unmeasured = cfg.quic_window_bytes;
+        const auto sized = transport::quic::size_windows(q.window_rtt_ns, q.window_rate_bps, limits);
+        std::printf("rank %d -> %d: windows %llu B (stream %llu B, ceiling %llu B) sized from %.3f ms x %.0f Mbit/s\n",
+                    me, ps.peer, static_cast<unsigned long long>(q.window_bytes),
+                    static_cast<unsigned long long>(q.stream_window_bytes),
+                    static_cast<unsigned long long>(q.max_window_bytes), static_cast<double>(q.window_rtt_ns) / 1e6,
+                    static_cast<double>(q.window_rate_bps) / 1e6);
+        CHECK(q.window_bytes == sized.connection && q.stream_window_bytes == sized.stream,
+              "peer %d: windows %llu/%llu, sized %llu/%llu", ps.peer, static_cast<unsigned long long>(q.window_bytes),
+              static_cast<unsigned long long>(q.stream_window_bytes), static_cast<unsigned long long>(sized.connection),
+              static_cast<unsigned long long>(sized.stream));
+        if (q.reconnects > 0) {
+          CHECK(sized.measured, "peer %d: a replacing connection's windows were not sized from the path", ps.peer);
+          // Every rank takes 0-RTT (GEOCCL_QUIC_0RTT defaults to 1), and each connection had its
+          // ticket long before the cut: a replacement resumed with its frames as early data.
+          CHECK(q.zero_rtt > 0, "peer %d: %llu reconnect(s), none with 0-RTT (%llu refused)", ps.peer,
+                static_cast<unsigned long long>(q.reconnects), static_cast<unsigned long long>(q.zero_rtt_refused));
+        }
+      }
+      c.allreduce(&replaced, 1, DataType::kInt64, ReduceOp::kSum).wait();
+      if (std::getenv("GEOCCL_TEST_EXPECT_REDIAL")) CHECK(replaced >= 2, "no connection was replaced");
+      std::printf("rank %d: %d iterations, slowest %.0f ms\n", me, it, worst_ms);
+      return g_failures ? 1 : 0;
     }
     if (mode == "resume") {
       // Large allreduces and allgathers, each checked exactly, while the test kills data
@@ -837,6 +1282,70 @@ int main(int argc, char** argv) {
       std::printf("rank %d re-established %llu stream(s)\n", me, static_cast<unsigned long long>(reconnects));
       return 0;
     }
+    if (mode == "plan") {
+      // The planner's cost model against the clock (emulated WAN): for each size in
+      // GEOCCL_TEST_SIZES (bytes, comma-separated), every rank chose the same algorithm with the
+      // same prediction, and the median of GEOCCL_TEST_ITERS back-to-back allreduces (after one
+      // warm-up; the slowest rank's time per iteration) is within GEOCCL_TEST_TOLERANCE (a
+      // fraction) of the prediction. Results are exact.
+      const char* sizes_env = std::getenv("GEOCCL_TEST_SIZES");
+      const int iters = std::getenv("GEOCCL_TEST_ITERS") ? std::atoi(std::getenv("GEOCCL_TEST_ITERS")) : 5;
+      const double tol = std::getenv("GEOCCL_TEST_TOLERANCE") ? std::atof(std::getenv("GEOCCL_TEST_TOLERANCE")) : 0.3;
+      CHECK(sizes_env != nullptr && iters > 0, "GEOCCL_TEST_SIZES / GEOCCL_TEST_ITERS not set");
+      std::vector<size_t> sizes;
+      for (const char* p = sizes_env ? sizes_env : ""; *p;) {
+        char* end = nullptr;
+        sizes.push_back(std::strtoull(p, &end, 10));
+        p = *end == ',' ? end + 1 : end;
+      }
+      for (size_t bytes : sizes) {
+        const size_t count = bytes / 4;
+        const auto plan = c.plan_allreduce(count, DataType::kFloat32);
+        double agree[2] = {plan.predicted_ms, -plan.predicted_ms};
+        c.allreduce(agree, 2, DataType::kFloat64, ReduceOp::kMax).wait();
+        CHECK(agree[0] == -agree[1] && plan.predicted_ms > 0, "%zu B: predictions differ across ranks (%g .. %g)",
+              bytes, -agree[1], agree[0]);
+        // A timing on a shared 2-core machine: a round that meets a noisy moment (another
+        // process on the CPUs, a burst of queue drops on the emulated uplink) is measured once
+        // more, up to GEOCCL_TEST_ROUNDS rounds. Every rank sees the same slowest-rank times, so
+        // all decide alike.
+        const int rounds = std::getenv("GEOCCL_TEST_ROUNDS") ? std::atoi(std::getenv("GEOCCL_TEST_ROUNDS")) : 3;
+        std::vector<float> buf(count);
+        double median = 0, err = 0;
+        for (int round = 0; round < rounds; ++round) {
+          std::vector<double> ms;
+          for (int it = 0; it <= iters; ++it) {
+            for (size_t i = 0; i < count; ++i) buf[i] = static_cast<float>(input(me, i, DataType::kFloat32, ReduceOp::kSum));
+            const auto t0 = Clock::now();
+            c.allreduce(buf.data(), count, DataType::kFloat32, ReduceOp::kSum).wait();
+            if (it > 0) ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+          }
+          for (size_t i = 0; i < count; i += 997) {
+            int64_t s = 0;
+            for (int r = 0; r < c.size(); ++r) s += input(r, i, DataType::kFloat32, ReduceOp::kSum);
+            CHECK(buf[i] == static_cast<float>(s), "%zu B: element %zu", bytes, i);
+          }
+          c.allreduce(ms.data(), ms.size(), DataType::kFloat64, ReduceOp::kMax).wait();
+          std::sort(ms.begin(), ms.end());
+          median = ms[ms.size() / 2];
+          err = (median - plan.predicted_ms) / plan.predicted_ms;
+          if (me == 0)
+            std::printf("plan %zu B: %s, predicted %.1f ms, measured median %.1f ms (%+.0f %%), round %d\n", bytes,
+                        plan.algo.c_str(), plan.predicted_ms, median, err * 100, round + 1);
+          if (std::abs(err) <= tol) break;
+        }
+        CHECK(std::abs(err) <= tol, "%zu B (%s): predicted %.1f ms, measured %.1f ms in every one of %d rounds", bytes,
+              plan.algo.c_str(), plan.predicted_ms, median, rounds);
+        // With a WAN codec the choice stays among the hierarchical plans (the ones with WAN hops
+        // to compress).
+        OpOptions zo;
+        zo.compression = Compression::parse("int8");
+        const auto zplan = c.plan_allreduce(count, DataType::kFloat32, zo);
+        CHECK(zplan.algo.rfind("hier", 0) == 0, "%zu B with int8: %s chosen (%s)", bytes, zplan.algo.c_str(),
+              zplan.why.c_str());
+      }
+      return g_failures ? 1 : 0;
+    }
     if (mode == "topology") {
       // The domains found must be the ones given in GEOCCL_TEST_EXPECT ("0,0,1,1,2,2").
       std::string want = std::getenv("GEOCCL_TEST_EXPECT") ? std::getenv("GEOCCL_TEST_EXPECT") : "";
@@ -848,8 +1357,12 @@ int main(int argc, char** argv) {
         // The WAN treatment follows the domains however they were found: after a large
         // allreduce, peers of this rank's domain are on shared memory (one namespace = one host),
         // peers of other domains on TCP with BBR and frames striped over several streams.
+        // The hierarchical ring, where every rank carries WAN traffic (the cost model may send
+        // it all through the domain leaders).
         std::vector<float> buf((16u << 20) / 4, 1.f);
-        c.allreduce(buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum).wait();
+        OpOptions ring;
+        ring.algo = "hier-ring";
+        c.allreduce(buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum, ring).wait();
         const auto& dom = c.topology().domain_of;
         int striped_bulk = 0;
         for (const auto& ps : c.peer_stats()) {

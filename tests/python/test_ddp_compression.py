@@ -9,8 +9,9 @@ steps (examples/compression_convergence.py runs them in turn on one group):
 Each model is one DDP bucket (about 130,000 values) whose pieces, one per rank of a domain, are just
 under 65536 values, so that top-k at 1 % keeps about 1 % (k = 656 per chunk of 65536 values; a
 shorter piece keeps more): the test holds the codec to what it actually sent. Asserted (issue 14): int8 with error feedback
-within 1 % of fp32, top-k at 1 % with error feedback within 2 %; both without error feedback are run
-and printed for contrast. Parameters are identical on every rank in every run, and the hook's
+within 1 % of fp32, top-k at 1 % with error feedback within 2 % (the contrast runs without error
+feedback, "int8-noef" and "topk:0.01-noef", are the example's business: docs/compression.md).
+Parameters are identical on every rank in every run, and the hook's
 residuals are those of DDP's current buckets. Longer runs, the character LM among them:
 docs/compression.md, "Python".
 """
@@ -24,7 +25,7 @@ from conftest import HERE, REPO, format_outputs, read_json, run_ranks
 SCRIPT = os.path.join(REPO, "examples", "compression_convergence.py")
 REBUILD_WORKER = os.path.join(HERE, "_hook_rebuild_worker.py")
 WORLD, DOMAINS = 4, 2
-CONFIGS = ["fp32", "int8", "topk:0.01", "int8-noef", "topk:0.01-noef"]
+CONFIGS = ["fp32", "int8", "topk:0.01"]
 # Tolerance against fp32 of the asserted configurations (accuracy: absolute, 0.01 = 1 %).
 TOLERANCE = {"int8": 0.01, "topk:0.01": 0.02}
 # The most each codec may send per fp32 value it encodes (bytes): int8 ~1.03, top-k at 1 % ~0.04
@@ -107,10 +108,11 @@ def test_accuracy_with_compression(task, codec, request):
 
 def test_bucket_keys_survive_rebuild_and_stale_ones_are_forgotten(tmp_path):
     out = str(tmp_path / "rebuild")
-    # Every bucket on the hierarchical path: each rank encodes a piece of each, so each holds a
-    # residual per bucket.
+    # Every bucket on the hierarchical ring: each rank encodes a piece of each, so each holds a
+    # residual per bucket (on the leaders' exchange, which the cost model may choose, only the
+    # leaders would).
     outputs = run_ranks(WORLD, [REBUILD_WORKER, out, str(DOMAINS)], timeout=180, tmp_path=tmp_path,
-                        extra_env={"GEOCCL_WAN_SMALL_MSG_BYTES": "4K", "GEOCCL_SMALL_MSG_BYTES": "4K"})
+                        extra_env={"GEOCCL_ALGO": "hier-ring"})
     assert all(rc == 0 for rc, _ in outputs), format_outputs(outputs)
     ranks = [read_json(f"{out}.{r}") for r in range(WORLD)]
     # The hook says what the residuals take whenever the bucket set changes: the first iteration's

@@ -162,6 +162,7 @@ TEST(CommunicatorMetrics, TwoRanksOverTcp) {
     c.connect_timeout = std::chrono::seconds(30);
     c.domain = rank == 0 ? "a" : "b";
     c.metrics_link_bps = 1000000000;
+    c.plan_probe_bytes = 0;  // no start-up path probe: the peer's bytes are the operations' only
     Communicator comm(c);
     std::vector<float> buf(kCount, 1.0f);
     for (int i = 0; i < 3; ++i)

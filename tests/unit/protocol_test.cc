@@ -184,7 +184,7 @@ TEST(Handshake, HelloRoundTripAndChecks) {
   EXPECT_EQ(b[28], 7);                // minor after the fields of version 3
   EXPECT_EQ(b[30], 0x01);             // flags, low byte first
   EXPECT_EQ(b[34], 0x08);             // params hash, low byte first
-  for (size_t i = kHelloSize - kHandshakeReserved; i < kHelloSize; ++i) EXPECT_EQ(b[i], 0) << i;
+  for (size_t i = kHelloSize - kHelloReserved; i < kHelloSize; ++i) EXPECT_EQ(b[i], 0) << i;
   Hello d;
   ASSERT_EQ(decode_hello(b, &d), HandshakeStatus::kAccepted);
   EXPECT_EQ(d, h);
@@ -204,11 +204,45 @@ TEST(Handshake, HelloRoundTripAndChecks) {
   EXPECT_EQ(decode_hello(garbage, &d), HandshakeStatus::kBadMagic);
 }
 
+TEST(Handshake, RelayFieldsRoundTripAndAreChecked) {
+  Hello h;
+  h.rank = 2;
+  h.world_size = 3;
+  h.session_id = 42;
+  h.flags = kHelloFlagRelayRequest;
+  h.via = 0;  // "connect me to rank 0"
+  auto b = encode_hello(h);
+  EXPECT_EQ(b[30], kHelloFlagRelayRequest);
+  b[42] = 1;  // via = 1, at offset 42, low byte first
+  Hello d;
+  ASSERT_EQ(decode_hello(b, &d), HandshakeStatus::kAccepted);
+  EXPECT_EQ(d.via, 1u);
+  EXPECT_EQ(check_hello(d, 3, 42, 2, 0), HandshakeStatus::kAccepted);
+  d.via = 2;  // itself
+  EXPECT_EQ(check_hello(d, 3, 42, 2, 0), HandshakeStatus::kBadRank);
+  d.via = 3;  // no such rank
+  EXPECT_EQ(check_hello(d, 3, 42, 2, 0), HandshakeStatus::kBadRank);
+  d.via = 1;
+  d.flags = kHelloFlagRelayed;
+  EXPECT_EQ(check_hello(d, 3, 42, 2, 0), HandshakeStatus::kAccepted);
+  d.flags = kHelloFlagRelayed | kHelloFlagRelayRequest;
+  EXPECT_EQ(check_hello(d, 3, 42, 2, 0), HandshakeStatus::kMalformed);
+  d.flags = 0;
+  d.via = 7;  // without a relay flag `via` means nothing
+  EXPECT_EQ(check_hello(d, 3, 42, 2, 0), HandshakeStatus::kAccepted);
+  Reply r;
+  r.status = HandshakeStatus::kUnreachable;
+  Reply rd;
+  ASSERT_EQ(decode_reply(encode_reply(r), &rd), HandshakeStatus::kAccepted);
+  EXPECT_EQ(rd.status, HandshakeStatus::kUnreachable);
+  EXPECT_STREQ(handshake_status_name(HandshakeStatus::kUnreachable), "the relay cannot reach that rank");
+}
+
 TEST(Handshake, ReservedBytesAreIgnored) {
   Hello h;
   h.rank = 1;
   auto b = encode_hello(h);
-  for (size_t i = kHelloSize - kHandshakeReserved; i < kHelloSize; ++i) b[i] = 0xa5;
+  for (size_t i = kHelloSize - kHelloReserved; i < kHelloSize; ++i) b[i] = 0xa5;
   Hello d;
   ASSERT_EQ(decode_hello(b, &d), HandshakeStatus::kAccepted);
   EXPECT_EQ(d, h);
@@ -237,7 +271,7 @@ TEST(Handshake, Reply) {
   ASSERT_EQ(decode_reply(b, &d), HandshakeStatus::kAccepted);
   EXPECT_EQ(d, r);
   auto unknown = b;
-  unknown[10] = static_cast<uint8_t>(HandshakeStatus::kBadParams) + 1;
+  unknown[10] = static_cast<uint8_t>(HandshakeStatus::kUnreachable) + 1;
   EXPECT_EQ(decode_reply(unknown, &d), HandshakeStatus::kMalformed);
   unknown = b;
   unknown[0] ^= 1;

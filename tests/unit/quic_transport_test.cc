@@ -18,6 +18,7 @@
 #include "transport/quic/address.h"
 #include "transport/quic/device.h"
 #include "transport/router.h"
+#include "requests.h"
 
 using namespace geoccl;
 using namespace std::chrono_literals;
@@ -27,22 +28,14 @@ using transport::quic::QuicOptions;
 
 namespace {
 
-bool wait_for(const std::vector<RequestPtr>& reqs, std::chrono::seconds limit, bool delivered = false) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  for (const auto& r : reqs)
-    while (!(delivered ? r->delivered.load(std::memory_order_acquire) : r->done.load(std::memory_order_acquire))) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      std::this_thread::sleep_for(1ms);
-    }
-  return true;
-}
+using test_support::wait_for;
 
 struct Side {
   runtime::EventLoop loop;
   transport::Group group;
   std::unique_ptr<QuicDevice> dev;
-  Side(const char* name, int r) : loop(name), group(loop, r, 2, 42, 0, [] {}) {
-    dev = std::make_unique<QuicDevice>(group, "127.0.0.1", QuicOptions{});
+  Side(const char* name, int r, const QuicOptions& o = {}) : loop(name), group(loop, r, 2, 42, 0, [] {}) {
+    dev = std::make_unique<QuicDevice>(group, "127.0.0.1", o);
   }
 };
 
@@ -113,6 +106,13 @@ TEST(QuicTransport, FramesArriveIntactPostedEarlyOrLateAndAreDelivered) {
   EXPECT_GT(ps.quic.cwnd_bytes, 0u);
   EXPECT_GE(ps.quic.streams_opened, frames);
   EXPECT_EQ(ps.quic.congestion_control, "bbr2");
+  // The windows are the ones sized from the figures reported (unmeasured: the configured window).
+  const auto sized = transport::quic::size_windows(ps.quic.window_rtt_ns, ps.quic.window_rate_bps,
+                                                   QuicOptions{}.window_limits());
+  EXPECT_EQ(ps.quic.window_bytes, sized.connection);
+  EXPECT_EQ(ps.quic.stream_window_bytes, sized.stream);
+  EXPECT_GE(ps.quic.window_bytes, QuicOptions{}.window_bytes);
+  EXPECT_GT(ps.quic.max_window_bytes, 0u);
   EXPECT_FALSE(s0.group.failed());
   EXPECT_FALSE(s1.group.failed());
 }
@@ -159,6 +159,77 @@ TEST(QuicTransport, AddressesRoundTripAndRejectGarbage) {
   EXPECT_FALSE(transport::quic::decode_address(transport::quic::encode_address({"no-port", {}}), &b));
 }
 
+// Rank 1 re-dials rank 0 while frames are in flight both ways (as after a silence); the new
+// connection resumes the first one's TLS session. Returns rank 1's and rank 0's view of each
+// other once every frame arrived; every frame is checked, and each arrives exactly once.
+std::pair<PeerStats, PeerStats> redial_with_frames_in_flight(Side& s0, Side& s1) {
+  const auto [e0, e1] = connect(s0, s1, s0.dev->address(), s1.dev->address());
+  EXPECT_EQ(e0, "");
+  EXPECT_EQ(e1, "");
+  std::mt19937_64 rng(11);
+  const size_t rounds = 3, frames = 24;
+  size_t seq = 0;
+  for (size_t round = 0; round < rounds; ++round) {
+    // Round 0 brings the session ticket; in round 1 the re-dial comes right behind the sends, so
+    // their frames are unacknowledged and go again on the new connection; round 2 runs on it.
+    std::vector<std::vector<uint8_t>> src(2 * frames), dst(2 * frames);
+    std::vector<RequestPtr> reqs;
+    for (size_t i = 0; i < 2 * frames; ++i) {
+      const size_t n = i % 6 == 0 ? (1u << 20) + 5 : rng() % 3 == 0 ? rng() % 64 : rng() % 30000;
+      src[i].resize(n);
+      for (auto& b : src[i]) b = static_cast<uint8_t>(rng());
+      dst[i].assign(n, 0);
+    }
+    for (size_t i = 0; i < frames; ++i) {
+      reqs.push_back(s0.dev->recv(1, header(seq + i, dst[i].size()), dst[i]));
+      reqs.push_back(s1.dev->recv(0, header(seq + i, dst[frames + i].size()), dst[frames + i]));
+    }
+    std::vector<RequestPtr> sends;
+    for (size_t i = 0; i < frames; ++i) {
+      sends.push_back(s1.dev->send(0, header(seq + i, src[i].size()), src[i]));
+      sends.push_back(s0.dev->send(1, header(seq + i, src[frames + i].size()), src[frames + i]));
+    }
+    if (round == 1) s1.dev->redial_now(0);
+    EXPECT_TRUE(wait_for(reqs, 30s)) << "round " << round;
+    EXPECT_TRUE(wait_for(sends, 30s, true)) << "round " << round << ": not every frame was acknowledged";
+    for (size_t i = 0; i < reqs.size(); ++i) EXPECT_TRUE(reqs[i]->ok()) << reqs[i]->failure.message;
+    for (size_t i = 0; i < 2 * frames; ++i) EXPECT_EQ(src[i], dst[i]) << "round " << round << " frame " << i;
+    seq += frames;
+    if (round == 0) std::this_thread::sleep_for(100ms);  // the ticket follows the handshake
+  }
+  PeerStats p1, p0;
+  p1.peer = 0;
+  s1.dev->stats(&p1);
+  p0.peer = 1;
+  s0.dev->stats(&p0);
+  EXPECT_EQ(p1.frames_received, rounds * frames);  // exactly once: no copy was taken twice
+  EXPECT_EQ(p0.frames_received, rounds * frames);
+  EXPECT_EQ(p1.quic.reconnects, 1u);
+  EXPECT_EQ(p0.quic.reconnects, 1u);
+  EXPECT_GT(p1.quic.frames_resent + p0.quic.frames_resent, 0u);
+  EXPECT_FALSE(s0.group.failed());
+  EXPECT_FALSE(s1.group.failed());
+  return {p1, p0};
+}
+
+TEST(QuicTransport, ARedialResumesTheSessionAndSendsItsFramesAsZeroRtt) {
+  Side s0("q0", 0), s1("q1", 1);
+  const auto [p1, p0] = redial_with_frames_in_flight(s0, s1);
+  EXPECT_EQ(p1.quic.zero_rtt, 1u);  // the dialler's early data was accepted
+  EXPECT_EQ(p0.quic.zero_rtt, 1u);  // and the acceptor took it
+  EXPECT_EQ(p1.quic.zero_rtt_refused, 0u);
+}
+
+TEST(QuicTransport, ARedialFallsBackToAFullHandshakeWhenTheAcceptorRefusesZeroRtt) {
+  QuicOptions no0rtt;
+  no0rtt.zero_rtt = false;
+  Side s0("q0", 0, no0rtt), s1("q1", 1);
+  const auto [p1, p0] = redial_with_frames_in_flight(s0, s1);
+  EXPECT_EQ(p1.quic.zero_rtt, 0u);
+  EXPECT_EQ(p1.quic.zero_rtt_refused, 1u);
+  EXPECT_EQ(p0.quic.zero_rtt, 0u);
+}
+
 TEST(QuicTransport, OptionsAndTransportChoiceFromEnvironment) {
   ::setenv("GEOCCL_QUIC_CC", "cubic", 1);
   ::setenv("GEOCCL_QUIC_WINDOW_BYTES", "16M", 1);
@@ -178,6 +249,10 @@ TEST(QuicTransport, OptionsAndTransportChoiceFromEnvironment) {
       Error);
   ::unsetenv("GEOCCL_QUIC_CC");
   ::unsetenv("GEOCCL_QUIC_WINDOW_BYTES");
+  EXPECT_TRUE(QuicOptions::from_config(Config::from_env()).zero_rtt);
+  ::setenv("GEOCCL_QUIC_0RTT", "0", 1);
+  EXPECT_FALSE(QuicOptions::from_config(Config::from_env()).zero_rtt);
+  ::unsetenv("GEOCCL_QUIC_0RTT");
   const auto q = transport::PathChoice::parse("quic");
   EXPECT_EQ(q.host, "quic");
   EXPECT_EQ(q.remote, "quic");

@@ -7,6 +7,7 @@
 
 #include "geoccl/config.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
@@ -23,8 +25,11 @@
 #include "runtime/event_loop.h"
 #include "transport/group.h"
 #include "protocol/handshake.h"
+#include "security/secret.h"
+#include "transport/tcp/address.h"
 #include "transport/tcp/device.h"
 #include "transport/tcp/socket_util.h"
+#include "requests.h"
 
 using namespace geoccl;
 using namespace std::chrono_literals;
@@ -34,15 +39,7 @@ using transport::tcp::TcpDevice;
 
 namespace {
 
-bool wait_all(const std::vector<RequestPtr>& reqs, std::chrono::seconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  for (const auto& r : reqs)
-    while (!r->done.load(std::memory_order_acquire)) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      std::this_thread::sleep_for(1ms);
-    }
-  return true;
-}
+bool wait_all(const std::vector<RequestPtr>& reqs, std::chrono::seconds limit) { return test_support::wait_for(reqs, limit); }
 
 // One rank of the pair: its loop, its group state and its TCP device.
 struct Side {
@@ -51,8 +48,10 @@ struct Side {
   std::unique_ptr<TcpDevice> dev;
   const int rank;
 
-  Side(const char* name, int r, const TcpOptions& o)
+  // `key`: the group secret's job key (authenticated, sealed connections).
+  Side(const char* name, int r, const TcpOptions& o, std::optional<security::GroupKey> key = std::nullopt)
       : loop(name), group(loop, r, 2, 42, 0, [] {}), rank(r) {
+    group.set_security(std::move(key));
     dev = std::make_unique<TcpDevice>(group, "127.0.0.1", o);
   }
   RequestPtr send(int peer, const protocol::FrameHeader& h, std::span<const uint8_t> b) {
@@ -76,12 +75,17 @@ struct Side {
 struct Pair {
   std::unique_ptr<Side> t0, t1;
 
-  // `wan`: each treats the other as a WAN peer (striping over every data stream).
-  Pair(int streams, TcpOptions o, bool wan = true) {
+  // `wan`: each treats the other as a WAN peer (striping over every data stream). `keys`: the
+  // job keys of rank 0 and rank 1 (none: plaintext). `via`: rank 1 dials rank 0 at the address
+  // it returns for rank 0's endpoint (a relay on the path).
+  Pair(int streams, TcpOptions o, bool wan = true,
+       std::pair<std::optional<security::GroupKey>, std::optional<security::GroupKey>> keys = {},
+       const std::function<std::string(const std::string&)>& via = {}) {
     o.data_streams = streams;
-    t0 = std::make_unique<Side>("t0", 0, o);
-    t1 = std::make_unique<Side>("t1", 1, o);
-    const auto a0 = t0->dev->address(), a1 = t1->dev->address();
+    t0 = std::make_unique<Side>("t0", 0, o, keys.first);
+    t1 = std::make_unique<Side>("t1", 1, o, keys.second);
+    const auto a0 = via ? transport::tcp::encode_address(via(t0->dev->endpoint())) : t0->dev->address();
+    const auto a1 = t1->dev->address();
     const auto deadline = std::chrono::steady_clock::now() + 10s;
     std::thread c0([&] { t0->dev->connect({1}, [&](int) { return a1; }, {}, deadline); });
     t1->dev->connect({0}, [&](int) { return a0; }, {}, deadline);
@@ -259,14 +263,15 @@ void two_way_flow(Pair& p, int frames, uint64_t seed, Flow& up, Flow& down,
   }
 }
 
-void reset_while_transferring(int streams, uint64_t seed, bool zerocopy = false) {
+void reset_while_transferring(int streams, uint64_t seed, bool zerocopy = false,
+                              std::optional<security::GroupKey> key = std::nullopt) {
   TcpOptions o;
   o.resume = true;
   o.zerocopy = zerocopy;
   o.zerocopy_min_bytes = 4096;
   o.resume_timeout = 10s;
   o.buffer_bytes = 1 << 20;  // small buffers: more of each transfer is in flight at a reset
-  Pair p(streams, o);
+  Pair p(streams, o, true, {key, key});
   std::mt19937_64 rng(seed);
   Flow up, down;  // 0 -> 1 and 1 -> 0
   make_flow(up, 200, rng);
@@ -556,4 +561,411 @@ TEST(TcpTransport, UnknownControlFramesOfANewerMinorVersionAreSkipped) {
   std::this_thread::sleep_for(50ms);
   EXPECT_FALSE(t0.failure().has_value());
   for (int fd : fds) ::close(fd);
+}
+
+// ---- Security (docs/security.md): authenticated, sealed connections against an adversary on
+// the path (a relay that sees and changes every byte) and a stranger who knows everything the
+// store holds (session id, addresses, group parameters).
+
+namespace {
+
+using test_support::job_key_of;
+
+// Bytes rank 1 (the dialler) writes on a connection before its first frame.
+constexpr size_t kDiallerHandshake = protocol::kHelloSize + security::kAuthInitSize + security::kAuthFinSize;
+
+// A TCP relay on the path from rank 1 to rank 0: forwards every connection both ways, keeps what
+// rank 1 sent (per connection, in accept order: 0 = control, then the data streams) and lets a
+// test change it: edit(conn, stream so far including `chunk`, chunk) may change, grow or empty
+// the chunk before it is forwarded.
+class Relay {
+ public:
+  using Edit = std::function<void(int conn, const std::vector<uint8_t>& sent, std::vector<uint8_t>& chunk)>;
+  Relay(const std::string& target, Edit edit) : target_(target), edit_(std::move(edit)) {
+    listen_fd_ = transport::tcp::listen_on("127.0.0.1", 0);
+    endpoint_ = transport::tcp::join_host_port("127.0.0.1", transport::tcp::local_port(listen_fd_));
+    threads_.emplace_back([this] { accept_loop(); });
+  }
+  ~Relay() {
+    stop_ = true;
+    for (auto& t : threads_) t.join();  // each polls with a short timeout
+    for (int fd : fds_) ::close(fd);
+    ::close(listen_fd_);
+  }
+  const std::string& endpoint() const { return endpoint_; }
+  std::vector<uint8_t> sent(int conn) {
+    std::lock_guard<std::mutex> l(mu_);
+    return conn < static_cast<int>(sent_.size()) ? sent_[static_cast<size_t>(conn)] : std::vector<uint8_t>{};
+  }
+  std::vector<uint8_t> all_sent() {
+    std::lock_guard<std::mutex> l(mu_);
+    std::vector<uint8_t> all;
+    for (const auto& v : sent_) all.insert(all.end(), v.begin(), v.end());
+    return all;
+  }
+
+ private:
+  static bool readable(int fd) {
+    pollfd p{fd, POLLIN, 0};
+    return ::poll(&p, 1, 20) > 0;
+  }
+  void accept_loop() {
+    // Threads are added only here; the destructor joins after this one ends (it is first).
+    while (!stop_) {
+      if (!readable(listen_fd_)) continue;
+      const int in = ::accept(listen_fd_, nullptr, nullptr);
+      if (in < 0) continue;
+      std::string host;
+      uint16_t port = 0;
+      transport::tcp::split_host_port(target_, &host, &port);
+      const int out = transport::tcp::connect_with_timeout(host, port, 5s);
+      int conn = 0;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        fds_.push_back(in);
+        if (out >= 0) fds_.push_back(out);
+        conn = static_cast<int>(sent_.size());
+        sent_.emplace_back();
+      }
+      if (out < 0) continue;
+      pumps_.emplace_back([this, in, out, conn] { pump(in, out, conn); });
+      pumps_.emplace_back([this, in, out] { pump(out, in, -1); });
+    }
+    for (auto& t : pumps_) t.join();
+  }
+  // Copies from -> to until either end closes; conn >= 0: rank 1's direction, kept and edited.
+  void pump(int from, int to, int conn) {
+    std::vector<uint8_t> buf(64 << 10);
+    while (!stop_) {
+      if (!readable(from)) continue;
+      const ssize_t n = ::recv(from, buf.data(), buf.size(), 0);
+      if (n <= 0) break;
+      std::vector<uint8_t> chunk(buf.begin(), buf.begin() + n);
+      if (conn >= 0) {
+        std::lock_guard<std::mutex> l(mu_);
+        auto& sent = sent_[static_cast<size_t>(conn)];
+        sent.insert(sent.end(), chunk.begin(), chunk.end());
+        if (edit_) edit_(conn, sent, chunk);
+      }
+      if (!chunk.empty() && !transport::tcp::write_all(to, chunk, std::chrono::steady_clock::now() + 5s)) break;
+    }
+    ::shutdown(to, SHUT_WR);
+  }
+
+  const std::string target_;
+  Edit edit_;
+  int listen_fd_ = -1;
+  std::string endpoint_;
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::vector<std::vector<uint8_t>> sent_;
+  std::vector<int> fds_;
+  std::vector<std::thread> threads_, pumps_;
+};
+
+// `n` bytes of an easily recognised pattern (a "gradient").
+std::vector<uint8_t> marked(size_t n) {
+  std::vector<uint8_t> v(n);
+  const char mark[] = "GRADIENT";
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(mark[i % 8]);
+  return v;
+}
+
+bool contains(const std::vector<uint8_t>& hay, const std::vector<uint8_t>& needle) {
+  return std::search(hay.begin(), hay.end(), needle.begin(), needle.end()) != hay.end();
+}
+
+// Rank 1 sends `frames` marked frames of `bytes` to rank 0 through a relay with `edit`; returns
+// rank 0's receives (completed, or failed) and the relay's view.
+struct Attack {
+  std::unique_ptr<Relay> relay;
+  std::unique_ptr<Pair> pair;
+  std::vector<std::vector<uint8_t>> dst;
+  std::vector<RequestPtr> sends, recvs;
+};
+void attack(Attack& a, bool secured, const Relay::Edit& edit, int frames = 3, size_t bytes = 4096) {
+  std::optional<security::GroupKey> key;
+  if (secured) key = job_key_of("a secret both ranks share");
+  TcpOptions o;
+  a.pair = std::make_unique<Pair>(1, o, true, std::make_pair(key, key), [&](const std::string& ep) {
+    a.relay = std::make_unique<Relay>(ep, edit);
+    return a.relay->endpoint();
+  });
+  static const std::vector<uint8_t> src = marked(bytes);
+  a.dst.assign(static_cast<size_t>(frames), std::vector<uint8_t>(bytes));
+  for (int i = 0; i < frames; ++i) {
+    a.recvs.push_back(a.pair->t0->recv(1, header(static_cast<uint64_t>(i), bytes), a.dst[static_cast<size_t>(i)]));
+    a.sends.push_back(a.pair->t1->send(0, header(static_cast<uint64_t>(i), bytes), src));
+    std::this_thread::sleep_for(20ms);  // one frame at a time on the wire
+  }
+  ASSERT_TRUE(wait_all(a.recvs, 10s)) << "a receive hangs";
+  ASSERT_TRUE(wait_all(a.sends, 10s)) << "a send hangs";
+}
+
+// Rank 0 refused the change: the group failed with kProtocol naming rank 1, on both ranks
+// (rank 1 hears it from rank 0), and no altered byte reached the destination.
+void expect_refused(Attack& a) {
+  const auto f = a.pair->t0->failure();
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->code, ErrorCode::kProtocol) << f->message;
+  EXPECT_NE(f->message.find("rank 1"), std::string::npos) << f->message;
+  EXPECT_NE(f->message.find("failed authentication"), std::string::npos) << f->message;
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!a.pair->t1->failure() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(5ms);
+  EXPECT_TRUE(a.pair->t1->failure().has_value());
+  const auto good = marked(a.dst[0].size());
+  for (size_t i = 0; i < a.recvs.size(); ++i) {
+    if (a.recvs[i]->ok()) EXPECT_EQ(a.dst[i], good) << "frame " << i;
+    else EXPECT_TRUE(std::all_of(a.dst[i].begin(), a.dst[i].end(), [](uint8_t b) { return b == 0 || b == 'G' || b == 'R' || b == 'A' || b == 'D' || b == 'I' || b == 'E' || b == 'N' || b == 'T'; }));
+  }
+}
+
+// Where frame `k` (all of `bytes`) starts in rank 1's data stream (one record per frame).
+size_t frame_start(size_t k, size_t bytes) {
+  return kDiallerHandshake + k * (protocol::kFrameHeaderSize + security::sealed_payload_size(bytes));
+}
+
+// An edit that flips the lowest bit of byte `at` of rank 1's first data stream.
+Relay::Edit flip_bit_at(size_t at) {
+  return [at](int conn, const std::vector<uint8_t>& sent, std::vector<uint8_t>& chunk) {
+    const size_t chunk_start = sent.size() - chunk.size();
+    if (conn == 1 && at >= chunk_start && at < sent.size()) chunk[at - chunk_start] ^= 0x01;
+  };
+}
+
+}  // namespace
+
+TEST(SecureTransport, SealedFramesArriveIntactAndNoGradientIsOnTheWire) {
+  Attack plain;
+  attack(plain, false, {});
+  for (const auto& r : plain.recvs) ASSERT_TRUE(r->ok()) << r->failure.message;
+  // Without a secret the relay reads the gradient (so this check can fail)...
+  EXPECT_TRUE(contains(plain.relay->all_sent(), marked(64)));
+  Attack sealed;
+  attack(sealed, true, {});
+  for (const auto& r : sealed.recvs) ASSERT_TRUE(r->ok()) << r->failure.message;
+  for (const auto& d : sealed.dst) EXPECT_EQ(d, marked(d.size()));
+  // ...with one it does not: 16 bytes of the pattern appear nowhere.
+  EXPECT_FALSE(contains(sealed.relay->all_sent(), marked(16)));
+  EXPECT_FALSE(sealed.pair->t0->failure().has_value());
+}
+
+TEST(SecureTransport, ModifiedFrameIsRefusedBeforeItReachesMemory) {
+  constexpr size_t kBytes = 4096;
+  Attack a;
+  // One bit of frame 1's payload.
+  attack(a, true, flip_bit_at(frame_start(1, kBytes) + protocol::kFrameHeaderSize + security::kTagBytes + 100));
+  EXPECT_TRUE(a.recvs[0]->ok()) << a.recvs[0]->failure.message;
+  EXPECT_FALSE(a.recvs[1]->ok());
+  EXPECT_EQ(a.recvs[1]->failure.code, ErrorCode::kProtocol);
+  expect_refused(a);
+  EXPECT_EQ(a.dst[1], std::vector<uint8_t>(kBytes, 0));  // nothing of the altered frame
+}
+
+TEST(SecureTransport, ModifiedHeaderIsRefused) {
+  constexpr size_t kBytes = 4096;
+  Attack a;
+  attack(a, true, flip_bit_at(frame_start(1, kBytes) + 16));  // frame 1's seq
+  EXPECT_TRUE(a.recvs[0]->ok());
+  expect_refused(a);
+}
+
+TEST(SecureTransport, ReplayedFrameIsRefused) {
+  constexpr size_t kBytes = 4096;
+  Attack a;
+  attack(a, true, [](int conn, const std::vector<uint8_t>& sent, std::vector<uint8_t>& chunk) {
+    // Once frame 0 has gone by, its bytes again (a replay right behind the original).
+    static bool done = false;
+    const size_t end = frame_start(1, kBytes);
+    if (conn == 1 && !done && sent.size() >= end) {
+      done = true;
+      const size_t chunk_start = sent.size() - chunk.size();
+      std::vector<uint8_t> out(sent.begin() + static_cast<std::ptrdiff_t>(chunk_start),
+                               sent.begin() + static_cast<std::ptrdiff_t>(end));
+      out.insert(out.end(), sent.begin() + static_cast<std::ptrdiff_t>(frame_start(0, kBytes)),
+                 sent.begin() + static_cast<std::ptrdiff_t>(end));
+      out.insert(out.end(), sent.begin() + static_cast<std::ptrdiff_t>(end), sent.end());
+      chunk.swap(out);
+    }
+  });
+  EXPECT_TRUE(a.recvs[0]->ok());
+  EXPECT_FALSE(a.recvs[1]->ok());
+  expect_refused(a);
+}
+
+TEST(SecureTransport, InjectedFrameIsRefused) {
+  constexpr size_t kBytes = 4096;
+  Attack a;
+  attack(a, true, [](int conn, const std::vector<uint8_t>& sent, std::vector<uint8_t>& chunk) {
+    // A data frame for receive 0 made up by the relay, in front of the genuine one.
+    static bool done = false;
+    if (conn != 1 || done || sent.size() < kDiallerHandshake) return;
+    done = true;
+    protocol::FrameHeader h = header(0, kBytes);
+    h.payload_len = kBytes;
+    const auto hb = protocol::encode_frame_header(h);
+    std::vector<uint8_t> forged(hb.begin(), hb.end());
+    forged.resize(protocol::kFrameHeaderSize + security::sealed_payload_size(kBytes), 0x66);
+    const size_t chunk_start = sent.size() - chunk.size();
+    const size_t at = kDiallerHandshake - std::min(kDiallerHandshake, chunk_start);
+    chunk.insert(chunk.begin() + static_cast<std::ptrdiff_t>(at), forged.begin(), forged.end());
+  });
+  EXPECT_FALSE(a.recvs[0]->ok());
+  expect_refused(a);
+  EXPECT_EQ(a.dst[0], std::vector<uint8_t>(kBytes, 0));
+}
+
+TEST(SecureTransport, WrongSecretFailsAtConnectOnBothSides) {
+  TcpOptions o;
+  Side t0("t0", 0, o, job_key_of("the secret of rank zero")), t1("t1", 1, o, job_key_of("the secret of rank one!"));
+  const auto a0 = t0.dev->address();
+  std::string acceptor_error;
+  std::thread acceptor([&] {
+    try {
+      t0.dev->connect({1}, [](int) { return std::vector<uint8_t>{}; }, {}, std::chrono::steady_clock::now() + 3s);
+    } catch (const Error& e) {
+      acceptor_error = e.what();
+    }
+  });
+  try {
+    t1.dev->connect({0}, [&](int) { return a0; }, {}, std::chrono::steady_clock::now() + 3s);
+    ADD_FAILURE() << "connected with a wrong secret";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kProtocol);
+    EXPECT_NE(std::string(e.what()).find("could not prove the group secret"), std::string::npos) << e.what();
+  }
+  acceptor.join();
+  EXPECT_NE(acceptor_error.find("rejected our proof of the group secret"), std::string::npos) << acceptor_error;
+  EXPECT_EQ(t0.dev->rejected_connections(), 1u);
+}
+
+TEST(SecureTransport, SecretOnOneSideOnlyIsAClearError) {
+  TcpOptions o;
+  Side t0("t0", 0, o, job_key_of("only rank zero has it")), t1("t1", 1, o);
+  const auto a0 = t0.dev->address();
+  try {
+    t1.dev->connect({0}, [&](int) { return a0; }, {}, std::chrono::steady_clock::now() + 3s);
+    ADD_FAILURE() << "connected without a secret";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kProtocol);
+    EXPECT_NE(std::string(e.what()).find("one side has a group secret"), std::string::npos) << e.what();
+  }
+}
+
+TEST(SecureTransport, StrangerWhoKnowsTheStoreCannotJoinNorReplaceADataStream) {
+  TcpOptions o;
+  o.resume = true;
+  const auto key = job_key_of("a secret both ranks share");
+  Pair p(2, o, true, {key, key});
+  std::mt19937_64 rng(5);
+  transfer(p, 20, rng);
+  std::string host;
+  uint16_t port = 0;
+  transport::tcp::split_host_port(p.t0->dev->endpoint(), &host, &port);
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  // The stranger's Hello is perfect (session id and parameters from the store), for data stream 1
+  // of rank 1, which exists: before authentication that replaced the stream.
+  protocol::Hello h;
+  h.stream = 1;
+  h.rank = 1;
+  h.world_size = 2;
+  h.session_id = 42;
+  for (bool claims_auth : {false, true}) {
+    h.flags = claims_auth ? protocol::kHelloFlagAuth : 0;
+    const int fd = transport::tcp::connect_with_timeout(host, port, 5s);
+    ASSERT_GE(fd, 0);
+    const timeval tv{5, 0};  // bounded: the last recv below must not hang if the rank keeps it open
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    security::AuthDialler guess(job_key_of("a guess at the group secret"));
+    std::vector<uint8_t> out;
+    const auto hb = protocol::encode_hello(h);
+    out.insert(out.end(), hb.begin(), hb.end());
+    if (claims_auth) {
+      const auto init = guess.init();
+      out.insert(out.end(), init.begin(), init.end());
+    }
+    ASSERT_TRUE(transport::tcp::write_all(fd, out, deadline));
+    std::array<uint8_t, protocol::kReplySize> rb{};
+    ASSERT_TRUE(transport::tcp::read_all(fd, rb, deadline));
+    protocol::Reply reply;
+    ASSERT_EQ(protocol::decode_reply(rb, &reply), protocol::HandshakeStatus::kAccepted);
+    if (!claims_auth) {
+      EXPECT_EQ(reply.status, protocol::HandshakeStatus::kAuthMismatch);
+    } else {
+      EXPECT_EQ(reply.status, protocol::HandshakeStatus::kAccepted);
+      std::array<uint8_t, security::kAuthRespSize> resp{};
+      ASSERT_TRUE(transport::tcp::read_all(fd, resp, deadline));
+      std::array<uint8_t, security::kAuthFinSize> fin{};
+      security::ConnectionKeys keys;
+      EXPECT_EQ(guess.on_resp(hb, rb, resp, &fin, &keys), security::AuthStatus::kBadProof);
+      fin[8] = 0;  // claims success, with a proof it cannot make
+      ASSERT_TRUE(transport::tcp::write_all(fd, fin, deadline));
+      // Then frames, as if it had joined: never read.
+      const auto junk = marked(4096);
+      (void)transport::tcp::write_all(fd, junk, deadline);
+    }
+    uint8_t b = 0;
+    EXPECT_LE(::recv(fd, &b, 1, 0), 0) << "the stranger's connection stays open";
+    ::close(fd);
+  }
+  EXPECT_EQ(p.t0->dev->rejected_connections(), 2u);
+  EXPECT_FALSE(p.t0->failure().has_value());
+  EXPECT_FALSE(p.t1->failure().has_value());
+  // The group goes on, on the same streams.
+  transfer(p, 20, rng);
+  for (const auto& ps : p.t0->stats())
+    for (const auto& st : ps.tcp.streams) EXPECT_EQ(st.reconnects, 0u);
+}
+
+TEST(SecureTransport, ResetStreamsAreResumedUnderFreshKeys) {
+  reset_while_transferring(3, 21, false, job_key_of("a secret both ranks share"));
+}
+
+// The nonce of a data frame is its pair-level number and its key the pair's for the session: the
+// frame re-sent on a resumed stream (a new handshake, new connection keys) is the same bytes on
+// the wire as its first copy, and is delivered once.
+TEST(SecureTransport, FrameResentOnAResumedStreamIsSealedIdentically) {
+  constexpr size_t kBytes = 4096;
+  TcpOptions o;
+  o.resume = true;
+  o.resume_timeout = 10s;
+  const auto key = job_key_of("a secret both ranks share");
+  std::unique_ptr<Relay> relay;
+  Pair p(1, o, true, {key, key}, [&](const std::string& ep) {
+    relay = std::make_unique<Relay>(ep, Relay::Edit{});
+    return relay->endpoint();
+  });
+  const auto src = marked(kBytes);
+  std::vector<uint8_t> dst(kBytes);
+  // Written in full on data stream 1 and kept: rank 0 has posted no receive, so nothing is
+  // acknowledged.
+  auto send = p.t1->send(0, header(0, kBytes), src);
+  const size_t frame_bytes = protocol::kFrameHeaderSize + security::sealed_payload_size(kBytes);
+  auto wait_for = [&](int conn, size_t n) {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (relay->sent(conn).size() < n && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(2ms);
+    return relay->sent(conn).size() >= n;
+  };
+  ASSERT_TRUE(wait_for(1, frame_start(1, kBytes)));
+  ASSERT_TRUE(wait_all({send}, 10s));
+  p.t1->reset_stream_for_test(0, 1);
+  ASSERT_TRUE(wait_for(2, kDiallerHandshake + frame_bytes)) << "the stream was not resumed through the relay";
+  const auto first = relay->sent(1), again = relay->sent(2);
+  // A new handshake (fresh ephemeral key)...
+  EXPECT_FALSE(std::equal(first.begin() + protocol::kHelloSize, first.begin() + kDiallerHandshake,
+                          again.begin() + protocol::kHelloSize));
+  // ...and the same sealed frame, byte for byte.
+  const auto at = static_cast<std::ptrdiff_t>(frame_start(0, kBytes));
+  EXPECT_TRUE(std::equal(first.begin() + at, first.begin() + at + static_cast<std::ptrdiff_t>(frame_bytes),
+                         again.begin() + static_cast<std::ptrdiff_t>(kDiallerHandshake)));
+  EXPECT_FALSE(contains(again, marked(16)));
+  auto recv = p.t0->recv(1, header(0, kBytes), dst);
+  ASSERT_TRUE(wait_all({recv}, 10s));
+  ASSERT_TRUE(recv->ok()) << recv->failure.message;
+  EXPECT_EQ(dst, src);
+  EXPECT_FALSE(p.t0->failure().has_value());
+  uint64_t resent = 0;
+  for (const auto& ps : p.t1->stats())
+    for (const auto& st : ps.tcp.streams) resent += st.frames_resent;
+  EXPECT_GE(resent, 1u);
 }

@@ -22,6 +22,10 @@ struct BenchSpec {
   // relative RMS error within the codec's bound; inputs are then gaussian, not the integer pattern.
   std::string compression;
   bool error_feedback = true;
+  // Bytes of a float32 allreduce on the bulk class (Priority::kBulk) that runs back to back
+  // beside the timed operations, from before the first warm-up until the last iteration
+  // (0 = none): the latency of small operations while a large transfer shares the path.
+  size_t background_bytes = 0;
 };
 
 // Runs inside a rank (environment from `geoccl run`). Returns 0 when every size verified.

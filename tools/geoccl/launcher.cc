@@ -15,6 +15,7 @@
 #include <cstring>
 #include <iostream>
 
+#include "security/secret.h"
 #include "transport/tcp/socket_util.h"
 
 namespace geoccl::tools {
@@ -66,6 +67,14 @@ int launch(const LaunchSpec& spec) {
   std::string pythonpath = build_tree_python_path();
   if (const char* old = std::getenv("PYTHONPATH"); old && *old)
     pythonpath = pythonpath.empty() ? old : pythonpath + ":" + old;
+  std::map<std::string, std::string> job_env;
+  const auto set = [](const char* name) { return std::getenv(name) && *std::getenv(name); };
+  if (spec.secret && !set("GEOCCL_SECRET") && !set("GEOCCL_SECRET_FILE")) {
+    job_env["GEOCCL_SECRET"] = security::random_secret_hex();
+    if (!set("GEOCCL_SHM_TRUST_HOST")) job_env["GEOCCL_SHM_TRUST_HOST"] = "1";
+  } else if (!spec.secret && !set("GEOCCL_ALLOW_INSECURE")) {
+    job_env["GEOCCL_ALLOW_INSECURE"] = "1";
+  }
   std::vector<Rank> ranks(static_cast<size_t>(spec.nranks));
   for (int r = 0; r < spec.nranks; ++r) {
     int pipefd[2];
@@ -82,6 +91,7 @@ int launch(const LaunchSpec& spec) {
         {"MASTER_PORT", std::to_string(port)},
         {"GEOCCL_RUN_ID", run_id},
     };
+    env.insert(job_env.begin(), job_env.end());
     if (!pythonpath.empty()) env["PYTHONPATH"] = pythonpath;
     if (spec.metrics_base_port > 0) env["GEOCCL_METRICS_PORT"] = std::to_string(spec.metrics_base_port + r);
     if (spec.rank_env)

@@ -17,6 +17,11 @@ struct LaunchSpec {
   int master_port = 0;   // 0 = a free port
   // `geoccl run --metrics`: rank r serves /metrics on metrics_base_port + r (0 = off).
   int metrics_base_port = 0;
+  // A fresh group secret for this job (GEOCCL_SECRET, docs/security.md) unless the caller's
+  // environment names one; `geoccl run --insecure` turns it off. The ranks are children of this
+  // launcher on this host, so shared memory between them is trusted (GEOCCL_SHM_TRUST_HOST=1
+  // unless set).
+  bool secret = true;
   // Extra environment per rank (GEOCCL_DOMAIN, GEOCCL_BIND_ADDR, ...).
   std::function<std::map<std::string, std::string>(int rank)> rank_env;
   // Runs in the forked child before exec (e.g. enter the rank's network namespace).

@@ -96,6 +96,9 @@ int main(int argc, char** argv) {
   run->add_option("--wan", wan_scenario, "run the ranks on the emulated WAN of this scenario file");
   run->add_option("--domains", wan_domains, "rank placement, e.g. a:2,b:2,c:2 (with --wan)");
   run->add_option("--host-cc", host_cc, "default TCP congestion control of emulated hosts (cubic|bbr|reno)");
+  bool run_insecure = false;
+  run->add_flag("--insecure", run_insecure,
+                "no group secret: traffic between ranks is neither authenticated nor encrypted");
   run->add_option("command", launch.command, "command and arguments")->required();
   run->prefix_command();  // everything after the options (or after --) is the rank's command
 
@@ -110,6 +113,9 @@ int main(int argc, char** argv) {
   b->add_option("--algo", bench.algo, "auto|ring|rd|tree");
   b->add_option("--json", bench.json_path, "write results as JSON (rank 0)");
   b->add_flag("--verbose,-v", bench.verbose, "per-connection statistics");
+  std::string background;
+  b->add_option("--background", background,
+                "a bulk-class f32 allreduce of this size (e.g. 256M) runs back to back beside the timed ops");
   b->add_option("--compression", bench.compression,
                 "allreduce f32: WAN codec none|fp16|bf16|int8|int4|topk:RATIO[@allgather|@ring]");
   b->add_flag("!--no-error-feedback", bench.error_feedback, "compressed runs: no residual kept");
@@ -146,6 +152,7 @@ int main(int argc, char** argv) {
     if (*run) {
       if (!launch.command.empty() && launch.command.front() == "--") launch.command.erase(launch.command.begin());
       if (run_metrics) launch.metrics_base_port = metrics_base;
+      launch.secret = !run_insecure;
       if (!wan_scenario.empty()) return run_on_wan(launch, wan_scenario, wan_domains, host_cc);
       if (!wan_domains.empty() || !host_cc.empty())
         throw std::invalid_argument("--domains and --host-cc need --wan SCENARIO");
@@ -154,6 +161,7 @@ int main(int argc, char** argv) {
     }
     if (*b) {
       bench.sizes = geoccl::tools::parse_sizes(sizes);
+      if (!background.empty()) bench.background_bytes = geoccl::tools::parse_sizes(background).at(0);
       return geoccl::tools::run_bench(bench);
     }
     if (*bl) return geoccl::tools::run_blob(blob_spec);

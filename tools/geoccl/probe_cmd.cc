@@ -1,6 +1,8 @@
 #include "probe_cmd.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <vector>
 
@@ -38,6 +40,11 @@ int run_probe(size_t rate_bytes) {
     }
     comm.allreduce(rate.data(), rate.size(), DataType::kFloat64, ReduceOp::kMax).wait();
   }
+  // Pairs that a relay carries (no direct path between them): each rank knows its own.
+  std::vector<int32_t> relay(static_cast<size_t>(n * n), 0);  // relaying rank + 1
+  for (const auto& ps : comm.peer_stats())
+    if (ps.relay >= 0) relay[static_cast<size_t>(me * n + ps.peer)] = ps.relay + 1;
+  comm.allreduce(relay.data(), relay.size(), DataType::kInt32, ReduceOp::kMax).wait();
   if (me == 0) {
     std::printf("# RTT matrix (ms), measured at start-up\n%6s", "");
     for (int j = 0; j < n; ++j) std::printf(" %8d", j);
@@ -55,6 +62,29 @@ int run_probe(size_t rate_bytes) {
           std::printf("%d -> %d: %.1f\n", i, j, rate[static_cast<size_t>(i * n + j)]);
     }
     std::printf("# domains: %s\n", topo.describe.c_str());
+    int relayed = 0;
+    for (int i = 0; i < n; ++i)
+      for (int j = i + 1; j < n; ++j) relayed += relay[static_cast<size_t>(i * n + j)] > 0;
+    std::printf("# paths without a direct connection: %d\n", relayed);
+    for (int i = 0; i < n; ++i)
+      for (int j = i + 1; j < n; ++j)
+        if (const int r = std::max(relay[static_cast<size_t>(i * n + j)], relay[static_cast<size_t>(j * n + i)]); r > 0)
+          std::printf("%d <-> %d: relayed by rank %d\n", i, j, r - 1);
+    const size_t k = topo.names.size();
+    if (!topo.wan_one_way_ms.empty() && k * k == topo.wan_one_way_ms.size()) {
+      std::printf("# paths between domains (leaders, measured at start-up): one-way ms / Mbit/s of one flow\n");
+      for (size_t a = 0; a < k; ++a)
+        for (size_t b = 0; b < k; ++b)
+          if (a != b)
+            std::printf("%s -> %s: %.1f ms, %.1f Mbit/s\n", topo.names[a].empty() ? std::to_string(a).c_str() : topo.names[a].c_str(),
+                        topo.names[b].empty() ? std::to_string(b).c_str() : topo.names[b].c_str(),
+                        topo.wan_one_way_ms[a * k + b], topo.wan_rate_mbps[a * k + b]);
+    }
+    std::printf("# allreduce plan (float32): size, algorithm, predicted ms, why\n");
+    for (size_t bytes : {size_t{4} << 10, size_t{1} << 20, size_t{16} << 20, size_t{96} << 20}) {
+      const auto plan = comm.plan_allreduce(bytes / 4, DataType::kFloat32);
+      std::printf("%zu B: %s, predicted %.1f ms (%s)\n", bytes, plan.algo.c_str(), plan.predicted_ms, plan.why.c_str());
+    }
     std::fflush(stdout);
   }
   comm.barrier().wait();

@@ -56,6 +56,13 @@ int streams_cb(ngtcp2_conn*, uint64_t, void* ud) {
   self(ud)->on_streams_available();
   return 0;
 }
+// GnuTLS: a NewSessionTicket arrived (dialler).
+int ticket_hook(gnutls_session_t s, unsigned, unsigned, unsigned incoming, const gnutls_datum_t*) {
+  if (!incoming) return 0;
+  auto* ref = static_cast<ngtcp2_crypto_conn_ref*>(gnutls_session_get_ptr(s));
+  static_cast<QuicConnection*>(ref->user_data)->on_ticket();
+  return 0;
+}
 int stream_data_cb(ngtcp2_conn*, int64_t stream_id, uint64_t, void* ud, void*) {
   self(ud)->on_stream_credit(stream_id);
   return 0;
@@ -109,7 +116,8 @@ ngtcp2_path make_path(const Endpoint& local, const Endpoint& remote) {
   return p;
 }
 
-void fill_settings(ngtcp2_settings* s, ngtcp2_transport_params* tp, const QuicOptions& o, const Endpoint& remote) {
+void fill_settings(ngtcp2_settings* s, ngtcp2_transport_params* tp, const QuicOptions& o, const Endpoint& remote,
+                   std::chrono::milliseconds handshake_timeout, const FlowWindows& w) {
   ngtcp2_settings_default(s);
   // Packets as large as the route's MTU from the start (QUIC's default keeps them at 1200-1452
   // bytes: on a 9000-byte WAN path that is 6x the packets, and the CPU per byte with them).
@@ -118,14 +126,18 @@ void fill_settings(ngtcp2_settings* s, ngtcp2_transport_params* tp, const QuicOp
   s->no_pmtud = 1;
   s->initial_ts = now_ns();
   s->cc_algo = cc_algo(o.congestion_control);
-  s->max_window = 2 * o.window_bytes;
-  s->max_stream_window = 2 * o.window_bytes;
-  s->handshake_timeout = static_cast<uint64_t>(o.handshake_timeout.count()) * NGTCP2_MILLISECONDS;
+  // Flow control sized from the path (flow_window.h); ngtcp2 auto-tunes up to the ceilings.
+  s->max_window = w.max_connection;
+  s->max_stream_window = w.max_stream;
+  const auto hs = handshake_timeout.count() > 0 ? handshake_timeout : o.handshake_timeout;
+  s->handshake_timeout = static_cast<uint64_t>(hs.count()) * NGTCP2_MILLISECONDS;
   ngtcp2_transport_params_default(tp);
-  tp->initial_max_data = o.window_bytes;
-  tp->initial_max_stream_data_uni = o.window_bytes;
+  tp->initial_max_data = w.connection;
+  tp->initial_max_stream_data_uni = w.stream;
+  // Bidirectional streams this side opens carry the peer's empty FIN (and, on the control
+  // stream, its Reply and control frames); those the peer opens carry its data frames.
   tp->initial_max_stream_data_bidi_local = 4u << 20;
-  tp->initial_max_stream_data_bidi_remote = 4u << 20;
+  tp->initial_max_stream_data_bidi_remote = w.stream;
   // Data frames ride bidirectional streams: ngtcp2 0.12 never closes a unidirectional stream the
   // peer opened (fixed upstream in 0.14), so their stream credit would run out. The receiver
   // ends its side of each with an empty FIN once the frame is in; then both ends close it.
@@ -137,14 +149,16 @@ void fill_settings(ngtcp2_settings* s, ngtcp2_transport_params* tp, const QuicOp
 
 }  // namespace
 
-QuicConnection::QuicConnection(QuicDevice& dev, QuicPeer* peer, const Endpoint& to)
+QuicConnection::QuicConnection(QuicDevice& dev, QuicPeer* peer, const Endpoint& to,
+                               std::chrono::milliseconds handshake_timeout)
     : dev_(dev), peer_(peer), server_(false), remote_(to) {
   ngtcp2_cid dcid;
   random_cid(&dcid, NGTCP2_MIN_INITIAL_DCIDLEN);
   random_cid(&scid_, kCidLen);
   ngtcp2_settings s;
   ngtcp2_transport_params tp;
-  fill_settings(&s, &tp, dev_.options(), remote_);
+  size_from(*peer_);
+  fill_settings(&s, &tp, dev_.options(), remote_, handshake_timeout, windows_);
   const auto cb = callbacks(false);
   const ngtcp2_path path = make_path(dev_.socket().local(), remote_);
   if (const int rv = ngtcp2_conn_client_new(&conn_, &dcid, &scid_, &path, NGTCP2_PROTO_VER_V1, &cb, &s, &tp,
@@ -152,6 +166,21 @@ QuicConnection::QuicConnection(QuicDevice& dev, QuicPeer* peer, const Endpoint& 
       rv != 0)
     throw Error(ErrorCode::kIo, std::string("ngtcp2_conn_client_new: ") + ngtcp2_strerror(rv));
   init_common();
+  if (resuming_) {
+    // 0-RTT: the acceptor's transport parameters as the ticket's connection saw them. Its new
+    // connection's windows are sized afresh (flow_window.h) and may be smaller than those, and
+    // a server must not announce less than what 0-RTT used (RFC 9000 §7.4.1): early data keeps
+    // within the floors every sized window respects; the rest goes once the handshake is done.
+    ngtcp2_transport_params ep = peer_->ticket_params;
+    const WindowLimits lim = dev_.options().window_limits();
+    const uint64_t cap = std::min(lim.floor, lim.stream_floor);
+    ep.initial_max_data = std::min(ep.initial_max_data, cap);
+    ep.initial_max_stream_data_bidi_local = std::min(ep.initial_max_stream_data_bidi_local, cap);
+    ep.initial_max_stream_data_bidi_remote = std::min(ep.initial_max_stream_data_bidi_remote, cap);
+    ep.initial_max_stream_data_uni = std::min(ep.initial_max_stream_data_uni, cap);
+    ngtcp2_conn_set_early_remote_transport_params(conn_, &ep);
+    early_ = start_control();
+  }
 }
 
 QuicConnection::QuicConnection(QuicDevice& dev, const Endpoint& from, const ngtcp2_pkt_hd& hd)
@@ -160,7 +189,14 @@ QuicConnection::QuicConnection(QuicDevice& dev, const Endpoint& from, const ngtc
   client_dcid_ = hd.dcid;
   ngtcp2_settings s;
   ngtcp2_transport_params tp;
-  fill_settings(&s, &tp, dev_.options(), remote_);
+  // The Hello that names the dialler comes after our transport parameters: the peer whose
+  // published address this packet came from is the likely one (its figures only size windows,
+  // within their bounds; the Hello and the certificate still decide who it is).
+  QuicPeer* likely = dev_.peer_at(from);
+  if (likely) size_from(*likely);
+  else windows_ = size_windows(0, 0, dev_.options().window_limits());
+  announced_stream_ = windows_.stream;
+  fill_settings(&s, &tp, dev_.options(), remote_, std::chrono::milliseconds(0), windows_);
   tp.original_dcid = hd.dcid;
   const auto cb = callbacks(true);
   const ngtcp2_path path = make_path(dev_.socket().local(), remote_);
@@ -174,15 +210,42 @@ QuicConnection::QuicConnection(QuicDevice& dev, const Endpoint& from, const ngtc
   dev_.route(k, this);
 }
 
+void QuicConnection::size_from(const QuicPeer& p) {
+  windows_rtt_ns_ = p.path_rtt_ns;
+  windows_rate_bps_ = p.path_rate_bps;
+  windows_ = size_windows(windows_rtt_ns_, windows_rate_bps_, dev_.options().window_limits());
+  announced_stream_ = windows_.stream;
+}
+
+bool QuicConnection::widen(const FlowWindows& w, uint64_t rtt_ns, uint64_t rate_bps) {
+  if (state_ == State::kClosed || in_read_) return false;
+  if (w.connection < windows_.connection || w.stream < windows_.stream) return false;
+  if (w.connection == windows_.connection && w.stream == windows_.stream) return false;
+  ngtcp2_conn_extend_max_offset(conn_, w.connection - windows_.connection);
+  windows_.measured = w.measured;
+  windows_.bdp = w.bdp;
+  windows_.connection = w.connection;
+  windows_.stream = w.stream;  // new frame streams (on_stream_data)
+  windows_rtt_ns_ = rtt_ns;
+  windows_rate_bps_ = rate_bps;
+  write();  // MAX_DATA
+  return true;
+}
+
 void QuicConnection::init_common() {
   conn_ref_.get_conn = get_conn;
   conn_ref_.user_data = this;
+  const bool zero_rtt = dev_.options().zero_rtt;
+  static const std::vector<uint8_t> kNoTicket;
+  const std::vector<uint8_t>& ticket = !server_ && zero_rtt && peer_ ? peer_->ticket : kNoTicket;
   try {
-    tls_ = make_session(server_, dev_.credentials(), &conn_ref_);
+    tls_ = make_session(server_, dev_.credentials(), &conn_ref_, server_ ? &dev_.tickets() : nullptr, zero_rtt,
+                        ticket, &resuming_);
   } catch (...) {
     ngtcp2_conn_del(conn_);
     throw;
   }
+  if (!server_) gnutls_handshake_set_hook_function(tls_, GNUTLS_HANDSHAKE_NEW_SESSION_TICKET, GNUTLS_HOOK_POST, ticket_hook);
   ngtcp2_conn_set_tls_native_handle(conn_, tls_);
   // Idle peers still send keep-alive pings, so only a silent path reaches the idle timeout.
   ngtcp2_conn_set_keep_alive_timeout(conn_, 5 * NGTCP2_SECONDS);
@@ -228,6 +291,11 @@ void QuicConnection::defer_close(const std::string& reason, bool error) {
   close_pending_ = true;
   close_reason_ = reason;
   pending_error_ = error;
+}
+
+void QuicConnection::drop(const std::string& reason) {
+  closing_sent_ = true;
+  close(reason, false);
 }
 
 void QuicConnection::close(const std::string& reason, bool error) {
@@ -305,6 +373,7 @@ void QuicConnection::on_packet(const Endpoint& from, std::span<const uint8_t> pk
     return;
   }
   last_rx_ = Clock::now();
+  if (first_rx_ == Clock::time_point{}) first_rx_ = last_rx_;
   if (peer_ && state_ == State::kEstablished) dev_.group().heard(peer_->rank);
   write();
 }
@@ -312,20 +381,53 @@ void QuicConnection::on_packet(const Endpoint& from, std::span<const uint8_t> pk
 int QuicConnection::on_stream_data(uint32_t flags, int64_t stream_id, uint64_t offset, const uint8_t* data,
                                    size_t len) {
   (void)offset;  // ngtcp2 delivers each stream's bytes in order
+  // Acceptor: 0-RTT bytes wait for the handshake to complete (the client's Finished proves it
+  // holds the ticket's secret; until then they may be a replay), and data frames (0-RTT ones come
+  // beside the Hello, and may overtake it) for the Hello's verdict.
+  if (server_ && (!ngtcp2_conn_get_handshake_completed(conn_) || (stream_id != 0 && state_ != State::kEstablished))) {
+    held_.push_back({stream_id, flags, std::vector<uint8_t>(data, data + len)});
+    return 0;
+  }
+  return take_stream_data(flags, stream_id, data, len);
+}
+
+void QuicConnection::release_held() {
+  while (state_ != State::kClosed && !close_pending_) {
+    auto it = std::find_if(held_.begin(), held_.end(),
+                           [&](const Held& h) { return h.id == 0 || state_ == State::kEstablished; });
+    if (it == held_.end()) return;
+    Held h = std::move(*it);
+    held_.erase(it);
+    if (take_stream_data(h.flags, h.id, h.bytes.data(), h.bytes.size()) != 0) return;  // it failed the connection
+  }
+}
+
+int QuicConnection::take_stream_data(uint32_t flags, int64_t stream_id, const uint8_t* data, size_t len) {
   ngtcp2_conn_extend_max_stream_offset(conn_, stream_id, len);
   ngtcp2_conn_extend_max_offset(conn_, len);
-  if (stream_id == ctrl_id_ || (server_ && ctrl_id_ < 0)) {
+  // The control stream is the dialler's first bidirectional stream (it opens it before any frame,
+  // in 0-RTT too; a refused 0-RTT discards its stream IDs, so the full handshake's is 0 again).
+  if (stream_id == ctrl_id_ || (server_ && stream_id == 0)) {
     ctrl_id_ = stream_id;
     on_control_bytes(std::span<const uint8_t>(data, len));
     return 0;  // a decision to close is carried out once ngtcp2 returns
   }
   // The receiver's empty FIN on a data stream this side opened: nothing to read.
   if (ngtcp2_conn_is_local_stream(conn_, stream_id)) return 0;
+  if (state_ == State::kHandshake && !server_ && peer_ && ctrl_id_ >= 0) {
+    // The acceptor sends data only on a connection it accepted: its Reply is on the way.
+    state_ = State::kEstablished;
+    dev_.established(*this);
+  }
   if (state_ != State::kEstablished || !peer_) {
     fail(ErrorCode::kProtocol, "data stream before the handshake");
     return NGTCP2_ERR_CALLBACK_FAILURE;
   }
-  InStream& s = in_[stream_id];
+  auto [it, fresh] = in_.try_emplace(stream_id);
+  // A new frame stream: the window widen() chose since the transport parameters went out.
+  if (fresh && windows_.stream > announced_stream_)
+    ngtcp2_conn_extend_max_stream_offset(conn_, stream_id, windows_.stream - announced_stream_);
+  InStream& s = it->second;
   const int rv = on_data_bytes(stream_id, s, data, len, flags & NGTCP2_STREAM_DATA_FLAG_FIN);
   return rv;
 }
@@ -404,8 +506,10 @@ void QuicConnection::on_control_bytes(std::span<const uint8_t> data) {
           break;
         }
         handshake_done_ = true;
-        state_ = State::kEstablished;
-        dev_.established(*this);
+        if (state_ != State::kEstablished) {  // else its data came first
+          state_ = State::kEstablished;
+          dev_.established(*this);
+        }
       }
       continue;
     }
@@ -447,6 +551,7 @@ void QuicConnection::on_hello() {
   handshake_done_ = true;
   state_ = State::kEstablished;
   dev_.established(*this);
+  release_held();  // frames that came with the Hello
 }
 
 void QuicConnection::recheck_hello() {
@@ -471,6 +576,8 @@ void QuicConnection::on_control_frame(const protocol::FrameHeader& h, std::span<
 int QuicConnection::on_handshake_completed() {
   if (server_) {
     state_ = State::kAwaitHello;
+    zero_rtt_ = early_data_accepted(tls_);
+    release_held();  // the Hello, and what follows it, if it came as 0-RTT
     return 0;
   }
   Fingerprint got{};
@@ -481,7 +588,31 @@ int QuicConnection::on_handshake_completed() {
                 true);
     return 0;
   }
-  if (ngtcp2_conn_open_bidi_stream(conn_, &ctrl_id_, nullptr) != 0) return NGTCP2_ERR_CALLBACK_FAILURE;
+  if (early_) {
+    early_ = false;
+    if (early_data_accepted(tls_)) {
+      // The Hello and the frames are out already; frames go on without waiting for the Reply
+      // (the acceptor holds them until it has judged the Hello).
+      zero_rtt_ = true;
+      // The acceptor's own transport parameters apply now, above the capped early ones: streams
+      // that waited for stream credit may go on.
+      for (auto& os : out_queue_) os->blocked = false;
+      streams_blocked_ = false;
+      return 0;
+    }
+    // Refused (the acceptor does not take early data, or not this ticket): a full handshake it
+    // was; everything sent as 0-RTT goes again.
+    zero_rtt_refused_ = true;
+    if (ngtcp2_conn_early_data_rejected(conn_) != 0) return NGTCP2_ERR_CALLBACK_FAILURE;
+    restart_streams();
+    GEOCCL_LOG(kInfo, "QUIC: rank " << peer_->rank << " refused 0-RTT; its frames go after the full handshake");
+  }
+  if (!start_control()) return NGTCP2_ERR_CALLBACK_FAILURE;
+  return 0;
+}
+
+bool QuicConnection::start_control() {
+  if (ngtcp2_conn_open_bidi_stream(conn_, &ctrl_id_, nullptr) != 0) return false;
   protocol::Hello h;
   h.stream = 0;
   h.rank = static_cast<uint32_t>(dev_.group().rank());
@@ -489,7 +620,49 @@ int QuicConnection::on_handshake_completed() {
   h.session_id = dev_.group().session_id();
   h.params_hash = dev_.group().params_hash();
   write_control_bytes(protocol::encode_hello(h));
-  return 0;
+  return true;
+}
+
+void QuicConnection::restart_streams() {
+  ctrl_id_ = -1;
+  ctrl_out_.clear();
+  ctrl_base_ = ctrl_written_ = ctrl_sent_ = ctrl_acked_ = 0;
+  std::deque<std::unique_ptr<OutStream>> q;
+  for (auto& [id, s] : out_open_) q.push_back(std::move(s));
+  for (auto& s : out_queue_) q.push_back(std::move(s));
+  out_open_.clear();
+  out_queue_.clear();
+  opened_.clear();
+  fin_out_.clear();
+  std::stable_sort(q.begin(), q.end(), [](const auto& a, const auto& b) { return a->f->frame < b->f->frame; });
+  for (auto& s : q) {
+    s->id = -1;
+    s->sent = s->acked = 0;
+    s->blocked = false;
+  }
+  out_queue_ = std::move(q);
+  streams_blocked_ = false;
+}
+
+bool QuicConnection::carries(uint64_t frame) const {
+  for (const auto& s : out_queue_)
+    if (s->f->frame == frame) return true;
+  for (const auto& [id, s] : out_open_)
+    if (s->f->frame == frame) return true;
+  return false;
+}
+
+void QuicConnection::on_ticket() {
+  // Only a connection whose peer proved the published certificate keeps its ticket.
+  if (server_ || !peer_ || rejected_ || close_pending_ || state_ == State::kClosed) return;
+  const ngtcp2_transport_params* tp = ngtcp2_conn_get_remote_transport_params(conn_);
+  gnutls_datum_t d{};
+  if (!tp || gnutls_session_get_data2(tls_, &d) != 0) return;
+  peer_->ticket.assign(d.data, d.data + d.size);
+  gnutls_free(d.data);
+  peer_->ticket_params = *tp;
+  peer_->ticket_params.version_info = {};  // points into ngtcp2's memory; not needed for 0-RTT
+  peer_->ticket_params.version_info_present = 0;
 }
 
 int QuicConnection::on_new_cid(ngtcp2_cid* cid, uint8_t* token, size_t cidlen) {
@@ -633,7 +806,8 @@ void QuicConnection::write() {
       }
       stream_id = ctrl_id_;
       ctrl = true;
-    } else if (state_ == State::kEstablished && ngtcp2_conn_get_max_data_left(conn_) > 0 && (os = next_stream())) {
+    } else if ((state_ == State::kEstablished || early_ || (zero_rtt_ && !server_)) &&
+               ngtcp2_conn_get_max_data_left(conn_) > 0 && (os = next_stream())) {
       OutFrame& f = *os->f;
       const size_t hs = f.header.size();
       if (os->sent < hs) {

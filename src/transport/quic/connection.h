@@ -7,6 +7,8 @@
 //  - one bidirectional control stream, opened by the dialler (the higher rank) once the TLS
 //    handshake is done: Hello (dialler) and Reply (acceptor) of protocol/handshake.h, then
 //    control frames (abort, goodbye, heartbeat: a 64-byte header and its payload), in order;
+//    (data streams of an acceptor that come before its Reply mean it accepted us: it sends data
+//    only on connections it accepted, and a lost packet may hold up the Reply);
 //  - one stream per data frame, opened by its sender: the frame's header, its payload, FIN (the
 //    receiver answers with an empty FIN, which closes the stream on both ends). A lost packet delays only the frame whose bytes it carried; frames after it
 //    on other streams complete meanwhile (receives complete in any order; the receive window
@@ -38,6 +40,7 @@
 #include "protocol/handshake.h"
 #include "runtime/event_loop.h"
 #include "transport/quic/address.h"
+#include "transport/quic/flow_window.h"
 #include "transport/quic/udp.h"
 #include "transport/transport.h"
 
@@ -64,8 +67,10 @@ class QuicConnection {
     kClosed,      // closed or failed; the device drops it
   };
 
-  // Dialler side: a connection to rank `peer` at `to`, whose certificate must have `expect`.
-  QuicConnection(QuicDevice& dev, QuicPeer* peer, const Endpoint& to);
+  // Dialler side: a connection to rank `peer` at `to` (its certificate must be the one it
+  // published); `handshake_timeout` 0 = the device's.
+  QuicConnection(QuicDevice& dev, QuicPeer* peer, const Endpoint& to,
+                 std::chrono::milliseconds handshake_timeout = std::chrono::milliseconds(0));
   // Acceptor side: from a client's first Initial packet (decoded header `hd`), before anything
   // says who sent it.
   QuicConnection(QuicDevice& dev, const Endpoint& from, const ngtcp2_pkt_hd& hd);
@@ -99,14 +104,28 @@ class QuicConnection {
   // Closes with CONNECTION_CLOSE (no error: after a goodbye; else the application error and
   // `reason`) and stops.
   void close(const std::string& reason, bool error);
+  // Closes without telling the peer (a replaced connection: the peer drops its end itself).
+  void drop(const std::string& reason);
   // Acceptor: whether a Hello waits for the dialler's published fingerprint.
   bool awaiting_fingerprint() const { return hello_pending_; }
   // Acceptor: the addresses of the dialling ranks are known now: judges a waiting Hello.
   void recheck_hello();
 
+  // Flow control: widens the receive windows to `w` (sized from the path figures `rtt_ns`,
+  // `rate_bps`) when it is at least the current windows and more in one of them; a credit once
+  // given cannot be taken back, so smaller windows are ignored. Returns whether it widened.
+  bool widen(const FlowWindows& w, uint64_t rtt_ns, uint64_t rate_bps);
+  // The windows in effect (the connection and stream windows grow by widen(); the auto-tuning
+  // ceilings are the ones it was made with) and the path figures they were sized from.
+  const FlowWindows& windows() const { return windows_; }
+  uint64_t windows_rtt_ns() const { return windows_rtt_ns_; }
+  uint64_t windows_rate_bps() const { return windows_rate_bps_; }
+
   // Statistics (loop thread).
   ngtcp2_conn_stat conn_stat() const;
   std::chrono::steady_clock::time_point last_received() const { return last_rx_; }
+  // When the first packet of the peer arrived (the epoch while none has).
+  std::chrono::steady_clock::time_point first_received() const { return first_rx_; }
   uint64_t bytes_in_flight() const;
   uint64_t streams_opened() const { return streams_opened_; }
 
@@ -123,6 +142,19 @@ class QuicConnection {
   gnutls_session_t tls() const { return tls_; }
   // Acceptor: the Hello named this peer and was accepted.
   void set_peer(QuicPeer* p) { peer_ = p; }
+
+  // 0-RTT (dialler): the connection resumes the peer's last TLS session and sends its Hello and
+  // frames as early data before the handshake completes (early()); once it has, zero_rtt() says
+  // the acceptor took them, zero_rtt_refused() that it did not (they went again after the full
+  // handshake). Acceptor: zero_rtt() says it accepted early data.
+  bool early() const { return early_; }
+  bool zero_rtt() const { return zero_rtt_; }
+  bool zero_rtt_refused() const { return zero_rtt_refused_; }
+  // Whether data frame `frame` is queued or in flight on this connection.
+  bool carries(uint64_t frame) const;
+  // Dialler: a session ticket arrived; the peer keeps it (and our view of the acceptor's
+  // transport parameters) for the next re-dial.
+  void on_ticket();
 
  private:
   // Sending half of one data stream.
@@ -143,6 +175,17 @@ class QuicConnection {
   };
 
   void init_common();
+  // Dialler: opens the control stream and queues the Hello. False when ngtcp2 refuses.
+  bool start_control();
+  // Dialler, 0-RTT refused: every stream opened in early data is gone (ngtcp2 discarded them);
+  // the control stream and frames start again from scratch.
+  void restart_streams();
+  // Acceptor: stream bytes held back (0-RTT before the handshake completes; frames before the
+  // Hello is accepted) are taken now: control bytes, and data too once established.
+  void release_held();
+  int take_stream_data(uint32_t flags, int64_t stream_id, const uint8_t* data, size_t len);
+  // The windows a new connection announces, from what `p`'s earlier connections measured.
+  void size_from(const QuicPeer& p);
   // Fails this connection: before the group knows the peer (handshake, Hello), it only closes;
   // afterwards the group fails with `code`.
   void fail(ErrorCode code, const std::string& why);
@@ -185,6 +228,17 @@ class QuicConnection {
   uint64_t ctrl_acked_ = 0;
   std::vector<uint8_t> ctrl_in_;
   bool handshake_done_ = false;  // Hello/Reply exchanged
+  bool resuming_ = false;        // dialler: GnuTLS took the peer's ticket (make_session)
+  bool early_ = false;           // dialler: 0-RTT sent, handshake not complete
+  bool zero_rtt_ = false, zero_rtt_refused_ = false;
+  // Acceptor: stream bytes not taken yet (release_held), in arrival order. Their flow-control
+  // credit is given when they are taken, so the windows bound them.
+  struct Held {
+    int64_t id;
+    uint32_t flags;
+    std::vector<uint8_t> bytes;
+  };
+  std::deque<Held> held_;
   bool hello_pending_ = false;   // acceptor: a Hello waits for the dialler's fingerprint
   protocol::Hello hello_{};
 
@@ -215,6 +269,12 @@ class QuicConnection {
   void defer_close(const std::string& reason, bool error);
   uint64_t timer_at_ = 0;
   std::chrono::steady_clock::time_point last_rx_{};
+  std::chrono::steady_clock::time_point first_rx_{};
+  // Flow control: the windows in effect, the stream window the transport parameters announced
+  // (a new frame stream is widened from it), and the figures they were sized from.
+  FlowWindows windows_{};
+  uint64_t announced_stream_ = 0;
+  uint64_t windows_rtt_ns_ = 0, windows_rate_bps_ = 0;
 };
 
 }  // namespace geoccl::transport::quic

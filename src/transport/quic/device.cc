@@ -26,6 +26,9 @@ QuicOptions QuicOptions::from_config(const Config& cfg) {
   o.congestion_control = cfg.quic_cc;
   o.window_bytes = cfg.quic_window_bytes;
   o.idle_timeout = cfg.tcp_resume_timeout;
+  o.duplicate_bytes = cfg.quic_duplicate_bytes;
+  o.redial_after = cfg.quic_redial_after;
+  o.zero_rtt = cfg.quic_zero_rtt;
   return o;
 }
 
@@ -42,6 +45,7 @@ QuicDevice::QuicDevice(Group& group, const std::string& bind_addr, const QuicOpt
   }
   group_.loop().run_owned([this] {
     group_.loop().add_fd(sock_.fd(), EPOLLIN, [this](uint32_t ev) { on_readable(ev); });
+    watch();
   });
   failure_listener_ = group_.on_failure([this](const Failure& f, bool tell) { on_group_failure(f, tell); });
   GEOCCL_LOG(kDebug, "QUIC: listening on " << endpoint_ << ", certificate " << short_fingerprint(cred_.fingerprint())
@@ -54,7 +58,9 @@ QuicDevice::~QuicDevice() {
   group_.remove_failure_listener(failure_listener_);
   group_.loop().run_owned([this] {
     group_.loop().remove_fd(sock_.fd());
-    for (auto& p : peers_) p->conn = nullptr;
+    if (watch_timer_) group_.loop().cancel_timer(watch_timer_);
+    watch_timer_ = 0;
+    for (auto& p : peers_) p->conn = p->redial = nullptr;
     retired_.clear();
     conns_.clear();
     routes_.clear();
@@ -69,6 +75,12 @@ bool QuicDevice::reaches(std::span<const uint8_t> peer_address) const {
 }
 
 void QuicDevice::route(const std::string& cid, QuicConnection* c) { routes_[cid] = c; }
+
+QuicPeer* QuicDevice::peer_at(const Endpoint& ep) {
+  for (auto& p : peers_)
+    if (p->known && p->endpoint == ep) return p.get();
+  return nullptr;
+}
 
 void QuicDevice::unroute(const std::string& cid) {
   auto it = routes_.find(cid);
@@ -135,8 +147,10 @@ void QuicDevice::writable() {
 void QuicDevice::retire(QuicConnection* c) {
   if (std::find(retired_.begin(), retired_.end(), c) != retired_.end()) return;
   retired_.push_back(c);
-  for (auto& p : peers_)
+  for (auto& p : peers_) {
     if (p->conn == c) p->conn = nullptr;
+    if (p->redial == c) p->redial = nullptr;
+  }
   // Dropped after the event that closed it (it may be inside its own call stack now).
   group_.loop().post([this] { drop_retired(); });
 }
@@ -184,11 +198,9 @@ protocol::HandshakeStatus QuicDevice::judge_hello(const protocol::Hello& h, Quic
     rejected_.fetch_add(1);
     return protocol::HandshakeStatus::kBadRank;
   }
-  if (p.conn) {
-    *why = "rank " + std::to_string(from) + " is connected already";
-    rejected_.fetch_add(1);
-    return protocol::HandshakeStatus::kBadRank;
-  }
+  // A second connection from the same, authenticated peer replaces the first (established()):
+  // it re-dialled a silent connection, or its first attempt never heard our Reply.
+  if (p.conn) GEOCCL_LOG(kDebug, "QUIC: rank " << from << " dials again; its new connection will replace the old");
   c.set_peer(&p);
   return st;
 }
@@ -201,9 +213,129 @@ bool QuicDevice::connected_to(int peer_rank) const {
 
 void QuicDevice::established(QuicConnection& c) {
   QuicPeer& p = *c.peer();
+  if (p.redial == &c) p.redial = nullptr;
+  QuicConnection* old = p.conn;
   p.conn = &c;
-  GEOCCL_LOG(kDebug, "QUIC: connected with rank " << p.rank << " at " << endpoint_string(c.remote()));
+  p.redials = 0;
+  if (!old || old == &c) {
+    GEOCCL_LOG(kDebug, "QUIC: connected with rank " << p.rank << " at " << endpoint_string(c.remote()));
+    group_.notify();
+    return;
+  }
+  // A replacement: the old connection goes without a word (its peer drops its end the same way),
+  // frames it held in part come again from the start, and every frame the peer has not
+  // acknowledged is sent again (the peer discards those it has: exactly once).
+  const auto silent_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - old->last_received()).count();
+  old->drop("replaced by a new connection");
+  for (auto it = p.staged.begin(); it != p.staged.end();)
+    it = it->second.complete() ? std::next(it) : p.staged.erase(it);
+  // (Frames a 0-RTT dialler sent as early data are on `c` already.)
+  for (auto& [frame, f] : p.unacked)
+    if (!c.carries(frame)) post(p, c, f);
+  p.reconnects.fetch_add(1, std::memory_order_relaxed);
+  p.frames_resent.fetch_add(p.unacked.size(), std::memory_order_relaxed);
+  if (p.rank < group_.rank()) {  // we dialled it: its reconnect time ends when the frames re-sent are in
+    p.recovering = true;
+    p.recover_upto = p.unacked.empty() ? 0 : p.unacked.rbegin()->first;
+    // From its first answer: what came before is the outage (or the lost attempts), not the
+    // cost of reconnecting.
+    p.recover_since = c.first_received() == Clock::time_point{} ? Clock::now() : c.first_received();
+  }
+  if (c.zero_rtt()) p.zero_rtt.fetch_add(1, std::memory_order_relaxed);
+  if (c.zero_rtt_refused()) p.zero_rtt_refused.fetch_add(1, std::memory_order_relaxed);
+  GEOCCL_LOG(kInfo, "QUIC: a new connection with rank "
+                        << p.rank << " replaces one silent for " << silent_ms << " ms ("
+                        << (c.zero_rtt() ? "0-RTT" : c.zero_rtt_refused() ? "0-RTT refused, full handshake" : "full handshake")
+                        << "); " << p.unacked.size() << " frame(s) sent again");
+  if (p.recovering) check_recovered(p);
   group_.notify();
+}
+
+void QuicDevice::post(QuicPeer& p, QuicConnection& c, const std::shared_ptr<OutFrame>& f) {
+  c.post_frame(f);
+  if (f->payload->size() > options_.duplicate_bytes) return;
+  c.post_frame(f);
+  p.frames_duplicated.fetch_add(1, std::memory_order_relaxed);
+}
+
+void QuicDevice::watch() {
+  watch_timer_ = group_.loop().add_timer(Clock::now() + std::chrono::milliseconds(250), [this] {
+    watch_timer_ = 0;
+    if (closing_.load()) return;
+    watch();
+  });
+  const auto now = Clock::now();
+  for (auto& pp : peers_)
+    if (pp->conn) measure(*pp, now);
+  if (options_.redial_after.count() <= 0) return;
+  for (auto& pp : peers_) {
+    QuicPeer& p = *pp;
+    QuicConnection* c = p.conn;
+    if (!p.known || p.rank >= group_.rank() || !c || p.redial || p.goodbye) continue;
+    // Silence is suspect when this side waits for an acknowledgement or for a frame.
+    const auto silent = now - c->last_received();
+    if (silent < options_.redial_after || (c->bytes_in_flight() == 0 && !p.session.window().pending())) {
+      if (silent < options_.redial_after) p.redials = 0;
+      continue;
+    }
+    if (now - p.last_redial < options_.redial_after) continue;
+    p.last_redial = now;
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(silent).count();
+    if (p.redials++ == 0)
+      GEOCCL_LOG(kInfo, "QUIC: nothing from rank " << p.rank << " for " << ms
+                                                   << " ms with data in flight: dialling it again beside the old connection");
+    dial_again(p);
+  }
+}
+
+void QuicDevice::dial_again(QuicPeer& p) {
+  try {
+    auto nc = std::make_unique<QuicConnection>(*this, &p, p.endpoint, options_.redial_after);
+    p.redial = nc.get();
+    conns_.push_back(std::move(nc));
+    // 0-RTT: the frames not yet acknowledged ride the first flight (and are not posted again
+    // when it is established: established()).
+    if (p.redial->early())
+      for (auto& [frame, f] : p.unacked) post(p, *p.redial, f);
+    p.redial->write();
+  } catch (const Error& e) {
+    GEOCCL_LOG(kWarn, "QUIC: cannot dial rank " << p.rank << " again: " << e.what());
+  }
+}
+
+void QuicDevice::redial_now(int peer_rank) {
+  group_.loop().run_owned([&] {
+    QuicPeer& p = peer(peer_rank);
+    if (p.rank >= group_.rank() || !p.conn || p.redial) return;
+    p.last_redial = Clock::now();
+    dial_again(p);
+  });
+}
+
+void QuicDevice::measure(QuicPeer& p, Clock::time_point now) {
+  const ngtcp2_conn_stat st = p.conn->conn_stat();
+  const uint64_t rx = p.bytes_received.load(std::memory_order_relaxed);
+  uint64_t rate = st.delivery_rate_sec * 8;
+  if (p.rate_mark_at != Clock::time_point{} && rx >= p.rate_mark_bytes) {
+    const double s = std::chrono::duration<double>(now - p.rate_mark_at).count();
+    if (s > 0) rate = std::max(rate, static_cast<uint64_t>(static_cast<double>(rx - p.rate_mark_bytes) * 8 / s));
+  }
+  p.rate_mark_bytes = rx;
+  p.rate_mark_at = now;
+  // Before the first acknowledged packet ngtcp2's RTT is its initial guess, not a measurement.
+  // The path's own delay is the lowest RTT seen (the handshake's is the first sample): the
+  // smoothed RTT adds the queue that the windows themselves let build up, and sizing from it would
+  // feed on itself (measured on p2p-150ms under load: 245-400 ms smoothed for a 150 ms path).
+  if (st.min_rtt == UINT64_MAX || st.min_rtt == 0) return;
+  p.path_rtt_ns = st.min_rtt;
+  p.path_rate_bps = std::max(p.path_rate_bps, rate);
+  if (p.path_rate_bps == 0) return;
+  const FlowWindows w = size_windows(p.path_rtt_ns, p.path_rate_bps, options_.window_limits());
+  if (p.conn->widen(w, p.path_rtt_ns, p.path_rate_bps))
+    GEOCCL_LOG(kDebug, "QUIC: windows to rank " << p.rank << " sized for " << p.path_rtt_ns / 1000 << " us x "
+                                                << p.path_rate_bps / 1000000 << " Mbit/s: connection " << w.connection
+                                                << " B, stream " << w.stream << " B");
 }
 
 void QuicDevice::connect(const std::vector<int>& peers, const AddressOf& address_of, const Poll& poll,
@@ -306,14 +438,25 @@ RequestPtr QuicDevice::send(int peer_rank, const FrameHeader& h, std::span<const
     p.frames_sent.fetch_add(1, std::memory_order_relaxed);
     complete(req);
     group_.notify();
-    p.conn->post_frame(f);
+    post(p, *p.conn, f);
   });
   return req;
 }
 
 void QuicDevice::frame_delivered(QuicPeer& p, uint64_t frame) {
   p.unacked.erase(frame);
+  if (p.recovering) check_recovered(p);
   group_.notify();
+}
+
+void QuicDevice::check_recovered(QuicPeer& p) {
+  if (!p.unacked.empty() && p.unacked.begin()->first <= p.recover_upto) return;
+  p.recovering = false;
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - p.recover_since).count();
+  p.reconnect_us.store(static_cast<uint64_t>(us), std::memory_order_relaxed);
+  GEOCCL_LOG(kInfo, "QUIC: rank " << p.rank << ": every frame re-sent was acknowledged " << us / 1000.0
+                                  << " ms after the re-dialled connection's first answer ("
+                                  << (p.conn && p.conn->zero_rtt() ? "0-RTT" : "full handshake") << ")");
 }
 
 RequestPtr QuicDevice::recv(int peer_rank, const FrameHeader& expect, std::span<uint8_t> dst) {
@@ -350,7 +493,13 @@ void QuicDevice::deliver_staged(QuicPeer& p, uint64_t frame) {
 
 void QuicDevice::frame_header(QuicPeer& p, const FrameHeader& h, int* target) {
   *target = kDiscard;
-  if (p.staged.count(h.frame)) return;  // a copy of a frame staged already
+  // The second copy of a small frame, or a frame sent again on a replacing connection: it may
+  // fill in what the first copy still lacks (each stream's bytes arrive in order from 0, so the
+  // bytes present are the longest prefix either copy brought).
+  if (auto it = p.staged.find(h.frame); it != p.staged.end()) {
+    if (!it->second.complete() && it->second.h == h) *target = kStaged;
+    return;
+  }
   switch (p.session.window().lookup(h.frame)) {
     case protocol::RecvWindow<QuicRecvOp>::Lookup::kPosted: {
       QuicRecvOp& op = p.session.window().at(h.frame);
@@ -379,7 +528,7 @@ void QuicDevice::frame_bytes(QuicPeer& p, const FrameHeader& h, int target, size
     auto it = p.staged.find(h.frame);
     if (it == p.staged.end()) return;
     std::memcpy(it->second.payload.data() + at, bytes.data(), bytes.size());
-    it->second.got = at + bytes.size();
+    it->second.got = std::max(it->second.got, at + bytes.size());
   }
 }
 
@@ -445,6 +594,12 @@ void QuicDevice::stats(PeerStats* ps) const {
     PeerStats::Quic& q = ps->quic;
     q.congestion_control = options_.congestion_control;
     q.gso = sock_.gso();
+    q.frames_duplicated = p.frames_duplicated.load();
+    q.reconnects = p.reconnects.load();
+    q.frames_resent = p.frames_resent.load();
+    q.zero_rtt = p.zero_rtt.load();
+    q.zero_rtt_refused = p.zero_rtt_refused.load();
+    q.reconnect_ms = static_cast<double>(p.reconnect_us.load()) / 1e3;
     if (!p.conn) return;
     const ngtcp2_conn_stat st = p.conn->conn_stat();
     ps->rtt_ms = static_cast<double>(st.smoothed_rtt) / 1e6;
@@ -454,6 +609,12 @@ void QuicDevice::stats(PeerStats* ps) const {
     q.delivery_rate_bps = st.delivery_rate_sec * 8;
     q.pacing_rate_bps = static_cast<uint64_t>(st.pacing_rate * 8e9);
     q.streams_opened = p.conn->streams_opened();
+    const FlowWindows& w = p.conn->windows();
+    q.window_bytes = w.connection;
+    q.stream_window_bytes = w.stream;
+    q.max_window_bytes = w.max_connection;
+    q.window_rtt_ns = p.conn->windows_rtt_ns();
+    q.window_rate_bps = p.conn->windows_rate_bps();
   });
 }
 

@@ -12,14 +12,37 @@
 // frame. Per-peer state that outlives a connection (frame numbering, the receive window, frames
 // staged before their receive, frames not yet acknowledged) is QuicPeer's.
 //
-// Flow control: the connection and stream windows start at GEOCCL_QUIC_WINDOW_BYTES (sized for
-// the bandwidth-delay product of the longest path) and ngtcp2 may grow them to twice that.
+// Flow control: the windows are sized from the path's bandwidth-delay product (flow_window.h):
+// a path not measured yet starts at GEOCCL_QUIC_WINDOW_BYTES; every 250 ms each connection's
+// lowest RTT and highest rate are taken, its windows widened to twice the BDP, and a re-dialled
+// connection starts there; ngtcp2 auto-tunes up to four times it, within fixed bounds.
 // Congestion control: GEOCCL_QUIC_CC (bbr2 by default, cubic, bbr, reno).
+//
+// Small frames (at most GEOCCL_QUIC_DUPLICATE_BYTES) go out on two streams; the receiver keeps
+// the first copy that arrives in full and discards the other (the frame number says which is
+// which), so one random loss does not cost a small operation a retransmission timeout.
 //
 // Liveness: heartbeats ride the control stream; an ICMP port-unreachable from a peer's address
 // (its process is gone) fails the group with peer-lost at once; a path that stays silent past the
-// idle timeout (GEOCCL_TCP_RESUME_TIMEOUT_MS) fails it with peer-unreachable. A QUIC connection
-// survives outages shorter than that by itself (ngtcp2 retransmits), so no stream is re-dialled.
+// idle timeout (GEOCCL_TCP_RESUME_TIMEOUT_MS) fails it with peer-unreachable.
+//
+// Re-dialling: QUIC retransmits through an outage by itself, but its timer doubles each time, so
+// after a long cut the next probe may come as long again after the link is back. A connection
+// with data in flight, or whose peer owes a posted receive a frame, that has heard nothing for
+// GEOCCL_QUIC_REDIAL_MS is therefore dialled again
+// by the higher rank, beside the old one, and again every such interval until one answers. The
+// acceptor takes a replacing connection from the same authenticated peer (its certificate is the
+// published one) in place of the old. Both ends then drop the old connection silently and re-send
+// on the new one every frame not yet acknowledged; the receiver's frame numbers discard the
+// copies of frames it has (exactly once), and frames it had in part arrive again from the start.
+//
+// 0-RTT: the dialler keeps the session ticket of each connection (and the acceptor's transport
+// parameters); a re-dial resumes it and sends its Hello and every unacknowledged frame as early
+// data. The acceptor holds 0-RTT bytes until the handshake completes and the Hello is judged as
+// after a full handshake (tls.h says what binds a resumed session to the pinned certificate);
+// frame numbers keep delivery exactly once. An acceptor that refuses the early data makes the
+// dialler send it all again after the full handshake (GEOCCL_QUIC_0RTT=0 refuses, and does not
+// try). PeerStats::Quic counts both.
 //
 // Threads: as device.h. Every socket operation and every ngtcp2 call is on the loop thread.
 #pragma once
@@ -37,6 +60,7 @@
 #include "transport/device.h"
 #include "transport/quic/address.h"
 #include "transport/quic/connection.h"
+#include "transport/quic/flow_window.h"
 #include "transport/quic/tls.h"
 #include "transport/quic/udp.h"
 
@@ -48,7 +72,16 @@ struct QuicOptions {
   uint64_t socket_buffer_bytes = 32u << 20;  // SO_SNDBUF / SO_RCVBUF of the UDP socket
   std::chrono::milliseconds idle_timeout{30000};
   std::chrono::milliseconds handshake_timeout{10000};
+  uint64_t duplicate_bytes = 16u << 10;          // GEOCCL_QUIC_DUPLICATE_BYTES
+  std::chrono::milliseconds redial_after{2000};  // GEOCCL_QUIC_REDIAL_MS (0 = never)
+  bool zero_rtt = true;                           // GEOCCL_QUIC_0RTT
   static QuicOptions from_config(const Config& cfg);
+  // The bounds of the flow-control windows (flow_window.h): window_bytes for an unmeasured path.
+  WindowLimits window_limits() const {
+    WindowLimits l;
+    l.unmeasured = window_bytes;
+    return l;
+  }
 };
 
 // A posted receive (the peer's receive window holds them).
@@ -77,8 +110,29 @@ struct QuicPeer {
   std::map<uint64_t, StagedFrame> staged;
   std::map<uint64_t, std::shared_ptr<OutFrame>> unacked;  // by frame number
   QuicConnection* conn = nullptr;  // the established connection (owned by the device)
+  QuicConnection* redial = nullptr;  // dialler: a replacement of `conn` being dialled
+  std::chrono::steady_clock::time_point last_redial{};
+  int redials = 0;                 // attempts since `conn` was last heard from
   bool goodbye = false;            // it said goodbye: its connection's end is no failure
   std::atomic<uint64_t> bytes_sent{0}, bytes_received{0}, frames_sent{0}, frames_received{0};
+  std::atomic<uint64_t> frames_duplicated{0}, reconnects{0}, frames_resent{0};
+  // The path as its connections measured it (flow_window.h; 0 = not yet), kept across re-dials:
+  // the connection's lowest RTT and the highest rate seen (the delivery rate ngtcp2 measures for
+  // what we send, or what arrived per interval).
+  uint64_t path_rtt_ns = 0, path_rate_bps = 0;
+  // Dialler: the last session ticket the peer gave us (empty: none yet) and its transport
+  // parameters, for a 0-RTT re-dial (tls.h).
+  std::vector<uint8_t> ticket;
+  ngtcp2_transport_params ticket_params{};
+  std::atomic<uint64_t> zero_rtt{0}, zero_rtt_refused{0};
+  // Dialler, after a replacement: the frames up to `recover_upto` (those re-sent) are not all
+  // acknowledged yet; the time from its first answer until they are is the reconnect time.
+  bool recovering = false;
+  uint64_t recover_upto = 0;
+  std::chrono::steady_clock::time_point recover_since{};
+  std::atomic<uint64_t> reconnect_us{0};
+  uint64_t rate_mark_bytes = 0;
+  std::chrono::steady_clock::time_point rate_mark_at{};
 };
 
 class QuicDevice final : public Device {
@@ -103,6 +157,9 @@ class QuicDevice final : public Device {
   void shutdown() override;
 
   uint64_t rejected_connections() const { return rejected_.load(); }
+  // Dials a replacement of the connection to lower rank `peer` now, as a silence past
+  // GEOCCL_QUIC_REDIAL_MS would (tests; any thread).
+  void redial_now(int peer);
   // Whether the connection to `peer` is established (any thread).
   bool connected_to(int peer) const;
 
@@ -110,8 +167,11 @@ class QuicDevice final : public Device {
   Group& group() const { return group_; }
   const QuicOptions& options() const { return options_; }
   const Credentials& credentials() const { return cred_; }
+  TicketIssuer& tickets() { return tickets_; }
   UdpSocket& socket() { return sock_; }
   QuicPeer& peer(int rank) { return *peers_[static_cast<size_t>(rank)]; }
+  // The known peer whose published endpoint is `ep`, or null.
+  QuicPeer* peer_at(const Endpoint& ep);
   bool closing() const { return closing_.load(); }
   void route(const std::string& cid, QuicConnection* c);
   void unroute(const std::string& cid);
@@ -137,6 +197,16 @@ class QuicDevice final : public Device {
   void on_readable(uint32_t events);
   void writable();
   void on_group_failure(const Failure& f, bool tell_peers);
+  // Every 250 ms: measures each peer's path and widens its connection's windows to it
+  // (measure()); dials a replacement of each silent connection this rank dialled (re-dialling).
+  void watch();
+  void measure(QuicPeer& p, Clock::time_point now);
+  // Dials a replacement of p's connection beside it; with a ticket its frames go as 0-RTT.
+  void dial_again(QuicPeer& p);
+  // Dialler: ends the reconnect time once every frame re-sent is acknowledged.
+  void check_recovered(QuicPeer& p);
+  // Hands a frame to a connection: twice when it is small (GEOCCL_QUIC_DUPLICATE_BYTES).
+  void post(QuicPeer& p, QuicConnection& c, const std::shared_ptr<OutFrame>& f);
   void drop_retired();
   void deliver_staged(QuicPeer& p, uint64_t frame);
   QuicConnection* find(std::span<const uint8_t> pkt);
@@ -144,6 +214,7 @@ class QuicDevice final : public Device {
   Group& group_;
   const QuicOptions options_;
   Credentials cred_;
+  TicketIssuer tickets_;
   UdpSocket sock_;
   std::string endpoint_;
   std::vector<std::unique_ptr<QuicPeer>> peers_;
@@ -153,6 +224,7 @@ class QuicDevice final : public Device {
   bool want_out_ = false;
   bool dialing_ = false;  // connect() is reading its dialled connections' fate
   Group::ListenerId failure_listener_ = 0;
+  runtime::EventLoop::TimerId watch_timer_ = 0;
   std::atomic<uint64_t> rejected_{0};
   std::atomic<bool> closing_{false};
   bool shut_down_ = false;

@@ -30,6 +30,10 @@ namespace {
 // Bound on frames handled per readiness event so one busy peer cannot starve the others.
 constexpr int kFramesPerEvent = 64;
 constexpr int kMaxIov = 64;
+// A sealing connection seals frames as it writes them, at most this far ahead of what one
+// sendmsg() takes, so that sealing a long queue does not hold the loop thread (and the receives
+// and acknowledgements it serves) for long.
+constexpr size_t kSealAhead = 1 << 20;
 
 // TCP_NOTSENT_LOWAT (0: leave the kernel's).
 void set_notsent_lowat(int fd, uint64_t bytes) {
@@ -40,9 +44,49 @@ void set_notsent_lowat(int fd, uint64_t bytes) {
 
 }  // namespace
 
-TcpConnection::TcpConnection(TcpDevice& owner, TcpPeer& peer, int fd, int stream)
+TcpConnection::TcpConnection(TcpDevice& owner, TcpPeer& peer, int fd, int stream,
+                             const security::ConnectionKeys& keys)
     : owner_(owner), peer_(peer), fd_(fd), stream_(stream) {
+  set_keys(keys);
   configure_socket();
+}
+
+void TcpConnection::set_keys(const security::ConnectionKeys& keys) {
+  if (keys.cipher == 0) {
+    if (owner_.group().security())  // cannot happen: the handshake of a secured group gives keys
+      throw Error(ErrorCode::kInternal, "unsealed connection in a group with a secret");
+    sealer_.reset();
+    opener_.reset();
+    return;
+  }
+  // Data frames: the pair's keys for the session, the same on every connection of the pair (a
+  // frame re-sent on a resumed stream seals to the same bytes); control frames: this
+  // connection's keys from its handshake.
+  const security::Key& job = owner_.group().security()->job_key;
+  const auto me = static_cast<uint32_t>(owner_.group().rank()), them = static_cast<uint32_t>(peer_.rank);
+  const uint8_t ch = owner_.options().channel;  // each channel's device numbers its own frames
+  sealer_ = std::make_unique<security::FrameSealer>(keys.cipher, keys.send,
+                                                    security::pair_frame_key(job, ch, me, them, keys.cipher));
+  opener_ = std::make_unique<security::FrameOpener>(keys.cipher, keys.recv,
+                                                    security::pair_frame_key(job, ch, them, me, keys.cipher));
+}
+
+size_t TcpConnection::wire_size(const SendOp& op) const {
+  return kFrameHeaderSize + (sealer_ ? security::sealed_payload_size(op.payload.size()) : op.payload.size());
+}
+
+void TcpConnection::auth_failed(const char* what) {
+  GEOCCL_LOG(kError, "a frame on stream " << stream_ << " from rank " << peer_.rank << " failed authentication ("
+                                          << what << ", after " << opener_->data_frames() << " data and "
+                                          << opener_->control_frames()
+                                          << " control frame(s) of the connection; next data frame at least "
+                                          << opener_->next_data_frame() << ")");
+  owner_.group().fail(ErrorCode::kProtocol,
+                      "a frame from rank " + std::to_string(peer_.rank) + " on stream " + std::to_string(stream_) +
+                          " failed authentication (" + what +
+                          "): tampered, replayed, reordered or injected; dropped before use",
+                      true);
+  close_fd();
 }
 
 void TcpConnection::configure_socket() {
@@ -53,7 +97,7 @@ void TcpConnection::configure_socket() {
   if (stream_ != TcpDevice::kControlStream) {
     const auto& o = owner_.options();
     set_notsent_lowat(fd_, peer_.wan ? o.wan_notsent_lowat : o.notsent_lowat);
-    if (o.zerocopy) {
+    if (o.zerocopy && !sealer_) {  // sealed frames are written from their own buffers
       const int one = 1;
       zerocopy_ = setsockopt(fd_, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof one) == 0;
       if (!zerocopy_)
@@ -84,7 +128,7 @@ void TcpConnection::post_send(SendOp op) {
     owner_.group().notify();
     return;
   }
-  queued_ += kFrameHeaderSize + op.payload.size() - op.sent;
+  queued_ += wire_size(op) - op.sent;
   if (op.req) ++frames_sent_;
   if (zerocopy_) op.stable_header = std::make_shared<protocol::FrameHeaderBytes>(op.header);
   const bool was_empty = sendq_.empty();
@@ -103,6 +147,8 @@ void TcpConnection::enter_reconnecting(const std::string& why, bool recover) {
   payload_got_ = 0;
   payload_checked_ = false;
   discard_ = false;
+  record_got_ = 0;
+  record_index_ = 0;
   // Zero-copy frames waiting for the kernel's completion: the socket and its buffers are gone,
   // and the session keeps a copy of each (taken when it was written), so their requests are done.
   for (auto& z : zc_wait_) complete(z.req, {});
@@ -133,11 +179,13 @@ void TcpConnection::enter_reconnecting(const std::string& why, bool recover) {
   for (auto& op : sendq_) {
     if (!op.data) continue;
     op.sent = 0;
+    // A data frame sealed already keeps its bytes: the pair's key and its number seal it the same
+    // on the new socket.
     q.push_back(std::move(op));
   }
   sendq_.swap(q);
   queued_ = 0;
-  for (const auto& op : sendq_) queued_ += kFrameHeaderSize + op.payload.size();
+  for (const auto& op : sendq_) queued_ += wire_size(op);
   frames_resent_ += copies;
   GEOCCL_LOG(kWarn, (stream_ == TcpDevice::kControlStream ? "control" : "data") << " stream " << stream_
                                    << " to rank " << peer_.rank << " broke (" << why
@@ -147,7 +195,7 @@ void TcpConnection::enter_reconnecting(const std::string& why, bool recover) {
   if (recover) owner_.stream_broken(peer_, stream_);
 }
 
-void TcpConnection::resume(int fd) {
+void TcpConnection::resume(int fd, const security::ConnectionKeys& keys) {
   if (fd_ >= 0) enter_reconnecting("the peer replaced it", /*recover=*/false);
   if (resume_timer_) {
     owner_.group().loop().cancel_timer(resume_timer_);
@@ -157,6 +205,7 @@ void TcpConnection::resume(int fd) {
   reconnecting_ = false;
   goodbye_ = false;
   ++reconnects_;
+  set_keys(keys);
   configure_socket();
   GEOCCL_LOG(kWarn, "stream " << stream_ << " to rank " << peer_.rank << " re-established; "
                                << sendq_.size() << " frame(s) queued on it");
@@ -217,7 +266,7 @@ void TcpConnection::post_ack(uint64_t upto) {
   op.header = protocol::encode_frame_header(h);
   op.owned = std::make_shared<std::vector<uint8_t>>();
   if (zerocopy_) op.stable_header = std::make_shared<protocol::FrameHeaderBytes>(op.header);
-  queued_ += kFrameHeaderSize;
+  queued_ += wire_size(op);
   sendq_.push_back(std::move(op));
   write_some();
 }
@@ -320,7 +369,7 @@ void TcpConnection::post_control(FrameType type, std::vector<uint8_t> payload) {
   op.owned = std::make_shared<std::vector<uint8_t>>(std::move(payload));
   op.payload = *op.owned;
   if (zerocopy_) op.stable_header = std::make_shared<protocol::FrameHeaderBytes>(op.header);
-  queued_ += kFrameHeaderSize + op.payload.size();
+  queued_ += wire_size(op);
   sendq_.push_back(std::move(op));
   write_some();
 }
@@ -348,7 +397,7 @@ void TcpConnection::fail_requests(const Failure& f) {
   sendq_.swap(keep);
   reconnecting_ = false;
   queued_ = 0;
-  for (const auto& s : sendq_) queued_ += kFrameHeaderSize + s.payload.size() - s.sent;
+  for (const auto& s : sendq_) queued_ += wire_size(s) - s.sent;
   if (stream_ != TcpDevice::kControlStream) owner_.data_queue_changed(peer_);
 }
 
@@ -405,7 +454,7 @@ void TcpConnection::on_closed(const std::string& why) {
 // Returns false when the connection failed.
 bool TcpConnection::handle_header() {
   protocol::FrameHeader h;
-  const auto st = protocol::decode_frame_header(std::span<const uint8_t, kFrameHeaderSize>(hdr_buf_), &h);
+  const auto st = protocol::decode_frame_header(std::span<const uint8_t, kFrameHeaderSize>(hdr_buf_.data(), kFrameHeaderSize), &h);
   if (st == protocol::DecodeStatus::kUnknownControl) {
     // A control frame of a newer minor version: read past its payload and go on.
     hdr_ = h;
@@ -456,12 +505,23 @@ ssize_t TcpConnection::receive(uint8_t* dst, size_t n) {
 void TcpConnection::read_some() {
   for (int frames = 0; fd_ >= 0 && frames < kFramesPerEvent;) {
     if (!have_hdr_) {
-      const ssize_t n = receive(hdr_buf_.data() + hdr_got_, kFrameHeaderSize - hdr_got_);
+      const size_t need = header_wire_size();
+      const ssize_t n = receive(hdr_buf_.data() + hdr_got_, need - hdr_got_);
       if (n <= 0) return;
       hdr_got_ += static_cast<size_t>(n);
-      if (hdr_got_ < kFrameHeaderSize) continue;
+      if (hdr_got_ < need) continue;
       hdr_got_ = 0;
+      // Sealed: no field of the header is used before its tag is verified.
+      if (opener_) {
+        const std::span<const uint8_t, kFrameHeaderSize> hb(hdr_buf_.data(), kFrameHeaderSize);
+        if (!opener_->open_header(hb, std::span<const uint8_t, security::kTagBytes>(hdr_buf_.data() + kFrameHeaderSize,
+                                                                                   security::kTagBytes)))
+          return auth_failed(opener_->repeated(hb) ? "a data frame numbered at or below one this connection opened"
+                                                   : "frame header");
+      }
       if (!handle_header()) return;
+      record_got_ = 0;
+      record_index_ = 0;
     }
 
     std::span<uint8_t> dst;
@@ -495,6 +555,24 @@ void TcpConnection::read_some() {
       dst = control_payload_;
     }
 
+    if (opener_ && payload_got_ < hdr_.payload_len) {
+      // One record at a time into the staging buffer; only a verified record reaches `dst`.
+      const size_t plain = security::record_plain_size(hdr_.payload_len, record_index_);
+      const size_t wire = plain + security::kTagBytes;
+      if (record_buf_.size() < wire) record_buf_.resize(wire);
+      const ssize_t n = receive(record_buf_.data() + record_got_, wire - record_got_);
+      if (n <= 0) return;
+      record_got_ += static_cast<size_t>(n);
+      if (record_got_ < wire) continue;
+      if (!opener_->open_record(std::span<const uint8_t, kFrameHeaderSize>(hdr_buf_.data(), kFrameHeaderSize), record_index_,
+                                std::span<uint8_t>(record_buf_.data(), wire)))
+        return auth_failed("payload record");
+      if (!discard_) std::memcpy(dst.data() + payload_got_, record_buf_.data(), plain);
+      payload_got_ += plain;
+      record_got_ = 0;
+      ++record_index_;
+      if (payload_got_ < hdr_.payload_len) continue;
+    }
     // Where the next bytes go: a discarded frame reuses its small buffer from the start.
     const size_t at = discard_ ? 0 : payload_got_;
     if (payload_got_ < hdr_.payload_len) {
@@ -507,6 +585,7 @@ void TcpConnection::read_some() {
     // A whole frame is in.
     have_hdr_ = false;
     ++frames;
+    if (opener_) opener_->next();
     if (discard_) {
       discard_ = false;
       continue;
@@ -551,6 +630,13 @@ void TcpConnection::write_some() {
     bool control = false;
     for (auto it = sendq_.begin(); it != sendq_.end() && n_iov + 2 <= kMaxIov; ++it) {
       control = control || it->owned != nullptr;
+      if (sealer_ && it->sent == 0 && !it->wire) {  // sealed in the order frames go on the wire
+        if (n_iov > 0 && bytes >= kSealAhead) break;
+        // Not zero-filled: the sealer writes every byte.
+        it->wire = std::shared_ptr<uint8_t[]>(new uint8_t[security::sealed_payload_size(it->payload.size())]);
+        sealer_->seal(it->header, it->payload, it->wire.get());
+      }
+      const std::span<const uint8_t> payload = wire_payload(*it);
       size_t skip = it->sent;
       if (skip < kFrameHeaderSize) {
         iov[n_iov++] = {const_cast<uint8_t*>(it->header_data()) + skip, kFrameHeaderSize - skip};
@@ -559,9 +645,9 @@ void TcpConnection::write_some() {
       } else {
         skip -= kFrameHeaderSize;
       }
-      if (skip < it->payload.size()) {
-        iov[n_iov++] = {const_cast<uint8_t*>(it->payload.data()) + skip, it->payload.size() - skip};
-        bytes += it->payload.size() - skip;
+      if (skip < payload.size()) {
+        iov[n_iov++] = {const_cast<uint8_t*>(payload.data()) + skip, payload.size() - skip};
+        bytes += payload.size() - skip;
       }
     }
     msghdr msg{};
@@ -601,7 +687,7 @@ void TcpConnection::complete_sent(size_t n) {
   bool completed = false;
   while (left > 0 && !sendq_.empty()) {
     SendOp& op = sendq_.front();
-    const size_t total = kFrameHeaderSize + op.payload.size();
+    const size_t total = kFrameHeaderSize + wire_payload(op).size();
     const size_t take = std::min(left, total - op.sent);
     op.sent += take;
     left -= take;

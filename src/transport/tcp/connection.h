@@ -12,6 +12,8 @@
 
 #include "geoccl/communicator.h"
 #include "protocol/frame.h"
+#include "security/auth.h"
+#include "security/sealer.h"
 #include "transport/transport.h"
 
 namespace geoccl::transport::tcp {
@@ -33,6 +35,11 @@ class TcpConnection {
     // With MSG_ZEROCOPY the kernel reads the header after sendmsg() returns: it is sent from this
     // heap copy, kept alive until the kernel's completion.
     std::shared_ptr<protocol::FrameHeaderBytes> stable_header;
+    // A sealing connection: header tag and sealed records of `payload` (security/sealer.h),
+    // made when the frame's first byte is written on a socket. A data frame's are the same bytes
+    // on every connection of the pair (kept across a break); a re-sent copy is sealed again, to
+    // the same bytes.
+    std::shared_ptr<uint8_t[]> wire;  // security::sealed_payload_size(payload.size()) bytes
     const uint8_t* header_data() const { return stable_header ? stable_header->data() : header.data(); }
   };
   // A posted receive; lives in the peer's session window (any data stream may fill it).
@@ -42,8 +49,9 @@ class TcpConnection {
     RequestPtr req;
   };
 
-  // Takes ownership of `fd` (non-blocking) and registers it with the loop.
-  TcpConnection(TcpDevice& owner, TcpPeer& peer, int fd, int stream);
+  // Takes ownership of `fd` (non-blocking) and registers it with the loop. `keys` from the
+  // connection's authentication (cipher 0: plaintext, no group secret).
+  TcpConnection(TcpDevice& owner, TcpPeer& peer, int fd, int stream, const security::ConnectionKeys& keys);
   ~TcpConnection();
   TcpConnection(const TcpConnection&) = delete;
   TcpConnection& operator=(const TcpConnection&) = delete;
@@ -69,7 +77,7 @@ class TcpConnection {
 
   // Stream recovery (data streams, TcpOptions::resume). Takes `fd`, a new socket for this stream (the old one broke or the peer replaced it), and
   // re-sends every frame the peer has not acknowledged, in frame order, before newer ones.
-  void resume(int fd);
+  void resume(int fd, const security::ConnectionKeys& keys);
   // Fault injection for tests: resets the socket (RST, as a middlebox would) and handles the
   // break as if the kernel had reported it. `silent`: the peer is told nothing (its socket stays
   // open, as when a NAT forgets the flow); the abandoned socket is returned, for the caller to
@@ -129,6 +137,17 @@ class TcpConnection {
   // `recover`: start recovering it (TcpDevice::stream_broken); not when a new socket is at hand.
   void enter_reconnecting(const std::string& why, bool recover = true);
   void configure_socket();
+  void set_keys(const security::ConnectionKeys& keys);
+  // Bytes of the frame on the wire (header, payload; sealed: header tag and record tags too).
+  size_t wire_size(const SendOp& op) const;
+  std::span<const uint8_t> wire_payload(const SendOp& op) const {
+    return op.wire ? std::span<const uint8_t>(op.wire.get(), security::sealed_payload_size(op.payload.size()))
+                   : op.payload;
+  }
+  // Bytes of a frame header on the wire (sealed: with its tag).
+  size_t header_wire_size() const { return protocol::kFrameHeaderSize + (opener_ ? security::kTagBytes : 0); }
+  // A sealed frame failed to open: the group fails with kProtocol naming the peer.
+  void auth_failed(const char* what);
   void close_fd();
   bool handle_header();
   // Data frame header in hdr_ whose receive is not posted yet (the stream waits for it).
@@ -167,7 +186,15 @@ class TcpConnection {
   std::deque<ZcWait> zc_wait_;
   uint64_t zc_copied_ = 0;  // completions the kernel reported as copied (zero copy not used)
 
-  std::array<uint8_t, protocol::kFrameHeaderSize> hdr_buf_{};
+  std::array<uint8_t, protocol::kFrameHeaderSize + security::kTagBytes> hdr_buf_{};
+  // Sealing (a group secret): per direction, this connection's key (control frames) and the
+  // pair's key for the session (data frames); the record of a sealed payload being read
+  // (verified here before any byte is copied to its destination).
+  std::unique_ptr<security::FrameSealer> sealer_;
+  std::unique_ptr<security::FrameOpener> opener_;
+  std::vector<uint8_t> record_buf_;
+  size_t record_got_ = 0;
+  uint32_t record_index_ = 0;
   size_t hdr_got_ = 0;
   bool have_hdr_ = false;
   protocol::FrameHeader hdr_;

@@ -8,10 +8,12 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "core/logging.h"
 #include "protocol/handshake.h"
+#include "security/auth.h"
 #include "transport/tcp/address.h"
 #include "transport/tcp/socket_util.h"
 #include "transport/tcp/stripe.h"
@@ -52,21 +54,34 @@ TcpOptions TcpOptions::from_config(const Config& cfg, int data_streams) {
   o.wan_resume = cfg.tcp_resume == "on" || cfg.tcp_resume == "auto";
   o.resume_timeout = cfg.tcp_resume_timeout;
   o.stall_timeout = cfg.tcp_stall_timeout;
+  o.relay_after = cfg.relay_after;
   o.user_timeout = cfg.tcp_resume_timeout;
   o.keepalive_idle = cfg.liveness_window;
   o.keepalive_interval = cfg.heartbeat_interval;
   return o;
 }
 
+// An inbound connection in its handshake: Hello (and AuthInit with a secret), then, with a
+// secret, AuthFin. Nothing else is read from it until the dialler has proven the secret.
 struct TcpDevice::PendingAccept {
   int fd = -1;
-  std::array<uint8_t, protocol::kHelloSize> buf{};
+  std::vector<uint8_t> buf = std::vector<uint8_t>(protocol::kHelloSize);  // the message awaited
   size_t got = 0;
   runtime::EventLoop::TimerId timer = 0;
+  protocol::Hello hello;
+  std::unique_ptr<security::AuthAcceptor> auth;  // awaiting AuthFin when set
 };
 
 TcpDevice::TcpDevice(Group& group, const std::string& bind_addr, const TcpOptions& options)
-    : group_(group), options_(options), streams_(1 + std::max(1, options.data_streams)) {
+    : group_(group),
+      options_(options),
+      streams_(1 + std::max(1, options.data_streams)),
+      // A relay carries pairs that cannot reach each other: WAN paths, whose socket options its
+      // sockets to the targets get (the requester's side inherits the listening socket's).
+      relay_([this](int s) {
+        if (options_.wan_buffer_bytes > 0) set_buffer_sizes(s, options_.wan_buffer_bytes);
+        if (!options_.wan_congestion_control.empty()) set_congestion_control(s, options_.wan_congestion_control);
+      }) {
   for (int r = 0; r < group_.size(); ++r) {
     auto p = std::make_unique<TcpPeer>();
     p->rank = r;
@@ -188,61 +203,242 @@ void TcpDevice::drop_pending(int fd) {
   }
 }
 
+namespace {
+
+// Reads into the awaited message; false when the connection ended or failed (the caller drops
+// it), true when it may go on (*complete: the message is in).
+bool read_pending(int fd, std::vector<uint8_t>& buf, size_t& got, bool* complete) {
+  *complete = false;
+  const ssize_t n = ::recv(fd, buf.data() + got, buf.size() - got, MSG_DONTWAIT);
+  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return true;
+  if (n <= 0) return false;
+  got += static_cast<size_t>(n);
+  *complete = got == buf.size();
+  return true;
+}
+
+}  // namespace
+
+protocol::HandshakeStatus TcpDevice::admit(const protocol::Hello& hello, TcpConnection** existing) {
+  // Only higher ranks connect to us, once per stream; a data stream may be connected again when
+  // we resume streams (the peer found it broken), and only while the group stands.
+  const int from = static_cast<int>(hello.rank);
+  *existing = from > group_.rank() ? conn(from, hello.stream) : nullptr;
+  const bool replaces_resumable = *existing && can_resume(peer(from), hello.stream);
+  if (from <= group_.rank() || (*existing && !replaces_resumable)) return protocol::HandshakeStatus::kBadRank;
+  return protocol::HandshakeStatus::kAccepted;
+}
+
+void TcpDevice::reject_pending(int fd, const std::string& why) {
+  GEOCCL_LOG(kWarn, "rejected inbound connection: " << why);
+  rejected_.fetch_add(1);
+  drop_pending(fd);
+  ::close(fd);
+}
+
 void TcpDevice::on_pending_readable(int fd) {
   PendingAccept* p = nullptr;
   for (auto& q : pending_)
     if (q->fd == fd) p = q.get();
   if (!p) return;
-  const ssize_t n = ::recv(fd, p->buf.data() + p->got, p->buf.size() - p->got, MSG_DONTWAIT);
-  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
-  if (n <= 0) {
+  bool complete = false;
+  if (!read_pending(fd, p->buf, p->got, &complete)) {
     rejected_.fetch_add(1);
     drop_pending(fd);
     ::close(fd);
     return;
   }
-  p->got += static_cast<size_t>(n);
   // A stranger that speaks a different protocol is told off at the first wrong byte count.
-  if (p->got < p->buf.size()) return;
+  if (!complete) return;
+  const security::GroupKey* key = group_.security();
+  if (p->auth) return on_auth_fin(*p);
 
-  protocol::Hello hello;
-  auto st = protocol::decode_hello(p->buf, &hello);
+  protocol::Hello& hello = p->hello;
+  const auto hello_bytes = std::span<const uint8_t, protocol::kHelloSize>(p->buf.data(), protocol::kHelloSize);
+  auto st = protocol::decode_hello(hello_bytes, &hello);
   if (st == protocol::HandshakeStatus::kAccepted)
     st = protocol::check_hello(hello, static_cast<uint32_t>(group_.size()), group_.session_id(),
                                static_cast<uint16_t>(streams_), group_.params_hash());
-  // Only higher ranks connect to us, once per stream; a data stream may be connected again when
-  // we resume streams (the peer found it broken), and only while the group stands.
-  const int from = static_cast<int>(hello.rank);
-  TcpConnection* existing = nullptr;
-  if (st == protocol::HandshakeStatus::kAccepted) {
-    existing = from > group_.rank() ? conn(from, hello.stream) : nullptr;
-    const bool replaces_resumable = existing && can_resume(peer(from), hello.stream);
-    if (from <= group_.rank() || (existing && !replaces_resumable))
-      st = protocol::HandshakeStatus::kBadRank;
+  if (st == protocol::HandshakeStatus::kAccepted) st = protocol::check_auth_flag(hello, key != nullptr);
+  // A rank that cannot reach another asks us to carry its connection there (relay.h).
+  if (st == protocol::HandshakeStatus::kAccepted && (hello.flags & protocol::kHelloFlagRelayRequest))
+    return serve_relay(fd, hello);
+  // With a secret the Hello is followed by AuthInit: read it too before answering.
+  if (st == protocol::HandshakeStatus::kAccepted && key && p->buf.size() == protocol::kHelloSize) {
+    p->buf.resize(protocol::kHelloSize + security::kAuthInitSize);
+    return;
   }
+  TcpConnection* existing = nullptr;
+  if (st == protocol::HandshakeStatus::kAccepted) st = admit(hello, &existing);
   protocol::Reply reply;
   reply.status = st;
   reply.rank = static_cast<uint32_t>(group_.rank());
-  const auto bytes = protocol::encode_reply(reply);
+  if (key) reply.flags |= protocol::kHelloFlagAuth;
+  auto bytes = protocol::encode_reply(reply);
+  std::vector<uint8_t> out(bytes.begin(), bytes.end());
+  std::string auth_why;
+  if (st == protocol::HandshakeStatus::kAccepted && key) {
+    auto auth = std::make_unique<security::AuthAcceptor>(*key);
+    std::array<uint8_t, security::kAuthRespSize> resp{};
+    const auto ast = auth->on_init(
+        hello_bytes, bytes,
+        std::span<const uint8_t, security::kAuthInitSize>(p->buf.data() + protocol::kHelloSize, security::kAuthInitSize),
+        &resp);
+    if (ast == security::AuthStatus::kOk) {
+      out.insert(out.end(), resp.begin(), resp.end());
+      p->auth = std::move(auth);
+    } else {
+      auth_why = security::auth_status_name(ast);
+      reply.status = st = ast == security::AuthStatus::kNoCommonCipher ? protocol::HandshakeStatus::kAuthMismatch
+                                                                      : protocol::HandshakeStatus::kMalformed;
+      bytes = protocol::encode_reply(reply);
+      out.assign(bytes.begin(), bytes.end());
+    }
+  }
   // The reply is a few dozen bytes on a fresh socket: it fits in the send buffer.
-  [[maybe_unused]] ssize_t w = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  [[maybe_unused]] ssize_t w = ::send(fd, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (st != protocol::HandshakeStatus::kAccepted)
+    return reject_pending(fd, auth_why.empty() ? protocol::handshake_status_name(st) : auth_why);
+  if (p->auth) {  // the dialler's proof comes next; the handshake timer still runs
+    p->buf.assign(security::kAuthFinSize, 0);
+    p->got = 0;
+    return;
+  }
+  const protocol::Hello admitted = hello;  // drop_pending frees *p
   drop_pending(fd);
-  if (st != protocol::HandshakeStatus::kAccepted) {
-    GEOCCL_LOG(kWarn, "rejected inbound connection: " << protocol::handshake_status_name(st));
-    rejected_.fetch_add(1);
+  note_relay(admitted);
+  if (existing) return existing->resume(fd, {});
+  adopt(fd, static_cast<int>(admitted.rank), admitted.stream, {});
+}
+
+void TcpDevice::on_auth_fin(PendingAccept& p) {
+  const int fd = p.fd;
+  const protocol::Hello hello = p.hello;
+  security::ConnectionKeys keys;
+  const auto ast = p.auth->on_fin(std::span<const uint8_t, security::kAuthFinSize>(p.buf.data(), security::kAuthFinSize), &keys);
+  const std::string who = "rank " + std::to_string(hello.rank) + " stream " + std::to_string(hello.stream);
+  if (ast != security::AuthStatus::kOk) {
+    last_auth_failure_ = "a connection claiming to be " + who + " failed authentication: " + security::auth_status_name(ast);
+    return reject_pending(fd, last_auth_failure_);
+  }
+  // The state may have changed while the proof travelled: admit the stream again.
+  TcpConnection* existing = nullptr;
+  if (const auto st = admit(hello, &existing); st != protocol::HandshakeStatus::kAccepted)
+    return reject_pending(fd, who + " (authenticated): " + protocol::handshake_status_name(st));
+  drop_pending(fd);
+  note_relay(hello);
+  if (existing) return existing->resume(fd, keys);
+  adopt(fd, static_cast<int>(hello.rank), hello.stream, keys);
+}
+
+void TcpDevice::note_relay(const protocol::Hello& hello) {
+  if (!(hello.flags & protocol::kHelloFlagRelayed)) return;
+  TcpPeer& p = peer(static_cast<int>(hello.rank));
+  if (p.relay.exchange(static_cast<int>(hello.via)) != static_cast<int>(hello.via))
+    GEOCCL_LOG(kInfo, "rank " << hello.rank << " connects to us through rank " << hello.via << "'s relay");
+}
+
+void TcpDevice::serve_relay(int fd, const protocol::Hello& hello) {
+  const int from = static_cast<int>(hello.rank), to = static_cast<int>(hello.via);
+  protocol::Reply ok;
+  ok.rank = static_cast<uint32_t>(group_.rank());
+  if (group_.security()) ok.flags |= protocol::kHelloFlagAuth;
+  protocol::Reply no = ok;
+  no.status = protocol::HandshakeStatus::kUnreachable;
+  drop_pending(fd);
+  if (closing_.load()) {
     ::close(fd);
     return;
   }
-  if (existing) {
-    existing->resume(fd);
-    return;
-  }
-  adopt(fd, from, hello.stream);
+  // Only to a rank of this group, at the address it published (never one the request names):
+  // a stranger gets no further than the handshake of a rank it could have reached anyway.
+  const std::string target = to == group_.rank() ? "" : endpoint_of(to);
+  GEOCCL_LOG(kInfo, "relaying stream " << hello.stream << " of rank " << from << " to rank " << to);
+  const auto timeout = options_.relay_after.count() > 0 ? options_.relay_after : std::chrono::milliseconds(5000);
+  relay_.serve(fd, from, to, target, timeout, protocol::encode_reply(ok), protocol::encode_reply(no));
 }
 
-void TcpDevice::adopt(int fd, int peer_rank, int stream) {
+std::string TcpDevice::endpoint_of(int rank) const {
+  std::lock_guard lk(endpoints_mu_);
+  return rank >= 0 && static_cast<size_t>(rank) < endpoints_.size() ? endpoints_[static_cast<size_t>(rank)] : "";
+}
+
+void TcpDevice::adopt_dialled(int fd, int peer_rank, int stream, const security::ConnectionKeys& keys) {
+  try {
+    set_nonblocking(fd, true);
+    group_.loop().run_owned([&] { adopt(fd, peer_rank, stream, keys); });
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+}
+
+void TcpDevice::connect_through_relay(TcpPeer& p, const std::vector<int>& peers, const Poll& poll,
+                                      Clock::time_point deadline) {
+  ThrottledPoll maybe_poll(poll);
+  // Ranks this one reaches directly first: they answered us, and likely answer the peer.
+  std::vector<int> candidates, later;
+  group_.loop().run_owned([&] {
+    for (int r : peers) {
+      if (r == p.rank) continue;
+      const TcpPeer& q = peer(r);
+      (q.streams[kControlStream] && q.relay.load() < 0 ? candidates : later).push_back(r);
+    }
+  });
+  candidates.insert(candidates.end(), later.begin(), later.end());
+  if (const int known = group_.relay(p.rank); known >= 0) {  // another class's relay first
+    candidates.erase(std::remove(candidates.begin(), candidates.end(), known), candidates.end());
+    candidates.insert(candidates.begin(), known);
+  }
+  // A relay answers within its own relay_after (it tries to reach the peer that long).
+  const auto attempt = 2 * options_.relay_after + std::chrono::seconds(2);
+  std::string why = "no other rank to relay through";
+  int chosen = -1;
+  while (chosen < 0) {
+    for (int c : candidates) {
+      p.relay.store(c);
+      bool rejected = false;
+      security::ConnectionKeys keys;
+      const int fd = dial(p, p.wan, kControlStream, std::min(deadline, Clock::now() + attempt), &why, &rejected, &keys);
+      if (fd >= 0) {
+        adopt_dialled(fd, p.rank, kControlStream, keys);
+        chosen = c;
+        break;
+      }
+      p.relay.store(-1);
+      if (rejected) throw Error(ErrorCode::kProtocol, why);  // the peer itself answered: final
+      GEOCCL_LOG(kDebug, why);
+      maybe_poll();
+      if (Clock::now() >= deadline) break;
+    }
+    if (chosen >= 0) break;
+    if (Clock::now() >= deadline)
+      throw Error(ErrorCode::kTimeout, "rank " + std::to_string(p.rank) + " at " + p.endpoint +
+                                           " did not answer directly within " +
+                                           std::to_string(options_.relay_after.count()) +
+                                           " ms, and no rank relayed to it in time (last: " + why + ")");
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // relays still starting
+  }
+  GEOCCL_LOG(kInfo, "rank " << p.rank << " reached through rank " << chosen << "'s relay");
+  group_.set_relay(p.rank, chosen);
+  for (int stream = 1; stream < streams_; ++stream) {
+    std::string swhy;
+    bool rejected = false;
+    security::ConnectionKeys keys;
+    int fd = -1;
+    while ((fd = dial(p, p.wan, stream, deadline, &swhy, &rejected, &keys)) < 0) {
+      if (rejected) throw Error(ErrorCode::kProtocol, swhy);
+      if (Clock::now() >= deadline) throw Error(ErrorCode::kTimeout, swhy);
+      maybe_poll();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    adopt_dialled(fd, p.rank, stream, keys);
+  }
+}
+
+void TcpDevice::adopt(int fd, int peer_rank, int stream, const security::ConnectionKeys& keys) {
   TcpPeer& p = peer(peer_rank);
-  p.streams[static_cast<size_t>(stream)] = std::make_unique<TcpConnection>(*this, p, fd, stream);
+  p.streams[static_cast<size_t>(stream)] = std::make_unique<TcpConnection>(*this, p, fd, stream, keys);
   ++connected_;
   group_.notify();
 }
@@ -250,34 +446,59 @@ void TcpDevice::adopt(int fd, int peer_rank, int stream) {
 void TcpDevice::connect(const std::vector<int>& peers, const AddressOf& address_of, const Poll& poll,
                         Clock::time_point deadline) {
   ThrottledPoll maybe_poll(poll);
+  {
+    // Every peer's address, decoded once: where this rank dials, and where the relay requests it
+    // may serve connect to (relay.h).
+    std::lock_guard lk(endpoints_mu_);
+    endpoints_.assign(static_cast<size_t>(group_.size()), "");
+    for (int r : peers) {
+      std::string ep;
+      if (decode_address(address_of(r), &ep)) endpoints_[static_cast<size_t>(r)] = ep;
+    }
+  }
+  std::vector<int> unanswered;  // lower peers that no direct attempt reached
   for (int r : peers) {
     if (r >= group_.rank()) continue;
     TcpPeer& p = peer(r);
-    if (!decode_address(address_of(r), &p.endpoint))
+    p.endpoint = endpoint_of(r);
+    if (p.endpoint.empty())
       throw Error(ErrorCode::kProtocol, "rank " + std::to_string(r) + " published a malformed TCP address");
-    for (int stream = 0; stream < streams_; ++stream) {
+    // The first stream finds out whether the peer answers directly: a path that gives no answer
+    // at all within relay_after (a firewall that drops, a cut link) is left to a relay.
+    const bool may_relay = options_.relay_after.count() > 0 && group_.size() > 2;
+    if (may_relay && group_.relay(r) >= 0) {  // another class of this rank found no direct path
+      unanswered.push_back(r);
+      continue;
+    }
+    const auto direct_deadline = may_relay ? std::min(deadline, Clock::now() + options_.relay_after) : deadline;
+    bool relay = false;
+    for (int stream = 0; stream < streams_ && !relay; ++stream) {
       std::string why;
-      bool rejected = false;
+      bool rejected = false, refused = false;
       int fd = -1;
+      security::ConnectionKeys keys;
       // The peer is listening already (it published its address), but retry briefly on refusal.
-      while ((fd = dial(p, p.wan, stream, deadline, &why, &rejected)) < 0) {
+      while ((fd = dial(p, p.wan, stream, stream == 0 ? direct_deadline : deadline, &why, &rejected, &keys,
+                        &refused)) < 0) {
         if (rejected) {
           maybe_poll();  // a peer with other group parameters: its own reason says more
           throw Error(ErrorCode::kProtocol, why);
+        }
+        if (stream == 0 && !refused && direct_deadline < deadline && Clock::now() >= direct_deadline) {
+          GEOCCL_LOG(kInfo, "rank " << r << " did not answer directly within " << options_.relay_after.count()
+                                    << " ms (" << why << "): trying relays");
+          relay = true;
+          break;
         }
         if (Clock::now() >= deadline) throw Error(ErrorCode::kTimeout, why);
         maybe_poll();
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
-      try {
-        set_nonblocking(fd, true);
-        group_.loop().run_owned([&] { adopt(fd, r, stream); });
-      } catch (...) {
-        ::close(fd);
-        throw;
-      }
+      if (!relay) adopt_dialled(fd, r, stream, keys);
     }
+    if (relay) unanswered.push_back(r);
   }
+  for (int r : unanswered) connect_through_relay(peer(r), peers, poll, deadline);
   // Wait for every higher peer's connections.
   for (;;) {
     std::string missing;
@@ -290,8 +511,12 @@ void TcpDevice::connect(const std::vector<int>& peers, const AddressOf& address_
       }
     });
     if (missing.empty()) break;
-    if (Clock::now() > deadline)
-      throw Error(ErrorCode::kTimeout, "rank(s) " + missing + " did not connect in time");
+    if (Clock::now() > deadline) {
+      std::string auth;
+      group_.loop().run_owned([&] { auth = last_auth_failure_; });
+      throw Error(ErrorCode::kTimeout, "rank(s) " + missing + " did not connect in time" +
+                                           (auth.empty() ? "" : " (last refused: " + auth + ")"));
+    }
     maybe_poll();
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
@@ -300,20 +525,23 @@ void TcpDevice::connect(const std::vector<int>& peers, const AddressOf& address_
   if (!options_.resume && !options_.wan_resume) return;
   for (int r : peers) {
     if (r < group_.rank()) continue;
-    std::string ep;
-    if (decode_address(address_of(r), &ep)) group_.loop().run_owned([&] { peer(r).endpoint = ep; });
+    if (std::string ep = endpoint_of(r); !ep.empty()) group_.loop().run_owned([&] { peer(r).endpoint = ep; });
   }
 }
 
 int TcpDevice::dial(const TcpPeer& p, bool wan, int stream, Clock::time_point deadline,
-                    std::string* why, bool* rejected, bool* refused) {
+                    std::string* why, bool* rejected, security::ConnectionKeys* keys, bool* refused) {
   *rejected = false;
+  *keys = {};
   if (refused) *refused = false;
+  const int via = p.relay.load();
+  const std::string dialled = via >= 0 ? endpoint_of(via) : p.endpoint;
   std::string host;
   uint16_t port = 0;
-  split_host_port(p.endpoint, &host, &port);
+  split_host_port(dialled, &host, &port);
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-  const std::string where = "rank " + std::to_string(p.rank) + " at " + p.endpoint;
+  const std::string where = "rank " + std::to_string(p.rank) + " at " + p.endpoint +
+                            (via >= 0 ? " through rank " + std::to_string(via) + "'s relay at " + dialled : "");
   if (left.count() <= 0) {
     *why = "cannot connect to " + where;
     return -1;
@@ -323,7 +551,7 @@ int TcpDevice::dial(const TcpPeer& p, bool wan, int stream, Clock::time_point de
     if (b > 0) set_buffer_sizes(s, b);
   });
   if (fd < 0) {
-    if (refused) *refused = errno == ECONNREFUSED;
+    if (refused) *refused = via < 0 && errno == ECONNREFUSED;
     *why = "cannot connect to " + where + ": " + std::strerror(errno);
     return -1;
   }
@@ -336,9 +564,41 @@ int TcpDevice::dial(const TcpPeer& p, bool wan, int stream, Clock::time_point de
   hello.world_size = static_cast<uint32_t>(group_.size());
   hello.session_id = group_.session_id();
   hello.params_hash = group_.params_hash();
+  const security::GroupKey* key = group_.security();
+  if (key) hello.flags |= protocol::kHelloFlagAuth;
+  if (via >= 0) {
+    // First the relay: "connect me to p". It answers once it reaches p (or cannot).
+    protocol::Hello request = hello;
+    request.flags |= protocol::kHelloFlagRelayRequest;
+    request.via = static_cast<uint32_t>(p.rank);
+    std::array<uint8_t, protocol::kReplySize> rb{};
+    protocol::Reply reply;
+    if (!write_all(fd, protocol::encode_hello(request), deadline) || !read_all(fd, rb, deadline)) {
+      *why = "relay request for " + where + " failed: " + std::strerror(errno);
+      ::close(fd);
+      return -1;
+    }
+    auto st = protocol::decode_reply(rb, &reply);
+    if (st == protocol::HandshakeStatus::kAccepted) st = reply.status;
+    if (st != protocol::HandshakeStatus::kAccepted) {
+      // Not final: another relay, or this one later, may reach the peer.
+      *why = "rank " + std::to_string(via) + " did not relay to " + where + ": " + protocol::handshake_status_name(st);
+      ::close(fd);
+      return -1;
+    }
+    hello.flags |= protocol::kHelloFlagRelayed;
+    hello.via = static_cast<uint32_t>(via);
+  }
   const auto hb = protocol::encode_hello(hello);
+  std::optional<security::AuthDialler> auth;
+  std::vector<uint8_t> first(hb.begin(), hb.end());
+  if (key) {
+    auth.emplace(*key);
+    const auto init = auth->init();
+    first.insert(first.end(), init.begin(), init.end());
+  }
   std::array<uint8_t, protocol::kReplySize> rb{};
-  if (!write_all(fd, hb, deadline) || !read_all(fd, rb, deadline)) {
+  if (!write_all(fd, first, deadline) || !read_all(fd, rb, deadline)) {
     *why = "handshake with " + where + " failed: " + std::strerror(errno);
     ::close(fd);
     return -1;
@@ -352,6 +612,26 @@ int TcpDevice::dial(const TcpPeer& p, bool wan, int stream, Clock::time_point de
     ::close(fd);
     *rejected = true;
     *why = where + " rejected us: " + protocol::handshake_status_name(st);
+    return -1;
+  }
+  if (!auth) return fd;
+  // Mutual authentication: the acceptor's proof, then ours (security/auth.h).
+  std::array<uint8_t, security::kAuthRespSize> resp{};
+  if (!read_all(fd, resp, deadline)) {
+    *why = "authentication with " + where + " failed: " + std::strerror(errno);
+    ::close(fd);
+    return -1;
+  }
+  std::array<uint8_t, security::kAuthFinSize> fin{};
+  const auto ast = auth->on_resp(hb, rb, resp, &fin, keys);
+  if (ast == security::AuthStatus::kBadProof || ast == security::AuthStatus::kBadKey)
+    write_all(fd, fin, deadline);  // the acceptor learns why (both sides report a wrong secret)
+  if (ast != security::AuthStatus::kOk || !write_all(fd, fin, deadline)) {
+    ::close(fd);
+    *rejected = ast != security::AuthStatus::kOk;
+    *why = ast != security::AuthStatus::kOk ? "authentication with " + where + " failed: " + security::auth_status_name(ast)
+                                            : "authentication with " + where + " failed: " + std::strerror(errno);
+    *keys = {};
     return -1;
   }
   return fd;
@@ -444,28 +724,35 @@ void TcpDevice::redial(TcpPeer& p, bool wan, int stream, std::chrono::millisecon
   while (!closing_.load() && !group_.failed()) {
     bool rejected = false, refused = false;
     const auto started = Clock::now();
-    const int fd = dial(p, wan, stream, std::min(deadline, started + attempt), &why, &rejected, &refused);
+    security::ConnectionKeys keys;
+    const int fd = dial(p, wan, stream, std::min(deadline, started + attempt), &why, &rejected, &keys, &refused);
     if (refused) {
       peer_gone(p, why);  // nobody listens where the peer did
       return;
     }
     if (fd >= 0) {
       set_nonblocking(fd, true);
-      const bool posted = group_.loop().post([this, &p, stream, fd] {
+      const bool posted = group_.loop().post([this, &p, stream, fd, keys] {
         TcpConnection* c = p.streams[static_cast<size_t>(stream)].get();
         if (closing_.load() || group_.failed() || !c || !c->usable()) {
           ::close(fd);
           return;
         }
-        c->resume(fd);
+        c->resume(fd, keys);
       });
       if (!posted) ::close(fd);  // the loop is dead: nobody takes it
       return;
     }
-    if (rejected || Clock::now() >= deadline) break;
-    // A failure that came at once (no route yet) is retried after a short pause; a timed-out
-    // attempt has waited already.
-    if (Clock::now() - started < attempt / 2) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    // A failed authentication is final. A refusal is not: the peer takes a data stream back only
+    // while its side of the control stream is usable, and that one may be re-established at this
+    // very moment (both stalled in the same outage). A peer that is gone refuses the connection
+    // (peer_gone above); one that failed tells us so on another path.
+    const bool auth_failed = rejected && why.rfind("authentication", 0) == 0;
+    if (auth_failed || Clock::now() >= deadline) break;
+    // A failure that came at once (no route yet, a refusal) is retried after a short pause; a
+    // timed-out attempt has waited already.
+    if (rejected) GEOCCL_LOG(kDebug, "stream " << stream << " to rank " << p.rank << ": " << why << "; trying again");
+    if (Clock::now() - started < attempt / 2) std::this_thread::sleep_for(std::chrono::milliseconds(rejected ? 200 : 100));
   }
   if (closing_.load() || group_.failed()) return;
   group_.loop().post([this, &p, stream, why, rejected_last = why.find("rejected") != std::string::npos] {
@@ -761,6 +1048,8 @@ void TcpDevice::stats(PeerStats* ps) const {
   const TcpPeer& p = *peers_[static_cast<size_t>(ps->peer)];
   ps->bytes_sent = p.bytes_sent.load();
   ps->bytes_received = p.bytes_received.load();
+  ps->relay = p.relay.load();
+  ps->relayed_bytes = relay_.counters(ps->peer).bytes;
   // TCP_INFO is read on the loop thread, the only owner of the sockets.
   auto read_info = [&] {
     PeerStats::Tcp& t = ps->tcp;

@@ -33,16 +33,19 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "geoccl/config.h"
+#include "protocol/handshake.h"
 #include "protocol/peer_session.h"
 #include "runtime/event_loop.h"
 #include "transport/device.h"
 #include "transport/scavenger.h"
 #include "transport/tcp/connection.h"
+#include "transport/tcp/relay.h"
 
 namespace geoccl::transport::tcp {
 
@@ -71,6 +74,9 @@ struct TcpOptions {
   // ends the connection; the resume timeout) and keepalive probes of idle sockets (idle, interval).
   std::chrono::milliseconds user_timeout{30000};
   std::chrono::milliseconds keepalive_idle{10000}, keepalive_interval{1000};
+  // A lower peer that a connection attempt does not reach within this time is dialled through a
+  // relay (relay.h); 0: never.
+  std::chrono::milliseconds relay_after{5000};
   uint8_t channel = 0;  // the priority class this device carries (logs)
   // Resolves the configuration's "auto" values. `data_streams`: rank 0's choice.
   static TcpOptions from_config(const Config& cfg, int data_streams);
@@ -87,6 +93,9 @@ struct TcpPeer {
   int width = 1;        // data streams frames may use
   bool wan = false;     // in another domain (set_wan_peer)
   bool resume = false;  // streams to it are re-established when they break
+  // The rank whose relay carries every stream to this peer (-1: direct). Set before the pair's
+  // first stream is adopted, then fixed: the dialler chose it, the acceptor read it in the Hello.
+  std::atomic<int> relay{-1};
   size_t rotate = 0;    // tie-break for the stream choice
   std::atomic<uint64_t> bytes_sent{0}, bytes_received{0};
   std::vector<std::thread> dialers;  // re-dialler of each stream (at most one at a time)
@@ -128,6 +137,8 @@ class TcpDevice final : public Device {
   const std::string& endpoint() const { return endpoint_; }
   // Number of inbound connections rejected by the handshake (strangers, wrong session, ...).
   uint64_t rejected_connections() const { return rejected_.load(); }
+  // The connections this rank relays for other pairs (relay.h); `rank` >= 0: with it at one end.
+  Relay::Counters relay_counters(int rank = -1) const { return relay_.counters(rank); }
   // Fault injection for tests: resets data stream `stream` (1..S) to `peer` with an RST, as a
   // middlebox would; `silent`: drops it here without telling the peer, as a NAT that forgets
   // the flow would (the peer's socket stays open until it learns otherwise).
@@ -183,13 +194,33 @@ class TcpDevice final : public Device {
   void on_accept();
   void on_pending_readable(int fd);
   void drop_pending(int fd);
-  void adopt(int fd, int peer, int stream);
+  void reject_pending(int fd, const std::string& why);
+  void on_auth_fin(PendingAccept& p);
+  // Whether a stream from the Hello's rank is welcome now (kBadRank if not); *existing: the
+  // stream it replaces (resume).
+  protocol::HandshakeStatus admit(const protocol::Hello& hello, TcpConnection** existing);
+  void adopt(int fd, int peer, int stream, const security::ConnectionKeys& keys);
   // Opens stream `stream` to lower rank `peer` and introduces us (Hello/Reply). Returns the
   // connected blocking socket, or -1 with *why set (*rejected when the peer refused us).
   // `wan`: the WAN socket options from the start (read on the loop thread by the caller).
   // *refused: nobody listens at the peer's address (its process is gone).
+  // With a group secret the connection is mutually authenticated and *keys filled.
+  // Through p.relay when the pair is relayed: *refused then stays false (the relay refusing is
+  // not the peer gone).
   int dial(const TcpPeer& p, bool wan, int stream, Clock::time_point deadline, std::string* why,
-           bool* rejected, bool* refused = nullptr);
+           bool* rejected, security::ConnectionKeys* keys, bool* refused = nullptr);
+  // connect(), for lower peer `p` that did not answer directly: tries the other ranks as relays
+  // (those this rank reaches directly first) and connects every stream through the first that
+  // reaches `p`. Throws Error(kTimeout) when none does before `deadline`.
+  void connect_through_relay(TcpPeer& p, const std::vector<int>& peers, const Poll& poll,
+                             Clock::time_point deadline);
+  void adopt_dialled(int fd, int peer, int stream, const security::ConnectionKeys& keys);
+  // A relay request (a Hello with kHelloFlagRelayRequest) from a pending connection: the relay
+  // takes the socket (loop thread).
+  void serve_relay(int fd, const protocol::Hello& hello);
+  // An admitted Hello that came through a relay (kHelloFlagRelayed): the pair is relayed.
+  void note_relay(const protocol::Hello& hello);
+  std::string endpoint_of(int rank) const;  // every rank's, once connect() has them ("" before)
   void redial(TcpPeer& p, bool wan, int stream, std::chrono::milliseconds attempt);
   // Lower rank: connects to the peer's listening address without a handshake (prober thread).
   void probe(TcpPeer& p);
@@ -214,9 +245,14 @@ class TcpDevice final : public Device {
   std::vector<std::unique_ptr<PendingAccept>> pending_;
   int connected_ = 0;  // loop thread: connections adopted
   std::atomic<uint64_t> rejected_{0};
+  std::string last_auth_failure_;  // loop thread: why the latest inbound authentication failed
   std::atomic<bool> closing_{false};
   bool shut_down_ = false;
   std::vector<int> forgotten_fds_;  // loop thread: sockets abandoned by silent test resets
+  // Where every rank listens (from connect()'s address_of): what relay requests connect to.
+  mutable std::mutex endpoints_mu_;
+  std::vector<std::string> endpoints_;
+  Relay relay_;  // declared after the peers: its tunnels end before the device goes
 
   // Priority (loop thread). On the higher class's device: told when its WAN data queues go busy
   // or idle. On the bulk class's device: the scavenger.

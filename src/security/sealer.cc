@@ -1,0 +1,152 @@
+#include "security/sealer.h"
+
+#include <sodium.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "geoccl/error.h"
+
+namespace geoccl::security {
+
+namespace {
+
+// Big enough for both ciphers' nonces (12 and 24 bytes).
+struct Nonce {
+  unsigned char b[crypto_aead_xchacha20poly1305_ietf_NPUBBYTES]{};
+  Nonce(uint64_t counter, uint32_t record) {
+    for (int i = 0; i < 8; ++i) b[i] = static_cast<unsigned char>(counter >> (8 * i));
+    for (int i = 0; i < 4; ++i) b[8 + i] = static_cast<unsigned char>(record >> (8 * i));
+  }
+};
+static_assert(crypto_aead_aes256gcm_NPUBBYTES == 12 && crypto_aead_aes256gcm_ABYTES == kTagBytes &&
+              crypto_aead_xchacha20poly1305_ietf_ABYTES == kTagBytes && crypto_aead_aes256gcm_KEYBYTES == kKeyBytes &&
+              crypto_aead_xchacha20poly1305_ietf_KEYBYTES == kKeyBytes);
+
+}  // namespace
+
+Aead::Aead(uint8_t cipher, const Key& key) : cipher_(cipher), key_(key) {
+  init_sodium();
+  if (cipher == kCipherAes256Gcm) {
+    if (!crypto_aead_aes256gcm_is_available())
+      throw Error(ErrorCode::kInvalidArgument, "AES-256-GCM chosen but this CPU has no AES-NI");
+    aes_state_ = std::aligned_alloc(16, (sizeof(crypto_aead_aes256gcm_state) + 15) / 16 * 16);
+    if (!aes_state_) throw std::bad_alloc();
+    crypto_aead_aes256gcm_beforenm(static_cast<crypto_aead_aes256gcm_state*>(aes_state_), key_.data());
+  } else if (cipher != kCipherXChaCha20Poly1305) {
+    throw Error(ErrorCode::kInvalidArgument, "unknown cipher " + std::to_string(cipher));
+  }
+}
+
+Aead::~Aead() {
+  sodium_memzero(key_.data(), key_.size());
+  if (aes_state_) {
+    sodium_memzero(aes_state_, sizeof(crypto_aead_aes256gcm_state));
+    std::free(aes_state_);
+  }
+}
+
+void Aead::seal(uint64_t counter, uint32_t record, std::span<const uint8_t> ad, std::span<const uint8_t> plain,
+                uint8_t* out) const {
+  const Nonce n(counter, record);
+  if (aes_state_)
+    crypto_aead_aes256gcm_encrypt_detached_afternm(out, out + plain.size(), nullptr, plain.data(), plain.size(),
+                                                   ad.data(), ad.size(), nullptr, n.b,
+                                                   static_cast<const crypto_aead_aes256gcm_state*>(aes_state_));
+  else
+    crypto_aead_xchacha20poly1305_ietf_encrypt_detached(out, out + plain.size(), nullptr, plain.data(), plain.size(),
+                                                        ad.data(), ad.size(), nullptr, n.b, key_.data());
+}
+
+bool Aead::open(uint64_t counter, uint32_t record, std::span<const uint8_t> ad, std::span<const uint8_t> in,
+                uint8_t* out) const {
+  if (in.size() < kTagBytes) return false;
+  const size_t n_plain = in.size() - kTagBytes;
+  const Nonce n(counter, record);
+  if (aes_state_)
+    return crypto_aead_aes256gcm_decrypt_detached_afternm(out, nullptr, in.data(), n_plain, in.data() + n_plain,
+                                                          ad.data(), ad.size(), n.b,
+                                                          static_cast<const crypto_aead_aes256gcm_state*>(aes_state_)) == 0;
+  return crypto_aead_xchacha20poly1305_ietf_decrypt_detached(out, nullptr, in.data(), n_plain, in.data() + n_plain,
+                                                             ad.data(), ad.size(), n.b, key_.data()) == 0;
+}
+
+Key pair_frame_key(const Key& job_key, uint8_t channel, uint32_t sender, uint32_t receiver, uint8_t cipher) {
+  init_sodium();
+  // The channel's and cipher's master key (each channel numbers its frames from 0: its own keys;
+  // a key is never used with both ciphers), then one subkey per pair and direction.
+  static constexpr char kContext[] = "geoccl frame keys v1";
+  unsigned char msg[sizeof kContext + 2];
+  std::memcpy(msg, kContext, sizeof kContext);
+  msg[sizeof kContext] = cipher;
+  msg[sizeof kContext + 1] = channel;
+  Key master{};
+  crypto_generichash(master.data(), master.size(), msg, sizeof msg, job_key.data(), job_key.size());
+  Key k{};
+  crypto_kdf_derive_from_key(k.data(), k.size(), (static_cast<uint64_t>(sender) << 32) | receiver, "geofrmK1",
+                             master.data());
+  sodium_memzero(master.data(), master.size());
+  return k;
+}
+
+namespace {
+
+bool is_data(std::span<const uint8_t, protocol::kFrameHeaderSize> header) {
+  return header[kFrameTypeOffset] == static_cast<uint8_t>(protocol::FrameType::kData);
+}
+
+uint64_t frame_number(std::span<const uint8_t, protocol::kFrameHeaderSize> header) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | header[kFrameNumberOffset + static_cast<size_t>(i)];
+  return v;
+}
+
+}  // namespace
+
+void FrameSealer::seal(std::span<const uint8_t, protocol::kFrameHeaderSize> header, std::span<const uint8_t> payload,
+                       uint8_t* out) {
+  const bool data = is_data(header);
+  const Aead& aead = data ? data_ : control_;
+  const uint64_t counter = data ? frame_number(header) : control_count_++;
+  aead.seal(counter, kHeaderRecord, header, {}, out);
+  out += kTagBytes;
+  for (uint32_t i = 0; static_cast<size_t>(i) * kRecordBytes < payload.size(); ++i) {
+    const auto rec = payload.subspan(static_cast<size_t>(i) * kRecordBytes, record_plain_size(payload.size(), i));
+    aead.seal(counter, i, header, rec, out);
+    out += rec.size() + kTagBytes;
+  }
+}
+
+bool FrameOpener::open_header(std::span<const uint8_t, protocol::kFrameHeaderSize> header,
+                              std::span<const uint8_t, kTagBytes> tag) {
+  const bool data = is_data(header);
+  const uint64_t counter = data ? frame_number(header) : control_count_;
+  if (data && counter < data_min_) return false;
+  uint8_t none[1];
+  if (!(data ? data_ : control_).open(counter, kHeaderRecord, header, tag, none)) return false;
+  current_data_ = data;
+  current_frame_ = counter;
+  return true;
+}
+
+bool FrameOpener::repeated(std::span<const uint8_t, protocol::kFrameHeaderSize> header) const {
+  return is_data(header) && frame_number(header) < data_min_;
+}
+
+bool FrameOpener::open_record(std::span<const uint8_t, protocol::kFrameHeaderSize> header, uint32_t index,
+                              std::span<uint8_t> in) const {
+  if (index == kHeaderRecord) return false;
+  return (current_data_ ? data_ : control_).open(current_frame_, index, header, in, in.data());
+}
+
+void FrameOpener::next() {
+  if (current_data_) {
+    data_min_ = current_frame_ + 1;
+    ++data_count_;
+  } else {
+    ++control_count_;
+  }
+}
+
+}  // namespace geoccl::security

@@ -1,0 +1,217 @@
+#include "transport/tcp/relay.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/logging.h"
+#include "geoccl/error.h"
+#include "transport/tcp/socket_util.h"
+
+namespace geoccl::transport::tcp {
+
+struct Relay::Tunnel {
+  int from = -1, to = -1;  // the ranks at its two ends
+  int a = -1;              // the requester's socket
+  std::atomic<bool> open{true};
+  bool refused = false;  // the target was not reached (written before `open` turns false)
+  std::atomic<uint64_t> bytes{0};
+  std::thread thread;
+};
+
+namespace {
+
+// One direction of a tunnel: src -> pipe -> dst.
+struct Direction {
+  int src = -1, dst = -1;
+  int pipe_r = -1, pipe_w = -1;
+  size_t fill = 0, cap = 0;  // bytes in the pipe, its capacity
+  bool eof = false;          // src said FIN
+  bool done = false;         // ... and everything before it reached dst, which got our FIN
+};
+
+bool make_pipe(Direction* d) {
+  int p[2];
+  if (::pipe2(p, O_NONBLOCK | O_CLOEXEC) != 0) return false;
+  d->pipe_r = p[0];
+  d->pipe_w = p[1];
+  // A larger pipe moves more per splice on a fast path (best effort: capped by pipe-max-size).
+  (void)::fcntl(d->pipe_w, F_SETPIPE_SZ, 1 << 20);
+  const int cap = ::fcntl(d->pipe_w, F_GETPIPE_SZ);
+  d->cap = cap > 0 ? static_cast<size_t>(cap) : 65536;
+  return true;
+}
+
+// Moves what can move now. False on an error of either socket (the tunnel ends).
+bool pump(Direction& d, std::atomic<uint64_t>& bytes) {
+  constexpr unsigned kFlags = SPLICE_F_MOVE | SPLICE_F_NONBLOCK;
+  if (!d.eof && d.fill < d.cap) {
+    const ssize_t n = ::splice(d.src, nullptr, d.pipe_w, nullptr, d.cap - d.fill, kFlags);
+    if (n > 0) d.fill += static_cast<size_t>(n);
+    else if (n == 0) d.eof = true;
+    else if (errno != EAGAIN && errno != EINTR) return false;
+  }
+  while (d.fill > 0) {
+    const ssize_t n = ::splice(d.pipe_r, nullptr, d.dst, nullptr, d.fill, kFlags);
+    if (n > 0) {
+      d.fill -= static_cast<size_t>(n);
+      bytes.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) break;
+    return false;
+  }
+  if (d.eof && d.fill == 0 && !d.done) {
+    ::shutdown(d.dst, SHUT_WR);  // the FIN goes on: a clean close at one end is one at the other
+    d.done = true;
+  }
+  return true;
+}
+
+// Forwards between a and b until both directions are done, either socket fails, or stop_fd is
+// readable.
+void forward(int a, int b, int stop_fd, std::atomic<uint64_t>& bytes) {
+  Direction ab, ba;
+  ab.src = ba.dst = a;
+  ab.dst = ba.src = b;
+  bool ok = make_pipe(&ab) && make_pipe(&ba);
+  try {
+    set_nonblocking(a, true);
+    set_nonblocking(b, true);
+  } catch (const Error&) {
+    ok = false;
+  }
+  while (ok && !(ab.done && ba.done)) {
+    ok = pump(ab, bytes) && pump(ba, bytes);
+    if (!ok || (ab.done && ba.done)) break;
+    // Read a socket while its pipe has room; wait to write one while the other direction's pipe
+    // holds bytes for it.
+    const auto events = [](const Direction& in, const Direction& out) {
+      short e = 0;
+      if (!in.eof && in.fill < in.cap) e |= POLLIN;
+      if (out.fill > 0) e |= POLLOUT;
+      return e;
+    };
+    pollfd fds[3] = {{a, events(ab, ba), 0}, {b, events(ba, ab), 0}, {stop_fd, POLLIN, 0}};
+    for (int i = 0; i < 2; ++i)
+      if (fds[i].events == 0) fds[i].fd = -1;  // nothing to do with it now: no HUP wake-ups
+    if (::poll(fds, 3, -1) < 0 && errno != EINTR) break;
+    if (fds[2].revents) break;
+    if ((fds[0].revents | fds[1].revents) & POLLERR) ok = false;
+  }
+  if (!ok) {
+    // A broken end breaks the other at once (RST), rather than after its keepalive.
+    const linger l{1, 0};
+    ::setsockopt(a, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    ::setsockopt(b, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+  }
+  for (int fd : {ab.pipe_r, ab.pipe_w, ba.pipe_r, ba.pipe_w})
+    if (fd >= 0) ::close(fd);
+}
+
+}  // namespace
+
+Relay::Relay(std::function<void(int)> tune) : tune_(std::move(tune)) {
+  stop_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (stop_fd_ < 0) throw Error(ErrorCode::kIo, std::string("relay: eventfd: ") + std::strerror(errno));
+}
+
+Relay::~Relay() {
+  const auto until = Clock::now() + linger_;
+  for (;;) {
+    bool open = false;
+    {
+      std::lock_guard lk(mu_);
+      for (auto& t : tunnels_) open = open || t.open.load();
+    }
+    if (!open || Clock::now() >= until) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t w = ::write(stop_fd_, &one, sizeof one);
+  std::list<Tunnel> done;
+  {
+    std::lock_guard lk(mu_);
+    done.swap(tunnels_);
+  }
+  for (auto& t : done)
+    if (t.thread.joinable()) t.thread.join();
+  ::close(stop_fd_);
+}
+
+void Relay::serve(int fd, int from, int to, const std::string& target, std::chrono::milliseconds connect_timeout,
+                  const std::array<uint8_t, protocol::kReplySize>& accepted,
+                  const std::array<uint8_t, protocol::kReplySize>& unreachable) {
+  std::lock_guard lk(mu_);
+  // Finished tunnels keep only their counters.
+  for (auto& t : tunnels_)
+    if (!t.open.load() && t.thread.joinable()) t.thread.join();
+  Tunnel& t = tunnels_.emplace_back();
+  t.from = from;
+  t.to = to;
+  t.a = fd;
+  t.thread = std::thread(
+      [this, &t, target, connect_timeout, accepted, unreachable] { run(t, target, connect_timeout, accepted, unreachable); });
+}
+
+void Relay::run(Tunnel& t, std::string target, std::chrono::milliseconds connect_timeout,
+                std::array<uint8_t, protocol::kReplySize> accepted,
+                std::array<uint8_t, protocol::kReplySize> unreachable) {
+  const std::string what = "relay " + std::to_string(t.from) + "->" + std::to_string(t.to);
+  int b = -1;
+  std::string why = "its address is unknown here";
+  if (!target.empty()) {
+    try {
+      std::string host;
+      uint16_t port = 0;
+      split_host_port(target, &host, &port);
+      b = connect_with_timeout(host, port, connect_timeout, tune_);
+      if (b < 0) why = target + ": " + std::strerror(errno);
+    } catch (const Error& e) {
+      why = e.what();
+    }
+  }
+  const auto reply_by = Clock::now() + std::chrono::seconds(5);
+  if (b < 0) {
+    GEOCCL_LOG(kInfo, what << ": cannot reach rank " << t.to << " (" << why << ")");
+    write_all(t.a, unreachable, reply_by);
+    ::close(t.a);
+    t.refused = true;
+    t.open.store(false);
+    return;
+  }
+  try {
+    set_nodelay(b);
+    set_nodelay(t.a);
+  } catch (const Error&) {
+  }
+  if (write_all(t.a, accepted, reply_by)) {
+    GEOCCL_LOG(kDebug, what << ": forwarding to " << target);
+    forward(t.a, b, stop_fd_, t.bytes);
+    GEOCCL_LOG(kDebug, what << ": closed after " << t.bytes.load() << " bytes");
+  }
+  ::close(t.a);
+  ::close(b);
+  t.open.store(false);
+}
+
+Relay::Counters Relay::counters(int rank) const {
+  Counters c;
+  std::lock_guard lk(mu_);
+  for (const auto& t : tunnels_) {
+    if (rank >= 0 && t.from != rank && t.to != rank) continue;
+    const bool open = t.open.load();
+    ++c.tunnels;
+    if (open) ++c.open;
+    else if (t.refused) ++c.refused;
+    c.bytes += t.bytes.load(std::memory_order_relaxed);
+  }
+  return c;
+}
+
+}  // namespace geoccl::transport::tcp

@@ -1,0 +1,225 @@
+// Relays (transport/tcp/relay.h): three TcpDevices in one process over loopback, where rank 2
+// cannot reach rank 0 directly. Rank 2 is handed, for rank 0, the address of a black hole: a
+// listening socket whose accept queue is full, so the kernel drops every SYN and a connection
+// attempt gets no answer at all, as behind a firewall that drops. Rank 1 reaches both, and its
+// relay carries the pair; the streams stay authenticated and sealed end to end.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "geoccl/config.h"
+#include "geoccl/error.h"
+#include "runtime/event_loop.h"
+#include "security/secret.h"
+#include "transport/group.h"
+#include "transport/tcp/address.h"
+#include "transport/tcp/device.h"
+#include "transport/tcp/socket_util.h"
+#include "requests.h"
+
+using namespace geoccl;
+using namespace std::chrono_literals;
+using transport::RequestPtr;
+using transport::tcp::TcpDevice;
+using transport::tcp::TcpOptions;
+
+namespace {
+
+// A loopback address that never answers: backlog 0 and one connection queued, never accepted.
+struct BlackHole {
+  int listener = -1, filler = -1;
+  std::string endpoint;
+  BlackHole() {
+    listener = transport::tcp::listen_on("127.0.0.1", 0, 0);
+    const uint16_t port = transport::tcp::local_port(listener);
+    endpoint = transport::tcp::join_host_port("127.0.0.1", port);
+    filler = transport::tcp::connect_with_timeout("127.0.0.1", port, 2s);
+  }
+  ~BlackHole() {
+    if (filler >= 0) ::close(filler);
+    ::close(listener);
+  }
+};
+
+struct Rank {
+  runtime::EventLoop loop;
+  transport::Group group;
+  std::unique_ptr<TcpDevice> dev;
+  Rank(int r, int n, const TcpOptions& o, const std::optional<security::GroupKey>& key)
+      : loop("relay-test"), group(loop, r, n, 42, 0, [] {}) {
+    group.set_security(key);
+    dev = std::make_unique<TcpDevice>(group, "127.0.0.1", o);
+  }
+  PeerStats stats(int peer) const {
+    PeerStats ps;
+    ps.peer = peer;
+    dev->stats(&ps);
+    return ps;
+  }
+};
+
+// Ranks 0..n-1; `address_for(viewer, rank)` is the endpoint `viewer` is told for `rank`.
+struct Group3 {
+  std::vector<std::unique_ptr<Rank>> ranks;
+  std::vector<std::exception_ptr> errors;
+  Group3(int n, TcpOptions o, const std::function<std::string(int, int, const std::string&)>& address_for,
+         std::chrono::seconds limit = 20s, bool secret = true) {
+    const std::optional<security::GroupKey> key =
+        secret ? std::optional<security::GroupKey>(test_support::job_key_of("relay test secret")) : std::nullopt;
+    for (int r = 0; r < n; ++r) ranks.push_back(std::make_unique<Rank>(r, n, o, key));
+    errors.resize(static_cast<size_t>(n));
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r)
+      threads.emplace_back([&, r] {
+        std::vector<int> peers;
+        for (int q = 0; q < n; ++q)
+          if (q != r) peers.push_back(q);
+        try {
+          ranks[static_cast<size_t>(r)]->dev->connect(
+              peers,
+              [&](int q) {
+                return transport::tcp::encode_address(
+                    address_for(r, q, ranks[static_cast<size_t>(q)]->dev->endpoint()));
+              },
+              {}, deadline);
+        } catch (...) {
+          errors[static_cast<size_t>(r)] = std::current_exception();
+        }
+      });
+    for (auto& t : threads) t.join();
+  }
+  ~Group3() {
+    for (auto it = ranks.rbegin(); it != ranks.rend(); ++it) it->reset();
+  }
+  bool connected() const {
+    for (const auto& e : errors)
+      if (e) return false;
+    return true;
+  }
+  Rank& operator[](int r) { return *ranks[static_cast<size_t>(r)]; }
+};
+
+protocol::FrameHeader header(uint64_t i, size_t bytes) {
+  protocol::FrameHeader h;
+  h.kind = protocol::OpKind::kSendRecv;
+  h.seq = i;
+  h.op_bytes = bytes;
+  return h;
+}
+
+// `frames` frames of random sizes from `a` to `b`, checked byte for byte.
+void transfer(Rank& a, int ra, Rank& b, int rb, int frames, uint64_t first_seq, std::mt19937_64& rng) {
+  std::vector<std::vector<uint8_t>> src(static_cast<size_t>(frames)), dst(src.size());
+  std::vector<RequestPtr> sends, recvs;
+  for (size_t i = 0; i < src.size(); ++i) {
+    src[i].resize(rng() % 4 == 0 ? rng() % 64 : rng() % (1 << 20));
+    for (auto& x : src[i]) x = static_cast<uint8_t>(rng());
+    dst[i].assign(src[i].size(), 0);
+  }
+  for (size_t i = 0; i < src.size(); ++i) recvs.push_back(b.dev->recv(ra, header(first_seq + i, dst[i].size()), dst[i]));
+  for (size_t i = 0; i < src.size(); ++i) sends.push_back(a.dev->send(rb, header(first_seq + i, src[i].size()), src[i]));
+  ASSERT_TRUE(test_support::wait_for(recvs, 60s));
+  ASSERT_TRUE(test_support::wait_for(sends, 60s));
+  for (const auto& r : recvs) ASSERT_TRUE(r->ok()) << r->failure.message;
+  for (const auto& r : sends) ASSERT_TRUE(r->ok()) << r->failure.message;
+  for (size_t i = 0; i < src.size(); ++i) ASSERT_EQ(src[i], dst[i]) << "frame " << i;
+}
+
+TcpOptions relay_options() {
+  TcpOptions o;
+  o.data_streams = 2;
+  o.relay_after = 300ms;
+  o.resume = true;
+  o.resume_timeout = 10s;
+  return o;
+}
+
+}  // namespace
+
+TEST(Relay, APairWithoutADirectPathGoesThroughTheThirdRank) {
+  BlackHole hole;
+  Group3 g(3, relay_options(), [&](int viewer, int rank, const std::string& real) {
+    return viewer == 2 && rank == 0 ? hole.endpoint : real;
+  });
+  for (size_t r = 0; r < g.errors.size(); ++r)
+    if (g.errors[r]) std::rethrow_exception(g.errors[r]);
+  for (int r = 0; r < 3; ++r)
+    for (int q = 0; q < 3; ++q)
+      if (r != q) g[r].dev->set_wan_peer(q, true);
+  // Both ends know the pair is relayed, and by whom; the other pairs are direct.
+  EXPECT_EQ(g[2].stats(0).relay, 1);
+  EXPECT_EQ(g[0].stats(2).relay, 1);
+  EXPECT_EQ(g[2].stats(1).relay, -1);
+  EXPECT_EQ(g[1].stats(0).relay, -1);
+  // One tunnel per stream of the pair (control + 2 data), all open.
+  const auto before = g[1].dev->relay_counters();
+  EXPECT_EQ(before.tunnels, 3u);
+  EXPECT_EQ(before.open, 3u);
+  std::mt19937_64 rng(7);
+  transfer(g[2], 2, g[0], 0, 40, 0, rng);
+  transfer(g[0], 0, g[2], 2, 40, 0, rng);
+  transfer(g[1], 1, g[0], 0, 10, 0, rng);  // a direct pair beside it
+  const auto after = g[1].dev->relay_counters(0);
+  EXPECT_GT(after.bytes, 40u * 100 * 1024);  // the relayed frames went through rank 1
+  EXPECT_EQ(g[1].stats(2).relayed_bytes, after.bytes);
+  EXPECT_EQ(g[1].dev->relay_counters(2).bytes, after.bytes);
+  EXPECT_FALSE(g[0].group.failure());
+  EXPECT_FALSE(g[2].group.failure());
+}
+
+TEST(Relay, AStreamThatBreaksIsReestablishedThroughTheRelay) {
+  BlackHole hole;
+  Group3 g(3, relay_options(), [&](int viewer, int rank, const std::string& real) {
+    return viewer == 2 && rank == 0 ? hole.endpoint : real;
+  });
+  ASSERT_TRUE(g.connected());
+  for (int r = 0; r < 3; ++r)
+    for (int q = 0; q < 3; ++q)
+      if (r != q) g[r].dev->set_wan_peer(q, true);
+  std::mt19937_64 rng(8);
+  transfer(g[2], 2, g[0], 0, 10, 0, rng);
+  // Rank 0's end of a data stream is reset (an RST, as from a middlebox): the tunnel passes it
+  // on, rank 2 dials the stream again, through the relay (it still has no direct path).
+  g[0].dev->reset_stream_for_test(2, 1);
+  transfer(g[2], 2, g[0], 0, 30, 10, rng);
+  transfer(g[0], 0, g[2], 2, 30, 0, rng);
+  const auto c = g[1].dev->relay_counters();
+  EXPECT_GE(c.tunnels, 4u);  // the re-dialled stream's tunnel beside the first three
+  EXPECT_EQ(c.open, 3u);
+  EXPECT_FALSE(g[0].group.failure());
+  EXPECT_FALSE(g[2].group.failure());
+}
+
+TEST(Relay, NoRankReachingThePeerIsATypedTimeoutOnBothSides) {
+  // Neither rank 2 nor the relay reaches rank 0.
+  BlackHole hole;
+  TcpOptions o = relay_options();
+  o.relay_after = 200ms;
+  Group3 g(
+      3, o,
+      [&](int viewer, int rank, const std::string& real) { return viewer != 0 && rank == 0 ? hole.endpoint : real; },
+      4s, /*secret=*/false);
+  ASSERT_TRUE(g.errors[2]);
+  try {
+    std::rethrow_exception(g.errors[2]);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kTimeout) << e.what();
+    EXPECT_NE(std::string(e.what()).find("no rank relayed to it"), std::string::npos) << e.what();
+  }
+  ASSERT_TRUE(g.errors[0]);  // rank 0 waited for ranks that never came
+  try {
+    std::rethrow_exception(g.errors[0]);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kTimeout) << e.what();
+  }
+  EXPECT_GE(g[1].dev->relay_counters().refused, 1u);  // the relay was asked and said it cannot
+}
