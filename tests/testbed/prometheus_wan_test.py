@@ -169,6 +169,8 @@ def main():
             srtt = values(prom_port, 'geoccl_peer_rtt_seconds{rank="%d",transport="tcp"}' % r)
             if len(mins) != RANKS - PER_DOMAIN or len(srtt) != RANKS - PER_DOMAIN:
                 fail("rank %d: RTT series %s %s" % (r, mins, srtt))
+            print("rank %d: min RTT %s, smoothed RTT %s" % (r, sorted(round(v, 4) for v in mins.values()),
+                                                           sorted(round(v, 4) for v in srtt.values())))
             for v in mins.values():
                 if not RTT_S * 0.95 <= v <= RTT_S * 1.25:
                     fail("rank %d: min RTT %.4f s, scenario %.3f s" % (r, v, RTT_S))
