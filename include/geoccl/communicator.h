@@ -57,8 +57,8 @@ struct PeerStats {
   uint64_t bytes_received = 0;
   uint64_t frames_sent = 0;
   uint64_t frames_received = 0;
-  // Smoothed RTT where the transport measures one (TCP: the mean over the data streams that sent
-  // frames; over all of them before any did).
+  // Smoothed RTT where the transport measures one (TCP: the data streams' mean weighted by the
+  // bytes each sent; before any sent, the control stream's).
   double rtt_ms = 0;
   // TCP: the rank whose relay carries this peer's connections, because the two could not reach
   // each other directly (GEOCCL_RELAY_AFTER_MS); -1: direct.
