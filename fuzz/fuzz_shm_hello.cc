@@ -12,7 +12,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Hello h;
   if (decode_hello(in, &h)) {
     Hello again;
-    if (!decode_hello(encode_hello(h), &again) || again.rank != h.rank || again.token != h.token ||
+    if (!decode_hello(encode_hello(h), &again) || again.rank != h.rank || again.flags != h.flags || again.token != h.token ||
         again.params_hash != h.params_hash || again.ring_bytes != h.ring_bytes)
       std::abort();
   }

@@ -13,7 +13,7 @@ std::vector<uint8_t> encode_hello(const Hello& h) {
   geoccl::protocol::Writer w(&out);
   w.u64(kHelloMagic);
   w.u16(h.version);
-  w.u16(0);
+  w.u16(h.flags);
   w.u32(h.rank);
   w.u32(h.world_size);
   w.u32(0);
@@ -28,12 +28,11 @@ bool decode_hello(std::span<const uint8_t> in, Hello* out) {
   if (in.size() != kHelloSize) return false;
   geoccl::protocol::Reader r(in);
   uint64_t magic = 0;
-  uint16_t reserved16 = 1;
   uint32_t reserved32 = 1;
   Hello h;
   r.u64(&magic);
   r.u16(&h.version);
-  r.u16(&reserved16);
+  r.u16(&h.flags);
   r.u32(&h.rank);
   r.u32(&h.world_size);
   r.u32(&reserved32);
@@ -41,7 +40,7 @@ bool decode_hello(std::span<const uint8_t> in, Hello* out) {
   r.u64(&h.params_hash);
   r.u64(&h.ring_bytes);
   for (auto& b : h.token) r.u8(&b);
-  if (!r.ok() || magic != kHelloMagic || reserved16 != 0 || reserved32 != 0) return false;
+  if (!r.ok() || magic != kHelloMagic || (h.flags & ~kShmFlagAuth) != 0 || reserved32 != 0) return false;
   *out = h;
   return true;
 }

@@ -55,8 +55,9 @@ Router::Router(Group& group, const Config& cfg, int data_streams, const std::str
     : group_(group) {
   PathChoice choice = PathChoice::parse(cfg.transport);
   if (group.security()) {
-    // Shared memory has no handshake of its own to bind to the secret: it is used only where the
-    // host is trusted explicitly (docs/security.md). TCP authenticates every connection with the
+    // Shared memory authenticates its handshake with the secret but does not seal frames (the
+    // segment's memfd reaches only the authenticated peer, yet root and ptrace on the host see
+    // it): it is used only where the host is trusted explicitly (docs/security.md). TCP authenticates every connection with the
     // secret and seals every frame. QUIC's TLS 1.3 seals every packet and both ends present the
     // certificate whose fingerprint the peer published in the store; with a secret the store's
     // values are sealed, so that fingerprint comes from a rank that holds the secret.

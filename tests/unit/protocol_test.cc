@@ -3,6 +3,7 @@
 #include "protocol/frame.h"
 #include "protocol/liveness.h"
 #include "protocol/handshake.h"
+#include "protocol/shm_hello.h"
 #include "protocol/store_codec.h"
 
 using namespace geoccl::protocol;
@@ -299,4 +300,20 @@ TEST(StoreCodec, RoundTripAndLimits) {
   ASSERT_TRUE(rd);
   EXPECT_EQ(rd->status, StoreStatus::kTimeout);
   EXPECT_EQ(rd->number, 123);
+}
+
+TEST(ShmHello, TheAuthFlagRoundTripsAndUnknownFlagsAreRefused) {
+  shm::Hello h;
+  h.flags = shm::kShmFlagAuth;
+  h.rank = 3;
+  h.world_size = 4;
+  h.ring_bytes = 8192;
+  auto b = shm::encode_hello(h);
+  ASSERT_EQ(b.size(), shm::kHelloSize);
+  shm::Hello back;
+  ASSERT_TRUE(shm::decode_hello(b, &back));
+  EXPECT_EQ(back.flags, shm::kShmFlagAuth);
+  EXPECT_EQ(back.rank, 3u);
+  b[10] |= 2;  // flags sit after magic (8) and version (2), little-endian: bit 1 is unknown
+  EXPECT_FALSE(shm::decode_hello(b, &back));
 }

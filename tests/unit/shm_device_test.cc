@@ -2,7 +2,9 @@
 // sockets, memfd segments and eventfds: random frames (0 B .. 2 MiB, many larger than a small ring)
 // arrive intact and in order both ways, a receive reports the actual size, recv_reduce gives the
 // reduced values, sends are delivered, mismatches fail both ranks, strangers are refused while
-// the group goes on, and a peer that leaves fails what is pending with it.
+// the group goes on, and a peer that leaves fails what is pending with it. With a group secret
+// both ends prove it before a segment is adopted: a rank with another secret, or none, and a
+// stranger that forges the proof are refused on both sides, and the genuine rank still joins.
 #include <gtest/gtest.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -21,7 +23,11 @@
 #include "core/half.h"
 #include "core/reduce.h"
 #include "geoccl/error.h"
+#include "geoccl/config.h"
+#include "protocol/wire.h"
 #include "runtime/event_loop.h"
+#include "security/auth.h"
+#include "security/secret.h"
 #include "transport/shm/device.h"
 
 using namespace geoccl;
@@ -36,11 +42,13 @@ namespace {
 
 // One rank: its loop, its group (progress wakes `cv`), its device.
 struct Rank {
-  Rank(int rank, int size, uint64_t session = 7, uint64_t params = 99, ShmOptions o = {})
+  Rank(int rank, int size, uint64_t session = 7, uint64_t params = 99, ShmOptions o = {},
+       std::optional<security::GroupKey> key = std::nullopt)
       : loop("shm-test"), group(loop, rank, size, session, params, [this] {
           std::lock_guard lk(mu);
           cv.notify_all();
         }) {
+    group.set_security(key);
     dev = std::make_unique<ShmDevice>(group, o);
   }
   ~Rank() { dev.reset(); }
@@ -134,6 +142,25 @@ void transfer(Rank& from, Rank& to, int frames, std::mt19937_64& rng) {
     ASSERT_TRUE(sends[i]->ok()) << sends[i]->failure.message;
     EXPECT_EQ(recvs[i]->bytes, src[i].size());
     ASSERT_EQ(src[i], dst[i]) << "frame " << i;
+  }
+}
+
+// The job key of session 7 (the test ranks' session) for `secret`.
+security::GroupKey key_of(const std::string& secret) {
+  Config c;
+  c.secret = secret;
+  return security::job_key(*security::load_secret(c), 7, security::offered_ciphers("auto"));
+}
+
+// Dials `to` as rank `rank` of 2 and expects connect() to fail with kProtocol naming `what`.
+void expect_refused(Rank& to, std::optional<security::GroupKey> key, const std::string& what) {
+  Rank r(1, 2, 7, 99, {}, key);
+  try {
+    r.dev->connect({0}, [&](int) { return to.dev->address(); }, {}, Clock::now() + 5s);
+    ADD_FAILURE() << "connect succeeded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kProtocol);
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
   }
 }
 
@@ -440,4 +467,82 @@ TEST(shm_device, ShutdownReleasesEveryDescriptorAndMapping) {
   }
   EXPECT_EQ(shm_mappings(), 0);
   EXPECT_EQ(open_fds(), fds);
+}
+
+TEST(shm_device, WithASecretBothEndsProveItAndFramesFlow) {
+  const auto key = key_of("shm-secret-0123456789");
+  Rank r0(0, 2, 7, 99, {}, key), r1(1, 2, 7, 99, {}, key);
+  connect_all({&r0, &r1});
+  std::mt19937_64 rng(11);
+  transfer(r1, r0, 20, rng);
+  transfer(r0, r1, 20, rng);
+  EXPECT_EQ(r0.dev->rejected_connections(), 0u);
+}
+
+TEST(shm_device, WithoutTheSecretNoRankJoinsAndTheGenuineOneStillDoes) {
+  const auto key = key_of("shm-secret-0123456789");
+  Rank r0(0, 2, 7, 99, {}, key);
+  // Another secret: the dialler finds the acceptor's proof wrong, and says so; both count it.
+  expect_refused(r0, key_of("another-secret-0123456789"), "could not prove the group secret");
+  // No secret at the dialler, and a secret only at the dialler.
+  expect_refused(r0, std::nullopt, "one side has a group secret");
+  {
+    Rank plain0(0, 2);
+    expect_refused(plain0, key, "one side has a group secret");
+  }
+  // A stranger that knows the session, parameters and token but not the secret: it passes the
+  // Hello, then sends a forged proof. The acceptor refuses it and adopts nothing.
+  {
+    transport::shm::Address a;
+    ASSERT_TRUE(transport::shm::decode_address(r0.dev->address(), &a));
+    sockaddr_un sa;
+    const socklen_t len = transport::shm::abstract_sockaddr(a.socket_name, &sa);
+    transport::shm::UniqueFd s(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+    ASSERT_EQ(::connect(s.get(), reinterpret_cast<sockaddr*>(&sa), len), 0);
+    transport::shm::Hello h;
+    h.flags = protocol::shm::kShmFlagAuth;
+    h.rank = 1;
+    h.world_size = 2;
+    h.session_id = 7;
+    h.params_hash = 99;
+    h.ring_bytes = 4096;
+    h.token[0] = 5;
+    auto seg = transport::shm::Segment::create(transport::shm::segment_bytes(4096), "test");
+    transport::shm::init_segment(seg, 4096, h.token);
+    transport::shm::UniqueFd e1(eventfd(0, EFD_CLOEXEC)), e2(eventfd(0, EFD_CLOEXEC));
+    auto first = transport::shm::encode_hello(h);
+    const auto init = security::AuthDialler(key_of("stranger-guess-0123456789")).init();
+    first.insert(first.end(), init.begin(), init.end());
+    const int fds[3] = {seg.fd(), e1.get(), e2.get()};
+    ASSERT_EQ(transport::shm::send_with_fds(s.get(), first, fds, 0), static_cast<ssize_t>(first.size()));
+    std::vector<uint8_t> rb(512);
+    ssize_t n = ::recv(s.get(), rb.data(), rb.size(), 0);
+    ASSERT_GT(n, 0);
+    rb.resize(static_cast<size_t>(n));
+    transport::shm::Reply rep;
+    ASSERT_TRUE(transport::shm::decode_reply(rb, &rep));
+    EXPECT_TRUE(rep.accepted) << rep.reason;  // the Hello itself is right
+    std::array<uint8_t, security::kAuthRespSize> resp{};
+    EXPECT_EQ(::recv(s.get(), resp.data(), resp.size(), 0), static_cast<ssize_t>(resp.size()));
+    std::vector<uint8_t> fin;
+    protocol::Writer w(&fin);
+    w.u64(security::kAuthFinMagic);
+    w.u8(0);
+    for (int i = 0; i < 32; ++i) w.u8(static_cast<uint8_t>(i * 7));
+    ASSERT_EQ(::send(s.get(), fin.data(), fin.size(), MSG_NOSIGNAL), static_cast<ssize_t>(fin.size()));
+    std::vector<uint8_t> vb(512);
+    n = ::recv(s.get(), vb.data(), vb.size(), 0);
+    ASSERT_GT(n, 0);
+    vb.resize(static_cast<size_t>(n));
+    transport::shm::Reply verdict;
+    ASSERT_TRUE(transport::shm::decode_reply(vb, &verdict));
+    EXPECT_FALSE(verdict.accepted);
+    EXPECT_NE(verdict.reason.find("could not prove the group secret"), std::string::npos) << verdict.reason;
+  }
+  EXPECT_EQ(r0.dev->rejected_connections(), 3u);  // another secret, no secret, the forged proof
+  EXPECT_FALSE(r0.group.failed());
+  Rank r1(1, 2, 7, 99, {}, key);
+  connect_all({&r0, &r1});
+  std::mt19937_64 rng(12);
+  transfer(r1, r0, 10, rng);
 }

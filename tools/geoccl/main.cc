@@ -17,6 +17,7 @@
 #include "top_cmd.h"
 #include "trace_cmd.h"
 #include "testbed/scenario.h"
+#include "security/secret.h"
 #include "testbed/wan_session.h"
 #include "testbed/wanem_cli.h"
 
@@ -24,9 +25,13 @@ namespace {
 
 std::atomic<bool> g_stop{false};
 
+// With GEOCCL_SECRET or GEOCCL_SECRET_FILE, the jobs' own secret: the store then answers only
+// requests authenticated with it (docs/security.md), as the store a job's rank 0 hosts does.
 int store_main(uint16_t port, const std::string& bind) {
-  geoccl::StoreServer server(bind, port);
-  std::printf("geoccl store listening on %s:%u\n", bind.c_str(), server.port());
+  const auto secret = geoccl::security::load_secret(geoccl::Config::from_env());
+  geoccl::StoreServer server(bind, port, {}, secret);
+  std::printf("geoccl store listening on %s:%u (%s)\n", bind.c_str(), server.port(),
+              secret ? "requests authenticated with the group secret" : "no secret: any client is served");
   std::fflush(stdout);
   struct sigaction sa{};
   sa.sa_handler = [](int) { g_stop.store(true); };

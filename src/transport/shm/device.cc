@@ -10,10 +10,12 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "core/logging.h"
 #include "protocol/handshake.h"
+#include "security/auth.h"
 
 namespace geoccl::transport::shm {
 
@@ -47,6 +49,12 @@ UniqueFd new_eventfd() {
 struct ShmDevice::Pending {
   UniqueFd fd;
   runtime::EventLoop::TimerId timer = 0;
+  // With a secret, once its Hello is judged: the dialler's proof (AuthFin) comes next, and the
+  // connection is adopted with what its Hello brought only when that proof is right.
+  std::unique_ptr<security::AuthAcceptor> auth;
+  Hello hello;
+  Segment seg;
+  UniqueFd wake_self, wake_peer;
 };
 
 struct ShmDevice::Dialled {
@@ -120,52 +128,130 @@ void ShmDevice::on_accept() {
   }
 }
 
-UniqueFd ShmDevice::take_pending(int fd) {
+std::unique_ptr<ShmDevice::Pending> ShmDevice::take_pending(int fd) {
   for (auto it = pending_.begin(); it != pending_.end(); ++it) {
     if ((*it)->fd.get() != fd) continue;
     loop_.cancel_timer((*it)->timer);
     loop_.remove_fd(fd);
-    UniqueFd out(std::move((*it)->fd));
+    auto out = std::move(*it);
     pending_.erase(it);
     return out;
   }
-  return UniqueFd();
+  return nullptr;
 }
 
+namespace {
+
+// One small packet on a socket that carried only the handshake: it fits.
+void send_packet(int fd, std::span<const uint8_t> bytes) {
+  [[maybe_unused]] ssize_t w = ::send(fd, bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+Reply reply_of(int rank, const std::string& reason) {
+  Reply rep;
+  rep.accepted = reason.empty();
+  rep.rank = static_cast<uint32_t>(rank);
+  rep.reason = reason;
+  return rep;
+}
+
+}  // namespace
+
 void ShmDevice::on_pending_readable(int fd) {
-  std::array<uint8_t, kHelloSize + 64> buf;
+  Pending* p = nullptr;
+  for (auto& q : pending_)
+    if (q->fd.get() == fd) p = q.get();
+  if (!p) return;
+  if (p->auth) return on_auth_fin(fd);
+  const security::GroupKey* key = group_.security();
+  std::array<uint8_t, kHelloSize + security::kAuthInitSize + 64> buf;
   std::vector<UniqueFd> fds;  // every descriptor received is closed unless adopted
   int flags = 0;
   const ssize_t n = recv_with_fds(fd, buf, &fds, &flags, MSG_DONTWAIT);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
-  UniqueFd sock = take_pending(fd);
   if (n <= 0) {  // closed (or failed) without a word
+    take_pending(fd);
     rejected_.fetch_add(1);
     return;
   }
+  // The Hello, then (with a secret) AuthInit, in one packet.
+  const std::span<const uint8_t> hello_bytes(buf.data(), std::min(static_cast<size_t>(n), kHelloSize));
+  const size_t want = kHelloSize + (key ? security::kAuthInitSize : 0);
   Hello h;
   Segment seg;
   std::string reason;
   if (flags & (MSG_TRUNC | MSG_CTRUNC))
     reason = protocol::handshake_status_name(protocol::HandshakeStatus::kMalformed);
-  else if (!decode_hello(std::span<const uint8_t>(buf.data(), static_cast<size_t>(n)), &h))
+  else if (!decode_hello(hello_bytes, &h))
     reason = protocol::handshake_status_name(protocol::HandshakeStatus::kBadMagic);
+  else if (((h.flags & protocol::shm::kShmFlagAuth) != 0) != (key != nullptr))
+    reason = protocol::handshake_status_name(protocol::HandshakeStatus::kAuthMismatch);
+  else if (static_cast<size_t>(n) != want)
+    reason = protocol::handshake_status_name(protocol::HandshakeStatus::kMalformed);
   else
     reason = judge(h, fds, &seg);
-  Reply rep;
-  rep.accepted = reason.empty();
-  rep.rank = static_cast<uint32_t>(group_.rank());
-  rep.reason = reason;
-  const auto rb = encode_reply(rep);
-  // One small packet on a fresh socket: it fits.
-  [[maybe_unused]] ssize_t w = ::send(sock.get(), rb.data(), rb.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  auto rb = encode_reply(reply_of(group_.rank(), reason));
+  std::array<uint8_t, security::kAuthRespSize> resp{};
+  std::unique_ptr<security::AuthAcceptor> auth;
+  if (reason.empty() && key) {
+    auth = std::make_unique<security::AuthAcceptor>(*key);
+    const auto ast = auth->on_init(hello_bytes, rb,
+                                   std::span<const uint8_t, security::kAuthInitSize>(buf.data() + kHelloSize,
+                                                                                    security::kAuthInitSize),
+                                   &resp);
+    if (ast != security::AuthStatus::kOk) {
+      reason = security::auth_status_name(ast);
+      rb = encode_reply(reply_of(group_.rank(), reason));
+    }
+  }
+  send_packet(fd, rb);
   if (!reason.empty()) {
+    take_pending(fd);
     GEOCCL_LOG(kWarn, "rejected shared-memory connection: " << reason);
     rejected_.fetch_add(1);
     return;
   }
-  adopt(static_cast<int>(h.rank), false, std::move(sock), std::move(fds[1]), std::move(fds[2]),
+  if (auth) {  // the dialler's proof comes next; the handshake timer still runs
+    send_packet(fd, resp);
+    p->auth = std::move(auth);
+    p->hello = h;
+    p->seg = std::move(seg);
+    p->wake_self = std::move(fds[1]);
+    p->wake_peer = std::move(fds[2]);
+    return;
+  }
+  auto taken = take_pending(fd);
+  adopt(static_cast<int>(h.rank), false, std::move(taken->fd), std::move(fds[1]), std::move(fds[2]),
         std::move(seg), h.ring_bytes);
+}
+
+void ShmDevice::on_auth_fin(int fd) {
+  std::array<uint8_t, security::kAuthFinSize + 1> buf;
+  const ssize_t n = ::recv(fd, buf.data(), buf.size(), MSG_DONTWAIT);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+  auto p = take_pending(fd);
+  const std::string who = "a shared-memory connection claiming to be rank " + std::to_string(p->hello.rank);
+  std::string reason;
+  security::ConnectionKeys keys;  // unused: frames go through the segment unsealed
+  if (n != static_cast<ssize_t>(security::kAuthFinSize)) {
+    reason = n <= 0 ? "closed before its proof of the group secret"
+                    : security::auth_status_name(security::AuthStatus::kMalformed);
+  } else if (const auto ast = p->auth->on_fin(
+                 std::span<const uint8_t, security::kAuthFinSize>(buf.data(), security::kAuthFinSize), &keys);
+             ast != security::AuthStatus::kOk) {
+    reason = security::auth_status_name(ast);
+  } else {
+    std::lock_guard lk(mu_);
+    if (linked_[p->hello.rank]) reason = "rank " + std::to_string(p->hello.rank) + " is connected already";
+  }
+  send_packet(fd, encode_reply(reply_of(group_.rank(), reason)));
+  if (!reason.empty()) {
+    GEOCCL_LOG(kWarn, "rejected " << who << ": failed authentication: " << reason);
+    rejected_.fetch_add(1);
+    return;
+  }
+  adopt(static_cast<int>(p->hello.rank), false, std::move(p->fd), std::move(p->wake_self), std::move(p->wake_peer),
+        std::move(p->seg), p->hello.ring_bytes);
 }
 
 std::string ShmDevice::judge(const Hello& h, std::vector<UniqueFd>& fds, Segment* seg) {
@@ -207,6 +293,48 @@ void ShmDevice::adopt(int peer, bool dialler, UniqueFd sock, UniqueFd wake_self,
   group_.notify();
 }
 
+bool ShmDevice::authenticate(int sock, security::AuthDialler& auth, std::span<const uint8_t> hello,
+                             std::span<const uint8_t> reply, const std::string& where, std::string* why,
+                             bool* rejected) {
+  // The acceptor's proof, ours, then its verdict on ours (protocol/shm_hello.h).
+  std::array<uint8_t, security::kAuthRespSize + 1> resp;
+  ssize_t n = ::recv(sock, resp.data(), resp.size(), 0);
+  if (n != static_cast<ssize_t>(security::kAuthRespSize)) {
+    *rejected = n > 0;
+    *why = "authentication with " + where + " failed: " +
+           (n > 0 ? security::auth_status_name(security::AuthStatus::kMalformed) : n == 0 ? "closed" : std::strerror(errno));
+    return false;
+  }
+  std::array<uint8_t, security::kAuthFinSize> fin{};
+  security::ConnectionKeys keys;  // unused: frames go through the segment unsealed
+  const auto ast =
+      auth.on_resp(hello, reply, std::span<const uint8_t, security::kAuthRespSize>(resp.data(), security::kAuthRespSize),
+                   &fin, &keys);
+  // On a wrong proof the acceptor still hears ours, saying so: both sides report a wrong secret.
+  if (ast == security::AuthStatus::kOk || ast == security::AuthStatus::kBadProof || ast == security::AuthStatus::kBadKey)
+    n = ::send(sock, fin.data(), fin.size(), MSG_NOSIGNAL);
+  if (ast != security::AuthStatus::kOk) {
+    *rejected = true;
+    *why = "authentication with " + where + " failed: " + security::auth_status_name(ast);
+    return false;
+  }
+  std::array<uint8_t, 512> vb;
+  n = n == static_cast<ssize_t>(fin.size()) ? ::recv(sock, vb.data(), vb.size(), 0) : -1;
+  Reply verdict;
+  if (n <= 0) {
+    *why = "authentication with " + where + " failed: " + (n == 0 ? "closed" : std::strerror(errno));
+    return false;
+  }
+  *rejected = true;
+  if (!decode_reply(std::span<const uint8_t>(vb.data(), static_cast<size_t>(n)), &verdict))
+    *why = where + " did not answer our proof of the group secret as a geoccl shared-memory peer";
+  else if (!verdict.accepted)
+    *why = where + " rejected us: " + verdict.reason;
+  else
+    *rejected = false;
+  return !*rejected;
+}
+
 std::unique_ptr<ShmDevice::Dialled> ShmDevice::dial(int peer, const Address& a, Clock::time_point deadline,
                                                     std::string* why, bool* rejected) {
   *rejected = false;
@@ -235,6 +363,8 @@ std::unique_ptr<ShmDevice::Dialled> ShmDevice::dial(int peer, const Address& a, 
   h.session_id = group_.session_id();
   h.params_hash = group_.params_hash();
   h.ring_bytes = d->capacity;
+  const security::GroupKey* key = group_.security();
+  if (key) h.flags |= protocol::shm::kShmFlagAuth;
   fill_random(h.token);
   d->seg = Segment::create(segment_bytes(d->capacity), "geoccl-shm");
   init_segment(d->seg, d->capacity, h.token);
@@ -242,10 +372,17 @@ std::unique_ptr<ShmDevice::Dialled> ShmDevice::dial(int peer, const Address& a, 
   d->wake_peer = new_eventfd();
 
   const auto hb = encode_hello(h);
+  std::optional<security::AuthDialler> auth;
+  std::vector<uint8_t> first = hb;
+  if (key) {
+    auth.emplace(*key);
+    const auto init = auth->init();
+    first.insert(first.end(), init.begin(), init.end());
+  }
   const int fds[kDescriptors] = {d->seg.fd(), d->wake_peer.get(), d->wake_self.get()};
   std::array<uint8_t, 512> rb;
-  ssize_t n = send_with_fds(s.get(), hb, fds, 0);
-  n = n == static_cast<ssize_t>(hb.size()) ? ::recv(s.get(), rb.data(), rb.size(), 0) : -1;
+  ssize_t n = send_with_fds(s.get(), first, fds, 0);
+  n = n == static_cast<ssize_t>(first.size()) ? ::recv(s.get(), rb.data(), rb.size(), 0) : -1;
   if (n <= 0) {
     *why = "handshake with " + where + " failed: " + (n == 0 ? "closed" : std::strerror(errno));
     return nullptr;
@@ -261,6 +398,9 @@ std::unique_ptr<ShmDevice::Dialled> ShmDevice::dial(int peer, const Address& a, 
   else
     *rejected = false;
   if (*rejected) return nullptr;
+  if (auth && !authenticate(s.get(), *auth, hb, std::span<const uint8_t>(rb.data(), static_cast<size_t>(n)), where,
+                            why, rejected))
+    return nullptr;
   d->seg.close_fd();  // the peer has its own descriptor; the mapping keeps the memory
   fcntl(s.get(), F_SETFL, fcntl(s.get(), F_GETFL) | O_NONBLOCK);
   d->sock = std::move(s);

@@ -8,6 +8,9 @@
 // sends a Hello (rank, world size, session, params hash, ring size, token) with the descriptors
 // (SCM_RIGHTS). The acceptor checks the Hello, maps the segment, and accepts only when it reads
 // the same token there; otherwise it answers with the reason and closes, and the group goes on.
+// With a group secret both ends first prove it (security/auth.h; protocol/shm_hello.h says how),
+// so a process that can reach the abstract socket but lacks the secret neither joins nor gets a
+// segment; frames then go through the segment unsealed.
 // The socket stays open as the pair's control channel: aborts, goodbye, and liveness (its end
 // without a goodbye fails the group with kPeerLost at once, even when the peer was SIGKILLed).
 //
@@ -25,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "security/auth.h"
 #include "transport/device.h"
 #include "transport/shm/address.h"
 #include "transport/shm/connection.h"
@@ -80,8 +84,14 @@ class ShmDevice final : public Device {
   void on_loop(const std::function<void()>& f);
   void on_accept();
   void on_pending_readable(int fd);
-  // Loop thread: stops watching inbound socket `fd` (before its Hello) and hands it over.
-  UniqueFd take_pending(int fd);
+  // Loop thread: stops watching inbound socket `fd` (in its handshake) and hands it over.
+  std::unique_ptr<Pending> take_pending(int fd);
+  // Loop thread: the dialler's proof of the group secret (AuthFin) on inbound socket `fd`.
+  void on_auth_fin(int fd);
+  // Dialler, with a secret: the proofs after the first Reply (protocol/shm_hello.h). False with
+  // *why (and *rejected when the peer refused us or failed its proof).
+  bool authenticate(int sock, security::AuthDialler& auth, std::span<const uint8_t> hello,
+                    std::span<const uint8_t> reply, const std::string& where, std::string* why, bool* rejected);
   // Loop thread: the verdict on a Hello with its descriptors ("" = accepted, *seg mapped).
   std::string judge(const Hello& h, std::vector<UniqueFd>& fds, Segment* seg);
   void adopt(int peer, bool dialler, UniqueFd sock, UniqueFd wake_self, UniqueFd wake_peer,
