@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace geoccl::testbed {
 namespace {
@@ -107,6 +108,27 @@ TEST(Scenario, RejectsMistakesWithAClearMessage) {
   expect_error("[domains.a]\n[links.default]\nloss = 2.0\n", "ratio");
   expect_error("[domains.a\n", "bad.toml:");
   expect_error("[domains.a]\n[links.default]\nrtt = \"1ms\"\ndelay = \"1ms\"\n", "not both");
+}
+
+TEST(Scenario, EventsMayArmTheAdversary) {
+  const Scenario s = parse_scenario(
+      "[domains.a]\n[domains.b]\n"
+      "[[events]]\nat = \"2s\"\ncommand = \"tamper a>b 1\"\n"
+      "[[events]]\nat = \"0s\"\ncommand = \"sniff a-b c0ffee\"\n"
+      "[[events]]\nat = \"1s\"\ncommand = \"replay b>a 4\"\n",
+      "adv.toml");
+  ASSERT_EQ(s.events.size(), 3u);
+  EXPECT_EQ(s.events[0].command.verb, ControlCommand::Verb::kSniff);
+  EXPECT_EQ(s.events[0].command.pattern, (std::vector<std::uint8_t>{0xC0, 0xFF, 0xEE}));
+  EXPECT_EQ(s.events[1].command.verb, ControlCommand::Verb::kReplay);
+  EXPECT_EQ(s.events[1].command.segments, 4u);
+  EXPECT_EQ(s.events[2].command.verb, ControlCommand::Verb::kTamper);
+  expect_error("[domains.a]\n[domains.b]\n[[events]]\nat = \"1s\"\ncommand = \"tamper a>c 1\"\n",
+               "unknown domain 'c'");
+  expect_error("[domains.a]\n[domains.b]\n[[events]]\nat = \"1s\"\ncommand = \"sniff a-b xyz\"\n",
+               "invalid sniff pattern 'xyz'");
+  expect_error("[domains.a]\n[domains.b]\n[[events]]\nat = \"1s\"\ncommand = \"replay a-b 0\"\n",
+               "invalid replay count '0'");
 }
 
 TEST(Scenario, MissingFileIsReported) {
