@@ -136,7 +136,7 @@ TEST(Scenario, MissingFileIsReported) {
 }
 
 TEST(Scenario, ShippedScenariosLoad) {
-  for (const char* name : {"seed", "three-regions", "lossy", "intercontinental", "wan-fast-test"}) {
+  for (const char* name : {"seed", "three-regions", "lossy", "intercontinental", "wan-fast-test", "adversary"}) {
     SCOPED_TRACE(name);
     const Scenario s = load_scenario(std::string(GEOCCL_SCENARIO_DIR) + "/" + name + ".toml");
     EXPECT_EQ(s.name, name);
@@ -147,6 +147,13 @@ TEST(Scenario, ShippedScenariosLoad) {
   EXPECT_EQ(seed.default_total_ranks(), 6);
   EXPECT_EQ(seed.link("a", "b").delay_ns, 10'000'000);
   EXPECT_DOUBLE_EQ(seed.link("a", "b").loss, 0.0005);
+  // The sniffer of wan_adversary: from the start, both directions, mp_check marker's 16 bytes.
+  const Scenario adv = load_scenario(std::string(GEOCCL_SCENARIO_DIR) + "/adversary.toml");
+  ASSERT_EQ(adv.events.size(), 1u);
+  EXPECT_EQ(adv.events[0].at_ns, 0);
+  EXPECT_EQ(adv.events[0].command.verb, ControlCommand::Verb::kSniff);
+  EXPECT_EQ(adv.events[0].command.pattern.size(), 16u);
+  EXPECT_TRUE(adv.events[0].command.link.matches("b", "a"));
 }
 
 }  // namespace
