@@ -8,7 +8,9 @@
 # 3. tamper a>b 1, with the secret, once every rank's loop runs: rank 1 (it receives the segment)
 #    fails with kProtocol and logs the refusal naming rank 0, rank 0 fails with a typed error too,
 #    within 10 s, no rank hangs, no allreduce gave a wrong result;
-# 4. replay b>a 1 (a segment gets its flow's previous segment's payload): the same, rank 0 refusing.
+# 4. replay b>a 1 (a segment gets its flow's previous segment's payload): the same, rank 0 refusing;
+# 5. tamper a>b 1, --insecure: the job must not pass (rank 1 computes a wrong sum): the changed
+#    segment reaches the application, so checks 3 and 4 test the seal, not a dropped packet.
 # Usage: wan_adversary_test.sh GEOCCL MP_CHECK SCENARIO. Exit 77 (skipped) without root or TUN.
 # `geoccl run --wan` owns the namespaces and processes it starts and removes them on every way out
 # (SIGTERM included, which the trap below sends to a job still running).
@@ -85,11 +87,12 @@ ab=$(adv_stat 'a>b' sniff_matches) ba=$(adv_stat 'b>a' sniff_matches)
 [ "$ab" -gt 0 ] && [ "$ba" -gt 0 ] || fail "sniff-insecure: the sniffer did not see the marker in clear (a>b $ab, b>a $ba)"
 echo "PASS: without a secret the sniffer sees the marker: a>b $ab of $(segments 'a>b'), b>a $ba of $(segments 'b>a')"
 
-# attack_case NAME COMMAND FIELD VICTIM SENDER: COMMAND through the control socket once both
-# ranks' loops run; VICTIM receives the changed segment from SENDER.
-attack_case() {
-  local name=$1 command=$2 field=$3 victim=$4 sender=$5
-  GEOCCL_TEST_EXPECT_ERROR=1 GEOCCL_TEST_RUN_S=20 start "$name"
+# attack NAME COMMAND [RUN OPTIONS]: starts the job, sends COMMAND through the control socket once
+# both ranks' loops run, waits for the job; $t0 is when the command was sent (ms since the epoch).
+attack() {
+  local name=$1 command=$2
+  shift 2
+  GEOCCL_TEST_EXPECT_ERROR=1 GEOCCL_TEST_RUN_S=20 start "$name" "$@"
   local deadline=$((SECONDS + 25))
   until [ "$(grep -c '^\[[01]\] rank [01]: loop running$' "$log")" = 2 ]; do
     kill -0 "$job" 2>/dev/null || { finish; fail "$name: the job ended before its loops ran"; }
@@ -98,15 +101,22 @@ attack_case() {
   done
   local sock
   sock=$(sed -n 's/^geoccl run: emulator control //p' "$log")
-  local t0
   t0=$(date +%s%3N)
   "$geoccl" wanem ctl "$sock" "$command" || fail "$name: '$command' refused"
   finish
+  local link field
+  link=$(echo "$command" | cut -d' ' -f2)
+  field=$(echo "$command" | sed 's/^tamper .*/tampered/; s/^replay .*/replayed/')
+  [ "$(adv_stat "$link" "$field")" = 1 ] || fail "$name: the adversary's $field count on $link is not 1"
+}
+
+# sealed_attack NAME COMMAND VICTIM SENDER: with the secret; VICTIM receives the changed segment
+# from SENDER.
+sealed_attack() {
+  local name=$1 command=$2 victim=$3 sender=$4
+  attack "$name" "$command"
   grep -q "WRONG RESULT" "$log" && fail "$name: an allreduce returned a wrong result"
   [ "$rc" = 0 ] || fail "$name: geoccl run exited with $rc (3: a rank saw no error; 124: a rank hung)"
-  local link
-  link=$(echo "$command" | cut -d' ' -f2)
-  [ "$(adv_stat "$link" "$field")" = 1 ] || fail "$name: the adversary's $field count on $link is not 1"
   grep -q "^\[$victim\] rank $victim: typed error kProtocol after" "$log" || fail "$name: rank $victim did not fail with kProtocol"
   grep -q "^\[$victim\] .*a frame on stream [0-9]* from rank $sender failed authentication" "$log" ||
     fail "$name: rank $victim did not log the refusal naming rank $sender"
@@ -116,11 +126,23 @@ attack_case() {
   local worst=0 t
   for r in 0 1; do
     t=$(sed -n "s/^\[$r\] rank $r: typed error .* at unix_ms \([0-9]*\):.*/\1/p" "$log")
-    [ $((t - t0)) -gt "$worst" ] && worst=$((t - t0))
+    if [ $((t - t0)) -gt "$worst" ]; then worst=$((t - t0)); fi
   done
   [ "$worst" -le 10000 ] || fail "$name: a rank took $worst ms to fail"
   echo "PASS: $command: every rank failed with a typed error within $worst ms of the command, no wrong result"
 }
 
-attack_case tamper "tamper a>b 1" tampered 1 0
-attack_case replay "replay b>a 1" replayed 0 1
+sealed_attack tamper "tamper a>b 1" 1 0
+sealed_attack replay "replay b>a 1" 0 1
+
+# 5. tamper a>b 1 without a secret: the flipped byte reaches rank 1 (its kernel took the changed
+#    segment) and the job must not pass: a wrong sum (what mp_check reports when the byte lands in
+#    a gradient, as it nearly always does), or a typed error when it lands in a frame header.
+attack tamper-insecure "tamper a>b 1" --insecure
+[ "$rc" != 0 ] || fail "tamper-insecure: the job passed: the tampered segment never reached rank 1"
+if grep -q "^\[1\] rank 1: WRONG RESULT" "$log"; then
+  echo "PASS: without a secret the tampered segment reached rank 1 as a wrong sum"
+else
+  grep -q "^\[1\] rank 1: typed error" "$log" || fail "tamper-insecure: rank 1 saw neither a wrong sum nor an error"
+  echo "PASS: without a secret the tampered segment reached rank 1 (the byte hit a frame header: typed error)"
+fi
