@@ -87,6 +87,46 @@ void set_key(LinkChange& c, const std::string& key, const std::string& value) {
   }
 }
 
+// A segment count for tamper and replay: a positive integer.
+std::uint32_t parse_segments(const std::string& verb, const std::string& text) {
+  constexpr std::uint64_t kMax = 1'000'000'000;
+  std::uint64_t v = 0;
+  bool ok = !text.empty() && text.size() <= 10;
+  for (char c : text) {
+    if (c < '0' || c > '9') ok = false;
+    else v = v * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  if (!ok || v == 0 || v > kMax) {
+    throw std::runtime_error("invalid " + verb + " count '" + text + "': expected a number of segments, 1 to " +
+                             std::to_string(kMax));
+  }
+  return static_cast<std::uint32_t>(v);
+}
+
+// A sniff pattern: 1 to 64 bytes in hex, or "off".
+std::vector<std::uint8_t> parse_pattern(const std::string& text) {
+  constexpr std::size_t kMaxBytes = 64;
+  if (text == "off") return {};
+  auto digit = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::vector<std::uint8_t> bytes;
+  bool ok = !text.empty() && text.size() % 2 == 0 && text.size() <= 2 * kMaxBytes;
+  for (std::size_t i = 0; ok && i + 1 < text.size(); i += 2) {
+    const int hi = digit(text[i]), lo = digit(text[i + 1]);
+    ok = hi >= 0 && lo >= 0;
+    bytes.push_back(static_cast<std::uint8_t>(hi * 16 + lo));
+  }
+  if (!ok) {
+    throw std::runtime_error("invalid sniff pattern '" + text + "': expected off or 1 to " +
+                             std::to_string(kMaxBytes) + " bytes in hex (an even number of digits 0-9a-f)");
+  }
+  return bytes;
+}
+
 }  // namespace
 
 std::string LinkSelector::to_string() const {
@@ -129,6 +169,16 @@ ControlCommand parse_control_command(std::string_view line) {
     cmd.verb = ControlCommand::Verb::kSet;
     cmd.link = parse_link(w[1]);
     for (std::size_t i = 2; i + 1 < w.size(); i += 2) set_key(cmd.change, w[i], w[i + 1]);
+  } else if (verb == "tamper" || verb == "replay") {
+    need(3, 3, verb == "tamper" ? "tamper LINK N" : "replay LINK N");
+    cmd.verb = verb == "tamper" ? ControlCommand::Verb::kTamper : ControlCommand::Verb::kReplay;
+    cmd.link = parse_link(w[1]);
+    cmd.segments = parse_segments(verb, w[2]);
+  } else if (verb == "sniff") {
+    need(3, 3, "sniff LINK HEX|off");
+    cmd.verb = ControlCommand::Verb::kSniff;
+    cmd.link = parse_link(w[1]);
+    cmd.pattern = parse_pattern(w[2]);
   } else if (verb == "stats") {
     need(1, 1, "stats");
     cmd.verb = ControlCommand::Verb::kStats;
@@ -149,6 +199,9 @@ std::string control_help() {
          "  restore LINK               end a cut\n"
          "  set LINK KEY VALUE [...]   KEY: rtt delay jitter rate queue loss mtu ge\n"
          "                             e.g. set a-b loss 0.01 rate 100mbit\n"
+         "  tamper LINK N              flip a payload byte in each of the next N TCP segments with payload\n"
+         "  replay LINK N              give the next N of them their flow's previous segment's payload\n"
+         "  sniff LINK HEX|off         count TCP segments whose payload contains the bytes HEX\n"
          "  stats                      per-link counters\n"
          "  links                      current link parameters\n"
          "LINK: a-b (both directions), a>b (one direction), * (all links)\n";

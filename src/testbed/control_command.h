@@ -5,6 +5,9 @@
 //   cut LINK [DURATION]          cut until restored, or for DURATION
 //   restore LINK                 end a cut now
 //   set LINK KEY VALUE [...]     keys: rtt delay jitter rate queue loss mtu ge
+//   tamper LINK N                flip a payload byte of the next N TCP segments with payload
+//   replay LINK N                give the next N such segments their flow's previous payload
+//   sniff LINK HEX|off           count segments whose TCP payload contains the bytes HEX
 //   stats                        per-link counters
 //   links                        current parameters of every link
 //   help
@@ -17,6 +20,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "link_params.h"
 
@@ -38,11 +42,16 @@ struct LinkSelector {
 };
 
 struct ControlCommand {
-  enum class Verb { kCut, kRestore, kSet, kStats, kLinks, kHelp };
+  enum class Verb { kCut, kRestore, kSet, kTamper, kReplay, kSniff, kStats, kLinks, kHelp };
   Verb verb = Verb::kHelp;
   LinkSelector link;
-  std::int64_t duration_ns = 0;  // cut: 0 = until restore
-  LinkChange change;             // set
+  std::int64_t duration_ns = 0;       // cut: 0 = until restore
+  LinkChange change;                  // set
+  std::uint32_t segments = 0;         // tamper, replay
+  std::vector<std::uint8_t> pattern;  // sniff: empty = off
+
+  // The verbs that change links (the ones a scenario's [[events]] may use).
+  bool changes_links() const { return verb != Verb::kStats && verb != Verb::kLinks && verb != Verb::kHelp; }
 };
 
 // Throws std::runtime_error with a message fit for the user on bad input.

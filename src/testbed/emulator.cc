@@ -80,6 +80,7 @@ Emulator::Emulator(const Scenario& scenario, std::vector<EmulatorPort> ports,
     }
   }
   links_.resize(n * n);
+  adversaries_.resize(n * n);
   uplinks_.resize(n);
   for (std::size_t a = 0; a < n; ++a) {
     const DomainSpec* d = scenario_.find_domain(ports_[a].domain);
@@ -208,7 +209,14 @@ void Emulator::read_port(std::size_t src) {
       continue;
     }
     const Fate fate = link(src, dst)->submit(monotonic_ns(), slot, static_cast<std::uint32_t>(len), uplink);
-    if (fate != Fate::kQueued) pool_->release(slot);
+    if (fate != Fate::kQueued) {
+      pool_->release(slot);
+      continue;
+    }
+    // The adversary acts on what crosses the link; the packet waits in its buffer until delivery.
+    if (LinkAdversary& adv = adversaries_[src * n + dst]; adv.armed()) {
+      adv.process(std::span<std::uint8_t>(buf, static_cast<std::size_t>(len)));
+    }
   }
 }
 
@@ -362,6 +370,15 @@ std::string Emulator::execute(const ControlCommand& command, std::int64_t now) {
       } else if (command.verb == Verb::kRestore) {
         l->restore();
         reply += name + " restored\n";
+      } else if (command.verb == Verb::kTamper) {
+        adversaries_[a * n + b].tamper(command.segments);
+        reply += name + " tamper the next " + std::to_string(command.segments) + " segment(s) with payload\n";
+      } else if (command.verb == Verb::kReplay) {
+        adversaries_[a * n + b].replay(command.segments);
+        reply += name + " replay into the next " + std::to_string(command.segments) + " segment(s) with payload\n";
+      } else if (command.verb == Verb::kSniff) {
+        adversaries_[a * n + b].sniff(command.pattern);
+        reply += name + (command.pattern.empty() ? " sniff off\n" : " sniff " + to_hex(command.pattern) + "\n");
       } else {
         l->apply(command.change);
         reply += name + " " + to_string(l->params()) + "\n";
@@ -397,6 +414,20 @@ std::string Emulator::stats_text() const {
                     static_cast<unsigned long long>(c.mtu_drops),
                     static_cast<unsigned long long>(c.other_drops));
       out += line;
+    }
+  }
+  // The adversary of every link it was armed on: what it did, and what it still has to do.
+  for (std::size_t a = 0; a < n; ++a) {
+    for (std::size_t b = 0; b < n; ++b) {
+      const LinkAdversary& adv = adversaries_[a * n + b];
+      if (!adv.used()) continue;
+      const AdversaryCounters& c = adv.counters();
+      const std::string name = ports_[a].domain + ">" + ports_[b].domain;
+      out += "adversary " + name + " tampered " + std::to_string(c.tampered) + " (pending " +
+             std::to_string(adv.tamper_pending()) + ") replayed " + std::to_string(c.replayed) + " (pending " +
+             std::to_string(adv.replay_pending()) + ") sniff_matches " + std::to_string(c.sniff_matches) +
+             " of " + std::to_string(c.sniff_packets) + " payload segments" +
+             (adv.pattern().empty() ? "" : " pattern " + to_hex(adv.pattern())) + "\n";
     }
   }
   std::snprintf(line, sizeof line, "unroutable %llu, no-buffer drops %llu\n",

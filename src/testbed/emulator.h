@@ -9,7 +9,9 @@
 // within `early_ns` are delivered together to amortize wake-ups.
 //
 // The same loop serves the control socket and fires scheduled events, so
-// link changes never race with forwarding.
+// link changes never race with forwarding. Each link also has an on-path
+// adversary (link_adversary.h), idle until a command arms it, that sees and
+// may change every packet the link queues.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +21,7 @@
 
 #include "buffer_pool.h"
 #include "control_command.h"
+#include "link_adversary.h"
 #include "link_model.h"
 #include "scenario.h"
 
@@ -75,6 +78,7 @@ class Emulator {
   EmulatorOptions options_;
   std::uint32_t subnet_ = 0;  // host order, /24
   std::vector<std::unique_ptr<LinkModel>> links_;   // [from * n + to], null on the diagonal
+  std::vector<LinkAdversary> adversaries_;          // [from * n + to], the same indices
   std::vector<std::unique_ptr<Bottleneck>> uplinks_;  // per source domain, null = none
   std::unique_ptr<BufferPool> pool_;
   int epoll_fd_ = -1;

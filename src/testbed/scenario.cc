@@ -249,10 +249,8 @@ Scenario build(const toml::table& root, const std::string& source) {
       } catch (const std::runtime_error& ex) {
         fail(source, *command, ex.what());
       }
-      using Verb = ControlCommand::Verb;
-      if (e.command.verb != Verb::kCut && e.command.verb != Verb::kRestore &&
-          e.command.verb != Verb::kSet) {
-        fail(source, *command, "events may only cut, restore or set links");
+      if (!e.command.changes_links()) {
+        fail(source, *command, "events may only cut, restore, set, tamper, replay or sniff links");
       }
       check_link_names(source, *command, s, e.command.link);
       s.events.push_back(std::move(e));

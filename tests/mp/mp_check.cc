@@ -1142,6 +1142,84 @@ int mode_stranger(Config cfg) {
   CHECK(iterations > 0, "rank %d: no allreduce while the stranger tried", cfg.rank);
   return g_failures ? 1 : 0;
 }
+
+// The 16-byte marker of mode "marker": four int32 words (c0ffee, bada55, d15ea5, facade), small
+// enough that sums over up to 127 ranks stay exact. On the wire, little-endian:
+// eeffc00055daba00a55ed100decafa00, the pattern bench/scenarios/adversary.toml sniffs for.
+constexpr std::array<int32_t, 4> kMarker = {0x00C0FFEE, 0x00BADA55, 0x00D15EA5, 0x00FACADE};
+
+const char* code_tag(ErrorCode c) {
+  switch (c) {
+    case ErrorCode::kProtocol: return "kProtocol";
+    case ErrorCode::kPeerLost: return "kPeerLost";
+    case ErrorCode::kAborted: return "kAborted";
+    case ErrorCode::kTimeout: return "kTimeout";
+    case ErrorCode::kMismatch: return "kMismatch";
+    default: return "other";
+  }
+}
+
+int64_t unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Allreduces (sum) of 256 KiB filled with kMarker, the last four elements (iteration, rank, stop
+// vote, one) changing per call, each result checked exactly, for GEOCCL_TEST_RUN_S seconds
+// (every rank stops after the same call: a vote in the buffer). tests/tools/wan_adversary_test.sh
+// sniffs for the marker on the emulated WAN, or tampers with / replays segments once every rank
+// printed "loop running". With GEOCCL_TEST_EXPECT_ERROR=1 the loop must end with a typed error
+// (printed with its code, the exact calls before it and the wall-clock time) and this rank exits 0
+// then, 3 when the time ran out without one; a wrong result is a failure (1) in every case.
+int mode_marker(Communicator& c) {
+  const int me = c.rank(), n = c.size();
+  const bool expect_error = env_int("GEOCCL_TEST_EXPECT_ERROR", 0) != 0;
+  const auto run_for = std::chrono::seconds(env_int("GEOCCL_TEST_RUN_S", 10));
+  const size_t count = (256u << 10) / 4;
+  std::printf("rank %d: marker ", me);
+  for (const int32_t w : kMarker)
+    for (int b = 0; b < 4; ++b) std::printf("%02x", static_cast<unsigned>((w >> (8 * b)) & 0xFF));
+  std::printf(", %zu-byte allreduces for %lld s\n", count * 4, static_cast<long long>(run_for.count()));
+  std::fflush(stdout);
+  std::vector<int32_t> buf(count);
+  const auto t0 = Clock::now();
+  int exact = 0;
+  try {
+    for (bool stop = false; !stop;) {
+      for (size_t i = 0; i + 4 < count; ++i) buf[i] = kMarker[i % 4];
+      buf[count - 4] = exact;
+      buf[count - 3] = me;
+      buf[count - 2] = Clock::now() - t0 >= run_for ? 1 : 0;
+      buf[count - 1] = 1;
+      c.allreduce(buf.data(), count, DataType::kInt32, ReduceOp::kSum).wait();
+      for (size_t i = 0; i + 4 < count; ++i) {
+        if (buf[i] != n * kMarker[i % 4]) {
+          std::fprintf(stderr, "rank %d: WRONG RESULT in call %d, element %zu: %d, expected %d\n", me, exact, i,
+                       buf[i], n * kMarker[i % 4]);
+          return 1;
+        }
+      }
+      if (buf[count - 4] != n * exact || buf[count - 3] != n * (n - 1) / 2 || buf[count - 1] != n ||
+          buf[count - 2] < 0 || buf[count - 2] > n) {
+        std::fprintf(stderr, "rank %d: WRONG RESULT in call %d, trailer %d %d %d %d\n", me, exact, buf[count - 4],
+                     buf[count - 3], buf[count - 2], buf[count - 1]);
+        return 1;
+      }
+      stop = buf[count - 2] != 0;
+      if (++exact == 3) {
+        std::printf("rank %d: loop running\n", me);
+        std::fflush(stdout);
+      }
+    }
+  } catch (const Error& e) {
+    std::printf("rank %d: typed error %s after %d exact allreduce(s), at unix_ms %lld: %s\n", me, code_tag(e.code()),
+                exact, static_cast<long long>(unix_ms()), e.what());
+    std::fflush(stdout);
+    return expect_error ? 0 : 2;
+  }
+  std::printf("rank %d: %d exact allreduce(s), no error\n", me, exact);
+  return expect_error ? 3 : 0;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -1178,6 +1256,7 @@ int main(int argc, char** argv) {
     if (mode == "channels") return mode_channels(c);
     if (mode == "relay") return mode_relay(c);
     if (mode == "recv-any") return mode_recv_any(c);
+    if (mode == "marker") return mode_marker(c);
     if (mode == "decider") {
       // GEOCCL_TRANSPORT remote=auto: every peer in another domain has a reason for its
       // transport that gives both candidates' figures (or says QUIC did not connect), the

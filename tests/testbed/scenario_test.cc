@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace geoccl::testbed {
 namespace {
@@ -109,12 +110,33 @@ TEST(Scenario, RejectsMistakesWithAClearMessage) {
   expect_error("[domains.a]\n[links.default]\nrtt = \"1ms\"\ndelay = \"1ms\"\n", "not both");
 }
 
+TEST(Scenario, EventsMayArmTheAdversary) {
+  const Scenario s = parse_scenario(
+      "[domains.a]\n[domains.b]\n"
+      "[[events]]\nat = \"2s\"\ncommand = \"tamper a>b 1\"\n"
+      "[[events]]\nat = \"0s\"\ncommand = \"sniff a-b c0ffee\"\n"
+      "[[events]]\nat = \"1s\"\ncommand = \"replay b>a 4\"\n",
+      "adv.toml");
+  ASSERT_EQ(s.events.size(), 3u);
+  EXPECT_EQ(s.events[0].command.verb, ControlCommand::Verb::kSniff);
+  EXPECT_EQ(s.events[0].command.pattern, (std::vector<std::uint8_t>{0xC0, 0xFF, 0xEE}));
+  EXPECT_EQ(s.events[1].command.verb, ControlCommand::Verb::kReplay);
+  EXPECT_EQ(s.events[1].command.segments, 4u);
+  EXPECT_EQ(s.events[2].command.verb, ControlCommand::Verb::kTamper);
+  expect_error("[domains.a]\n[domains.b]\n[[events]]\nat = \"1s\"\ncommand = \"tamper a>c 1\"\n",
+               "unknown domain 'c'");
+  expect_error("[domains.a]\n[domains.b]\n[[events]]\nat = \"1s\"\ncommand = \"sniff a-b xyz\"\n",
+               "invalid sniff pattern 'xyz'");
+  expect_error("[domains.a]\n[domains.b]\n[[events]]\nat = \"1s\"\ncommand = \"replay a-b 0\"\n",
+               "invalid replay count '0'");
+}
+
 TEST(Scenario, MissingFileIsReported) {
   EXPECT_THROW(load_scenario("/nonexistent/scenario.toml"), std::runtime_error);
 }
 
 TEST(Scenario, ShippedScenariosLoad) {
-  for (const char* name : {"seed", "three-regions", "lossy", "intercontinental", "wan-fast-test"}) {
+  for (const char* name : {"seed", "three-regions", "lossy", "intercontinental", "wan-fast-test", "adversary"}) {
     SCOPED_TRACE(name);
     const Scenario s = load_scenario(std::string(GEOCCL_SCENARIO_DIR) + "/" + name + ".toml");
     EXPECT_EQ(s.name, name);
@@ -125,6 +147,13 @@ TEST(Scenario, ShippedScenariosLoad) {
   EXPECT_EQ(seed.default_total_ranks(), 6);
   EXPECT_EQ(seed.link("a", "b").delay_ns, 10'000'000);
   EXPECT_DOUBLE_EQ(seed.link("a", "b").loss, 0.0005);
+  // The sniffer of wan_adversary: from the start, both directions, mp_check marker's 16 bytes.
+  const Scenario adv = load_scenario(std::string(GEOCCL_SCENARIO_DIR) + "/adversary.toml");
+  ASSERT_EQ(adv.events.size(), 1u);
+  EXPECT_EQ(adv.events[0].at_ns, 0);
+  EXPECT_EQ(adv.events[0].command.verb, ControlCommand::Verb::kSniff);
+  EXPECT_EQ(adv.events[0].command.pattern.size(), 16u);
+  EXPECT_TRUE(adv.events[0].command.link.matches("b", "a"));
 }
 
 }  // namespace

@@ -71,6 +71,8 @@ int run_on_wan(geoccl::tools::LaunchSpec spec, const std::string& scenario_path,
   for (const auto& d : wan.domains())
     std::fprintf(stderr, " %s=%d@%s", d.name.c_str(), d.ranks, d.addr.c_str());
   std::fprintf(stderr, "\n");
+  // `geoccl wanem ctl SOCKET ...` changes the links (or arms the adversary) while the job runs.
+  std::fprintf(stderr, "geoccl run: emulator control %s\n", wan.control_socket().c_str());
   if (metrics)
     for (int r = 0; r < spec.nranks; ++r)
       std::fprintf(stderr, "geoccl run: rank %d metrics http://%s:%d/metrics netns %s\n", r,
