@@ -139,6 +139,13 @@ struct TopologyInfo {
   // one-way delay (half the fastest RTT) and one flow's delivery rate from row to column.
   std::vector<double> wan_one_way_ms;
   std::vector<double> wan_rate_mbps;
+  // Re-planning while the job runs (GEOCCL_REPLAN_OPS): how many times the figures above were
+  // replaced, after which collective (counted in the default priority class; 0: never), and what
+  // changed. The figures above are the ones in force.
+  int replans = 0;
+  uint64_t replanned_after_op = 0;
+  std::string replan_change;
+  std::vector<int> ring_order;  // the domains in the order of the ring across them, in force
 };
 
 // The planner's choice for an allreduce (Communicator::plan_allreduce): the algorithm, why, and

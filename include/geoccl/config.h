@@ -148,6 +148,13 @@ struct Config {
   // thresholds). Every rank must use the same value. Off by default until the model's choices
   // beat the thresholds in every case measured (docs/benchmarks.md, issue 18): 4M turns it on.
   size_t plan_probe_bytes = 0;
+  // GEOCCL_REPLAN_OPS: with measured paths, every this many collectives of the default priority
+  // class the group agrees on what the leaders' transports saw of the paths since the last
+  // check, and a change that persisted GEOCCL_REPLAN_PERSIST checks becomes the cost model's
+  // figures and the ring order from the next check on (collectives/path_monitor.h). 0 = off.
+  // Every rank must use the same values.
+  int replan_ops = 20;
+  int replan_persist = 2;
   size_t chunk_bytes = 1 << 20;             // GEOCCL_CHUNK_BYTES: pipelining unit
   // GEOCCL_WAN_COMPRESSION: the codec of the WAN hops of float32 sum/avg allreduces that do not
   // name one (OpOptions::compression): none|fp16|bf16|int8|int4|topk:RATIO, optionally

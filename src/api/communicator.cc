@@ -4,14 +4,18 @@
 // the matching receive of an exchange in flight at once. Works of one class complete strictly in
 // issue order; the classes run concurrently, each in its own frame space (transport/router.h).
 #include <array>
+#include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <mutex>
+#include <optional>
 #include <thread>
 
 #include "api/completion_pool.h"
 #include "api/work_state.h"
 #include "collectives/collectives.h"
 #include "collectives/cost_model.h"
+#include "collectives/path_monitor.h"
 #include "collectives/planner.h"
 #include "collectives/wan_codec.h"
 #include "compression/error_feedback.h"
@@ -53,17 +57,26 @@ class CommunicatorImpl {
   // Queues a point-to-point transfer; sequence numbers are kept per peer and direction.
   Work submit_p2p(bool is_send, int peer, FrameHeader h, const OpOptions& o, std::span<uint8_t> data);
   const std::string& algo(const OpOptions& o) const { return o.algo.empty() ? cfg_.algo : o.algo; }
-  const topology::Topology& topo() const { return topo_; }
   const TopologyInfo& topology_info() const { return topo_info_; }
-  // The measured figures of every pair of domains (empty: one domain, or not measured).
-  const collectives::WanPaths& wan_paths() const { return wan_paths_; }
+  // What an operation is planned with: the topology (its ring order) and the measured figures of
+  // every pair of domains (empty: one domain, or not measured). Replaced whole when a re-plan
+  // applies, so an operation keeps the inputs it was planned with.
+  struct PlanInputs {
+    topology::Topology topo;
+    collectives::WanPaths paths;
+  };
+  std::shared_ptr<const PlanInputs> plan_inputs() const {
+    std::lock_guard lk(plan_mu_);
+    return plan_;
+  }
   // `compressed`: the WAN codec applies to this call. Only the hierarchical plans have WAN hops
   // of their own to compress, so an automatic choice is made among them (the cost model would
   // otherwise trade the codec away for a flat ring without saying so).
-  collectives::Plan plan_allreduce(size_t bytes, DataType t, const OpOptions& o, bool compressed) const {
+  collectives::Plan plan_allreduce(const PlanInputs& in, size_t bytes, DataType t, const OpOptions& o,
+                                   bool compressed) const {
     const std::string& a = algo(o);
-    const bool automatic = (a.empty() || a == "auto") && topo_.domains() > 1;
-    return collectives::plan_allreduce(bytes, dtype_size(t), topo_, wan_paths_.empty() ? nullptr : &wan_paths_,
+    const bool automatic = (a.empty() || a == "auto") && in.topo.domains() > 1;
+    return collectives::plan_allreduce(bytes, dtype_size(t), in.topo, in.paths.empty() ? nullptr : &in.paths,
                                        cfg_.chunk_bytes, cfg_.small_msg_bytes, cfg_.wan_small_msg_bytes,
                                        compressed && automatic ? std::string("hier") : a);
   }
@@ -128,6 +141,15 @@ class CommunicatorImpl {
   // each direction (path_probe.cc); every rank gets the same figures (wan_paths_), the inputs of
   // the planner's cost model.
   void measure_wan_paths();
+  // Re-planning (GEOCCL_REPLAN_OPS; collectives/path_monitor.h), on the issuing thread after each
+  // collective of the default class: every replan_ops of them, the previous check's agreed
+  // figures are judged (a persisting change applies from the next collective on, on every rank
+  // alike), and a new check is issued with this leader's window of readings.
+  void after_collective_issued();
+  void apply_replan(const collectives::WanPaths& next);
+  // A leader's thread: reads its transport's view of the paths to the other leaders every 100 ms.
+  void sample_paths();
+  void stop_sampler();
   void worker_main(Channel& ch);
   void start(Channel& ch, Op& op);
   // recv_any: waits (bounded by `deadline`) until a peer's next message with the tag has
@@ -150,6 +172,23 @@ class CommunicatorImpl {
   topology::Topology topo_;
   TopologyInfo topo_info_;
   collectives::WanPaths wan_paths_;
+  mutable std::mutex plan_mu_;
+  std::shared_ptr<const PlanInputs> plan_;  // guarded by plan_mu_
+  // Re-planning: the monitor and the counter of default-class collectives (issuing thread), the
+  // check in flight, and this leader's window of path readings (window_mu_).
+  std::unique_ptr<collectives::PathMonitor> monitor_;
+  uint64_t collectives_issued_ = 0;
+  struct Check {
+    Work work;
+    std::shared_ptr<std::vector<double>> figures;  // k*k one-way delays, then k*k rates
+  };
+  std::optional<Check> check_;
+  std::mutex window_mu_;
+  std::vector<double> window_delay_, window_rate_;
+  std::mutex sampler_mu_;
+  std::condition_variable sampler_cv_;
+  bool sampler_stop_ = false;
+  std::thread sampler_;
   Compression wan_default_;  // GEOCCL_WAN_COMPRESSION
   compression::FeedbackStore feedback_;
   collectives::CompressionCounters compressed_;
@@ -307,6 +346,16 @@ CommunicatorImpl::CommunicatorImpl(Config cfg) : cfg_(std::move(cfg)) {
   topo_info_.source = topo_.source;
   topo_info_.describe = topo_.describe();
   if (cfg_.rank == 0) GEOCCL_LOG(kInfo, "topology: " << topo_info_.describe);
+  topo_info_.ring_order = topo_.ring_order;
+  plan_ = std::make_shared<const PlanInputs>(PlanInputs{topo_, wan_paths_});
+  if (!wan_paths_.empty() && cfg_.replan_ops > 0) {
+    collectives::PathMonitorOptions po;
+    po.persist = cfg_.replan_persist;
+    monitor_ = std::make_unique<collectives::PathMonitor>(wan_paths_, po);
+    const auto kk = static_cast<size_t>(wan_paths_.k) * static_cast<size_t>(wan_paths_.k);
+    window_delay_.assign(kk, 0);
+    window_rate_.assign(kk, 0);
+  }
   try {
     if (metrics_) start_metrics();
     if (trace_ && cfg_.world_size > 1) {
@@ -324,6 +373,9 @@ CommunicatorImpl::CommunicatorImpl(Config cfg) : cfg_(std::move(cfg)) {
     stop_workers();
     throw;
   }
+  // Last: nothing after it throws, so the destructor always stops it. A leader samples its paths.
+  const int dm = topo_.domain_of[static_cast<size_t>(cfg_.rank)];
+  if (monitor_ && topo_.members[static_cast<size_t>(dm)][0] == cfg_.rank) sampler_ = std::thread([this] { sample_paths(); });
 }
 
 void CommunicatorImpl::start_metrics() {
@@ -470,7 +522,9 @@ void CommunicatorImpl::measure_wan_paths() {
         const int other = me == sender ? 1 : 0;
         const auto figs = collectives::probe_path(pair, other, {"current"}, {1}, [](size_t) {}, 4096, 5);
         double mbps = 0;
-        for (int round = 0; round < 2; ++round) mbps = std::max(mbps, collectives::probe_rate(pair, other, cfg_.plan_probe_bytes));
+        const double rtt = figs.empty() || !figs[0].ok ? 0 : figs[0].rtt_ms;
+        for (int round = 0; round < 2; ++round)
+          mbps = std::max(mbps, collectives::probe_rate(pair, other, cfg_.plan_probe_bytes, rtt));
         if (me != sender || figs.empty() || !figs[0].ok || mbps <= 0) continue;
         const double rtt_ms = figs[0].rtt_ms;
         const size_t ij = static_cast<size_t>(from) * uk + static_cast<size_t>(to);
@@ -493,6 +547,104 @@ void CommunicatorImpl::measure_wan_paths() {
         if (a != b)
           GEOCCL_LOG(kDebug, "path " << a << "->" << b << ": one-way " << wan_paths_.delay(a, b) << " ms, "
                                      << wan_paths_.rate(a, b) << " Mbit/s");
+}
+
+void CommunicatorImpl::sample_paths() {
+  const int k = topo_.domains(), dm = topo_.domain_of[static_cast<size_t>(cfg_.rank)];
+  std::unique_lock lk(sampler_mu_);
+  while (!sampler_cv_.wait_for(lk, std::chrono::milliseconds(100), [&] { return sampler_stop_; })) {
+    lk.unlock();
+    std::vector<transport::Device::PathReading> r(static_cast<size_t>(k));
+    double total = 0;
+    int active = 0;
+    for (int d = 0; d < k; ++d) {
+      if (d == dm) continue;
+      r[static_cast<size_t>(d)] = router_->path_reading(topo_.members[static_cast<size_t>(d)][0]);
+      if (r[static_cast<size_t>(d)].delivery_mbps > 0) total += r[static_cast<size_t>(d)].delivery_mbps, ++active;
+    }
+    // The plan's rate of a path is one flow's alone; flows to several leaders at once share this
+    // leader's uplink. A path that gets at least half its fair share of what the flows deliver
+    // together is limited by the uplink, not by itself: it could carry that total alone. Only a
+    // path well below its share shows its own rate.
+    std::lock_guard wl(window_mu_);
+    for (int d = 0; d < k; ++d) {
+      if (d == dm) continue;
+      const auto& rd = r[static_cast<size_t>(d)];
+      const auto x = static_cast<size_t>(dm * k + d);
+      if (rd.srtt_ms > 0 && (window_delay_[x] == 0 || rd.srtt_ms / 2 < window_delay_[x])) window_delay_[x] = rd.srtt_ms / 2;
+      if (rd.delivery_mbps <= 0) continue;
+      const double alone = active > 1 && rd.delivery_mbps >= total / active / 2 ? total : rd.delivery_mbps;
+      window_rate_[x] = std::max(window_rate_[x], alone);
+    }
+    lk.lock();
+  }
+}
+
+void CommunicatorImpl::stop_sampler() {
+  {
+    std::lock_guard lk(sampler_mu_);
+    sampler_stop_ = true;
+  }
+  sampler_cv_.notify_all();
+  if (sampler_.joinable()) sampler_.join();
+}
+
+void CommunicatorImpl::after_collective_issued() {
+  if (!monitor_ || ++collectives_issued_ % static_cast<uint64_t>(cfg_.replan_ops) != 0) return;
+  const auto kk = window_delay_.size();
+  if (check_) {
+    std::optional<collectives::WanPaths> next;
+    try {
+      check_->work.wait();
+      const auto& f = *check_->figures;
+      next = monitor_->on_check(std::vector<double>(f.begin(), f.begin() + static_cast<std::ptrdiff_t>(kk)),
+                                std::vector<double>(f.begin() + static_cast<std::ptrdiff_t>(kk), f.end()));
+    } catch (const Error&) {
+      // The group failed: the operations around the check report it.
+    }
+    check_.reset();
+    if (next) apply_replan(*next);
+  }
+  auto figures = std::make_shared<std::vector<double>>(2 * kk, 0.0);
+  {
+    std::lock_guard wl(window_mu_);
+    std::copy(window_delay_.begin(), window_delay_.end(), figures->begin());
+    std::copy(window_rate_.begin(), window_rate_.end(), figures->begin() + static_cast<std::ptrdiff_t>(kk));
+    std::fill(window_delay_.begin(), window_delay_.end(), 0.0);
+    std::fill(window_rate_.begin(), window_rate_.end(), 0.0);
+  }
+  Work w = submit(probe_header(0x52504c4e /* "RPLN" */), {}, [figures](OpContext& c) {
+    collectives::ring_allreduce(c, figures->data(), figures->size(), DataType::kFloat64, ReduceOp::kMax);
+  });
+  check_ = Check{std::move(w), std::move(figures)};
+}
+
+void CommunicatorImpl::apply_replan(const collectives::WanPaths& next) {
+  auto in = std::make_shared<PlanInputs>(*plan_inputs());
+  in->paths = next;
+  // The ring order: a hop costs its one-way delay and one chunk's time at its rate.
+  std::vector<double> cost(next.one_way_ms.size(), 0.0);
+  for (size_t x = 0; x < cost.size(); ++x)
+    cost[x] = next.one_way_ms[x] +
+              (next.rate_mbps[x] > 0 ? 8.0 * static_cast<double>(cfg_.chunk_bytes) / (next.rate_mbps[x] * 1e3) : 0);
+  topology::choose_ring_order_by_cost(&in->topo, cost);
+  {
+    std::lock_guard lk(plan_mu_);
+    plan_ = in;
+  }
+  topo_info_.wan_one_way_ms = next.one_way_ms;
+  topo_info_.wan_rate_mbps = next.rate_mbps;
+  ++topo_info_.replans;
+  topo_info_.replanned_after_op = collectives_issued_;
+  topo_info_.replan_change = monitor_->last_change();
+  topo_info_.ring_order = in->topo.ring_order;
+  std::string order;
+  for (int d : in->topo.ring_order) {
+    const auto& name = in->topo.names[static_cast<size_t>(d)];
+    order += (order.empty() ? "" : ",") + (name.empty() ? std::to_string(d) : name);
+  }
+  GEOCCL_LOG(kInfo, "re-planned after collective #" << collectives_issued_ << ": " << monitor_->last_change()
+                                                    << "; ring order " << order);
 }
 
 void CommunicatorImpl::discover_topology() {
@@ -533,6 +685,16 @@ void CommunicatorImpl::discover_topology() {
 
 CommunicatorImpl::~CommunicatorImpl() {
   exporter_.reset();
+  stop_sampler();
+  // Every rank issued the same checks: the one in flight completes everywhere (or fails with the
+  // group); it is not a pending operation of the user's.
+  if (check_) {
+    try {
+      check_->work.wait();
+    } catch (const Error&) {
+    }
+    check_.reset();
+  }
   bool pending;
   {
     std::lock_guard lk(progress_.mutex());
@@ -597,7 +759,9 @@ Work CommunicatorImpl::submit(FrameHeader h, const OpOptions& o, std::function<v
   op.algo = algo;
   op.timeout = o.timeout.value_or(cfg_.op_timeout);
   op.run = std::move(run);
-  return enqueue(std::move(op), o.priority);
+  Work w = enqueue(std::move(op), o.priority);
+  if (algo && o.priority == Priority::kGradient) after_collective_issued();
+  return w;
 }
 
 Work CommunicatorImpl::submit_p2p(bool is_send, int peer, FrameHeader h, const OpOptions& o,
@@ -849,7 +1013,8 @@ void Communicator::forget_feedback(const std::string& key) {
 
 AllreducePlan Communicator::plan_allreduce(size_t count, DataType t, const OpOptions& o) const {
   const size_t bytes = checked_bytes(count, t);
-  const auto p = impl_->plan_allreduce(bytes, t, o, impl_->wan_compression(o, bytes, t, ReduceOp::kSum).has_value());
+  const auto p = impl_->plan_allreduce(*impl_->plan_inputs(), bytes, t, o,
+                                       impl_->wan_compression(o, bytes, t, ReduceOp::kSum).has_value());
   return {collectives::algo_name(p.algo), p.why, p.predicted_ms};
 }
 
@@ -858,9 +1023,9 @@ Work Communicator::allreduce(void* buf, size_t count, DataType t, ReduceOp op, c
   check_op(op);
   check_buf(buf, count, "buffer");
   const size_t bytes = checked_bytes(count, t);
-  const auto& topo = impl_->topo();
+  const auto in = impl_->plan_inputs();
   auto z = impl_->wan_compression(o, bytes, t, op);
-  const auto plan = impl_->plan_allreduce(bytes, t, o, z.has_value());
+  const auto plan = impl_->plan_allreduce(*in, bytes, t, o, z.has_value());
   // Only the hierarchical plans have WAN hops of their own to compress.
   const bool hierarchical = plan.algo == collectives::Algo::kHierarchical ||
                             plan.algo == collectives::Algo::kHierarchicalSmall ||
@@ -874,9 +1039,10 @@ Work Communicator::allreduce(void* buf, size_t count, DataType t, ReduceOp op, c
   // top-k k), so ranks that disagree fail with kMismatch instead of misreading each other.
   uint32_t tag = 0;
   if (z) tag = static_cast<uint32_t>(z->spec.codec) | static_cast<uint32_t>(z->algo) << 8 | z->spec.k << 12;
-  const double settle_ms = impl_->wan_paths().empty() ? 0 : impl_->wan_paths().largest_delay();
+  const double settle_ms = in->paths.empty() ? 0 : in->paths.largest_delay();
   return impl_->submit(header(OpKind::kAllreduce, t, bytes, static_cast<uint8_t>(op), tag), o,
-                       [=, &topo, z = std::move(z)](OpContext& c) {
+                       [=, z = std::move(z)](OpContext& c) {
+                         const auto& topo = in->topo;
                          const collectives::WanCompression* zp = z ? &*z : nullptr;
                          switch (plan.algo) {
                            case collectives::Algo::kRing:
@@ -901,11 +1067,12 @@ Work Communicator::broadcast(void* buf, size_t count, DataType t, int root, cons
   check_buf(buf, count, "buffer");
   if (root < 0 || root >= size()) invalid("root " + std::to_string(root) + " out of range");
   const size_t bytes = checked_bytes(count, t);
-  const auto& topo = impl_->topo();
+  const auto in = impl_->plan_inputs();
   const size_t small = config().small_msg_bytes;
-  const auto plan = collectives::plan_broadcast(bytes, size(), topo.domains(), small, impl_->algo(o));
+  const auto plan = collectives::plan_broadcast(bytes, size(), in->topo.domains(), small, impl_->algo(o));
   return impl_->submit(header(OpKind::kBroadcast, t, bytes, 0, static_cast<uint32_t>(root)), o,
-                       [=, &topo](OpContext& c) {
+                       [=](OpContext& c) {
+                         const auto& topo = in->topo;
                          if (plan.algo == collectives::Algo::kHierarchical)
                            collectives::hierarchical_broadcast(c, topo, buf, bytes, root, small);
                          else if (plan.algo == collectives::Algo::kTree)
@@ -921,10 +1088,11 @@ Work Communicator::allgather(const void* send, void* recv, size_t count, DataTyp
   check_buf(send, count, "send buffer");
   check_buf(recv, count, "recv buffer");
   const size_t bytes = checked_bytes(count, t, static_cast<size_t>(size()));
-  const auto& topo = impl_->topo();
+  const auto in = impl_->plan_inputs();
   const size_t small = config().small_msg_bytes;
-  const auto plan = collectives::plan_allgather(topo.domains(), impl_->algo(o));
-  return impl_->submit(header(OpKind::kAllgather, t, bytes), o, [=, &topo](OpContext& c) {
+  const auto plan = collectives::plan_allgather(in->topo.domains(), impl_->algo(o));
+  return impl_->submit(header(OpKind::kAllgather, t, bytes), o, [=](OpContext& c) {
+    const auto& topo = in->topo;
     if (plan.algo == collectives::Algo::kHierarchical)
       collectives::hierarchical_allgather(c, topo, send, recv, bytes, small);
     else

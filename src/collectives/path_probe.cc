@@ -88,18 +88,23 @@ std::vector<topology::PathFigures> probe_path(OpContext& c, int peer, const std:
   return out;
 }
 
-double probe_rate(OpContext& c, int peer, size_t bytes) {
+double probe_rate(OpContext& c, int peer, size_t bytes, double rtt_ms) {
   // Frames of a sixteenth of the burst (at least 4 KiB); the receiver times the arrivals from
   // the first frame to the last, on its own clock (the first frame's one-way delay left out).
   const size_t frame = std::max<size_t>(4096, bytes / 16);
   std::vector<uint8_t> burst(bytes, 0x5a);
   if (c.rank() < peer) {
+    const auto start = std::chrono::steady_clock::now();
     std::vector<RequestPtr> sends;
     for (size_t off = 0; off < bytes; off += frame)
       sends.push_back(c.send(peer, std::span<const uint8_t>(burst.data() + off, std::min(frame, bytes - off)), off));
     c.wait_all(sends);
     double mbps = 0;
     c.wait(c.recv(peer, std::span<uint8_t>(reinterpret_cast<uint8_t*>(&mbps), sizeof mbps)));
+    const double ms = std::max(ms_since(start) - rtt_ms, 1e-3);
+    mbps = std::min(mbps, static_cast<double>(bytes) * 8 / (ms * 1e3));
+    // The receiver returns the same figure.
+    c.wait(c.send(peer, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&mbps), sizeof mbps)));
     return mbps;
   }
   std::vector<RequestPtr> recvs;
@@ -111,6 +116,7 @@ double probe_rate(OpContext& c, int peer, size_t bytes) {
   const double ms = std::max(ms_since(first), 1e-3);
   double mbps = static_cast<double>(bytes - std::min(frame, bytes)) * 8 / (ms * 1e3);
   c.wait(c.send(peer, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&mbps), sizeof mbps)));
+  c.wait(c.recv(peer, std::span<uint8_t>(reinterpret_cast<uint8_t*>(&mbps), sizeof mbps)));
   return mbps;
 }
 

@@ -163,6 +163,8 @@ void Config::apply_env() {
   apply({"GEOCCL_WAN_SMALL_MSG_BYTES"},
         [&](auto n, auto v) { wan_small_msg_bytes = parse_size(n, v); });
   apply({"GEOCCL_PLAN_PROBE_BYTES"}, [&](auto n, auto v) { plan_probe_bytes = parse_size(n, v); });
+  apply({"GEOCCL_REPLAN_OPS"}, [&](auto n, auto v) { replan_ops = parse_int<int>(n, v); });
+  apply({"GEOCCL_REPLAN_PERSIST"}, [&](auto n, auto v) { replan_persist = parse_int<int>(n, v); });
   apply({"GEOCCL_CHUNK_BYTES"}, [&](auto n, auto v) { chunk_bytes = parse_size(n, v); });
   apply({"GEOCCL_WAN_COMPRESSION"}, [&](auto, auto v) { wan_compression = v; });
   apply({"GEOCCL_WAN_COMPRESSION_MIN_BYTES"},
@@ -187,6 +189,8 @@ void Config::validate() const {
     bad("rank " + std::to_string(rank) + " out of range for world size " + std::to_string(world_size));
   if (op_timeout.count() <= 0) bad("GEOCCL_TIMEOUT_MS must be > 0");
   if (connect_timeout.count() <= 0) bad("GEOCCL_CONNECT_TIMEOUT_MS must be > 0");
+  if (replan_ops < 0) bad("GEOCCL_REPLAN_OPS must be >= 0 (0 = off)");
+  if (replan_persist < 1) bad("GEOCCL_REPLAN_PERSIST must be >= 1");
   if (tcp_streams < 0 || tcp_streams > 64) bad("GEOCCL_TCP_STREAMS must be in 0..64");
   if (tcp_buf_bytes > (int64_t{1} << 30)) bad("GEOCCL_TCP_BUF_BYTES must be at most 1G");
   if (tcp_stripe != "backlog" && tcp_stripe != "rr")

@@ -79,6 +79,15 @@ void choose_ring_order(Topology* t, const std::vector<double>& rtt_ms) {
     }
   for (size_t x = 0; x < d.size(); ++x)
     if (cnt[x] > 0) d[x] /= cnt[x];
+  choose_ring_order_by_cost(t, d);
+}
+
+void choose_ring_order_by_cost(Topology* t, const std::vector<double>& cost) {
+  const int k = t->domains();
+  if (k <= 3 || k > 9 || cost.size() != static_cast<size_t>(k * k)) return;
+  auto d = [&](int a, int b) {
+    return std::max(cost[static_cast<size_t>(a * k + b)], cost[static_cast<size_t>(b * k + a)]);
+  };
   std::vector<int> perm(static_cast<size_t>(k));
   std::iota(perm.begin(), perm.end(), 0);
   std::vector<int> best = perm;
@@ -86,7 +95,7 @@ void choose_ring_order(Topology* t, const std::vector<double>& rtt_ms) {
   do {  // domain 0 stays first: rotations of a ring are the same ring
     double mx = 0, sum = 0;
     for (int i = 0; i < k; ++i) {
-      const double hop = d[static_cast<size_t>(perm[static_cast<size_t>(i)] * k + perm[static_cast<size_t>((i + 1) % k)])];
+      const double hop = d(perm[static_cast<size_t>(i)], perm[static_cast<size_t>((i + 1) % k)]);
       mx = std::max(mx, hop);
       sum += hop;
     }

@@ -34,6 +34,9 @@ Topology from_labels(const std::vector<std::string>& labels);
 // With 3 or fewer domains every ring uses the same hops; from 4 on this keeps the slowest paths
 // out of the ring. Exhaustive for up to 9 domains, identity beyond.
 void choose_ring_order(Topology* t, const std::vector<double>& rtt_ms);
+// The same search over a cost per ordered pair of domains (k*k, row-major; a hop costs the larger
+// of its two directions), as re-planning derives it from measured delays and rates.
+void choose_ring_order_by_cost(Topology* t, const std::vector<double>& domain_cost);
 
 // Ranks whose mutual RTT is far below the rest share a domain. The pairwise RTTs are sorted and
 // split at their largest ratio between neighbours, if that ratio is at least `gap_factor` and the

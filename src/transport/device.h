@@ -87,6 +87,14 @@ class Device {
 
   // Fills the device's part of `ps` (ps->peer is set): counters, and the device's own detail.
   virtual void stats(PeerStats* ps) const = 0;
+  // The path to `peer` as the device's own statistics show it now, for re-planning while a job
+  // runs (collectives/path_monitor.h): the least smoothed RTT of its connections, and the
+  // delivery rate of the samples that were not application-limited (0: none, or not measured).
+  struct PathReading {
+    double srtt_ms = 0;
+    double delivery_mbps = 0;
+  };
+  virtual PathReading path_reading(int /*peer*/) const { return {}; }
   // Says goodbye to every peer and closes, with a bounded wait for what is queued to leave.
   virtual void shutdown() = 0;
 };

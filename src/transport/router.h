@@ -76,6 +76,8 @@ class Router final : public Transport {
   void abort(ErrorCode code, const std::string& message) override;
   std::optional<Failure> failure() const override;
   std::vector<PeerStats> stats() const override;
+  // The gradient class's device's reading of the path to `peer` (Device::path_reading).
+  Device::PathReading path_reading(int peer) const { return of(peer, 0).path_reading(peer); }
 
   // A receive from any peer waits on `channel` (on) or is done (off): Group::watch_early_messages,
   // with the frames already waiting rechecked when it starts.

@@ -333,6 +333,75 @@ int mode_collectives(Communicator& c, bool big) {
   return g_failures ? 1 : 0;
 }
 
+// Re-planning (wan_replan, bench/scenarios/replan.toml): a loop of allreduces of
+// GEOCCL_TEST_BYTES (2 MiB), GEOCCL_TEST_ITERS (80) of them, through a link rate change in the
+// middle of the run. Every result is exact; the plan of the loop's allreduce (its algorithm and
+// the ring order across domains) changes exactly GEOCCL_TEST_REPLANS (1) times, and every rank
+// re-planned as often as the others and last after the same collective (a change of figures
+// that leaves the plan alone, such as a second, closer reading of a dropped rate, may re-plan
+// without changing it).
+int mode_replan(Communicator& c) {
+  const int me = c.rank();
+  const size_t bytes = std::getenv("GEOCCL_TEST_BYTES") ? std::strtoull(std::getenv("GEOCCL_TEST_BYTES"), nullptr, 10) : 2u << 20;
+  const int iters = std::getenv("GEOCCL_TEST_ITERS") ? std::atoi(std::getenv("GEOCCL_TEST_ITERS")) : 80;
+  const int want = std::getenv("GEOCCL_TEST_REPLANS") ? std::atoi(std::getenv("GEOCCL_TEST_REPLANS")) : 1;
+  const size_t count = bytes / 4;
+  std::vector<float> buf(count);
+  const auto first = c.plan_allreduce(count, DataType::kFloat32);
+  AllreducePlan last = first;
+  std::vector<int> order = c.topology().ring_order;
+  int replans = 0, changes = 0;
+  const auto t0 = Clock::now();
+  for (int it = 0; it < iters; ++it) {
+    for (size_t i = 0; i < count; ++i) buf[i] = static_cast<float>(input(me, i, DataType::kFloat32, ReduceOp::kSum));
+    // The plan this allreduce runs with: its algorithm, and the ring order in force as it is issued.
+    const auto plan = c.plan_allreduce(count, DataType::kFloat32);
+    const std::vector<int> order_now = c.topology().ring_order;
+    const auto s0 = Clock::now();
+    c.allreduce(buf.data(), count, DataType::kFloat32, ReduceOp::kSum).wait();
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - s0).count();
+    for (size_t i = 0; i < count; i += 997) {
+      int64_t sum = 0;
+      for (int r = 0; r < c.size(); ++r) sum += input(r, i, DataType::kFloat32, ReduceOp::kSum);
+      CHECK(buf[i] == static_cast<float>(sum), "iteration %d, element %zu", it, i);
+    }
+    if (c.topology().replans != replans) {
+      replans = c.topology().replans;
+      std::printf("rank %d: re-planned after collective #%llu, seen at iteration %d, %.1f s into the loop: %s\n", me,
+                  static_cast<unsigned long long>(c.topology().replanned_after_op), it,
+                  std::chrono::duration<double>(Clock::now() - t0).count(), c.topology().replan_change.c_str());
+    }
+    if (it > 0 && (plan.algo != last.algo || order_now != order)) {
+      ++changes;
+      std::string o;
+      for (int d : order_now) o += std::to_string(d) + " ";
+      std::printf("rank %d: plan changed at iteration %d: %s -> %s, ring order %s\n", me, it, last.algo.c_str(),
+                  plan.algo.c_str(), o.c_str());
+    }
+    order = order_now;
+    if (me == 0 && (it % 10 == 0 || plan.algo != last.algo))
+      std::printf("iteration %d: %s, predicted %.1f ms, took %.1f ms\n", it, plan.algo.c_str(), plan.predicted_ms, ms);
+    std::fflush(stdout);
+    last = plan;
+  }
+  CHECK(changes == want, "the plan changed %d times, expected %d", changes, want);
+  const auto after_op = static_cast<int64_t>(c.topology().replanned_after_op);
+  int64_t agreed[4] = {after_op, -after_op, replans, -replans};
+  c.allreduce(agreed, 4, DataType::kInt64, ReduceOp::kMax).wait();
+  CHECK(agreed[0] == -agreed[1] && agreed[2] == -agreed[3],
+        "ranks re-planned differently: %lld..%lld times, last after collective #%lld .. #%lld",
+        static_cast<long long>(-agreed[3]), static_cast<long long>(agreed[2]), static_cast<long long>(-agreed[1]),
+        static_cast<long long>(agreed[0]));
+  if (me == 0) std::printf("re-plans: %d, the last after collective #%lld\n", replans, static_cast<long long>(after_op));
+  if (want > 0)
+    CHECK(last.algo != first.algo || std::abs(last.predicted_ms - first.predicted_ms) > 0.2 * first.predicted_ms,
+          "the plan did not change: %s, %.1f ms before and after", first.algo.c_str(), first.predicted_ms);
+  if (me == 0)
+    std::printf("plan before: %s, predicted %.1f ms; after: %s, predicted %.1f ms\n", first.algo.c_str(),
+                first.predicted_ms, last.algo.c_str(), last.predicted_ms);
+  return g_failures ? 1 : 0;
+}
+
 // Relays (wan_relay): the pairs GEOCCL_TEST_RELAYED names ("2-4,3-5") are carried by a third
 // rank's relay, as both ends report, and every other pair is direct; every collective with every
 // allreduce algorithm (two types and ops, as the WAN's round trips make the full matrix of
@@ -1255,6 +1324,7 @@ int main(int argc, char** argv) {
     if (mode == "hier-blocks") return mode_hier_blocks(c);
     if (mode == "channels") return mode_channels(c);
     if (mode == "relay") return mode_relay(c);
+    if (mode == "replan") return mode_replan(c);
     if (mode == "recv-any") return mode_recv_any(c);
     if (mode == "marker") return mode_marker(c);
     if (mode == "decider") {

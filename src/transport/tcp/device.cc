@@ -1044,6 +1044,24 @@ void TcpDevice::on_group_failure(const Failure& f, bool tell_peers) {
       c->post_control(protocol::FrameType::kAbort, payload);
 }
 
+Device::PathReading TcpDevice::path_reading(int peer) const {
+  PathReading out;
+  group_.loop().run_owned([&] {
+    const TcpPeer& p = *peers_[static_cast<size_t>(peer)];
+    uint64_t delivered = 0;
+    for (int s = 0; s < streams_; ++s) {
+      const TcpConnection* c = p.streams[static_cast<size_t>(s)].get();
+      if (!c) continue;
+      const auto ps = c->path_sample();
+      const double srtt = static_cast<double>(ps.srtt.count()) / 1e3;
+      if (srtt > 0 && (out.srtt_ms == 0 || srtt < out.srtt_ms)) out.srtt_ms = srtt;
+      if (s != kControlStream) delivered += ps.delivery_bps;
+    }
+    out.delivery_mbps = static_cast<double>(delivered) / 1e6;
+  });
+  return out;
+}
+
 void TcpDevice::stats(PeerStats* ps) const {
   const TcpPeer& p = *peers_[static_cast<size_t>(ps->peer)];
   ps->bytes_sent = p.bytes_sent.load();

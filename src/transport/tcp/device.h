@@ -131,6 +131,9 @@ class TcpDevice final : public Device {
   void tick(Clock::time_point now) override;
   void set_wan_peer(int peer, bool wan) override;
   void stats(PeerStats* ps) const override;
+  // Every connection's smoothed RTT (the least), the data streams' non-app-limited delivery rates
+  // (their sum), read on the loop thread.
+  PathReading path_reading(int peer) const override;
   void shutdown() override;
 
   // "ip:port" peers connect to.

@@ -1,0 +1,83 @@
+#include "collectives/path_monitor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+namespace geoccl::collectives {
+
+PathMonitor::PathMonitor(WanPaths plan, PathMonitorOptions options) : plan_(std::move(plan)), options_(options) {
+  const auto n = static_cast<size_t>(plan_.k) * static_cast<size_t>(plan_.k);
+  delay_streak_.assign(n, 0);
+  rate_streak_.assign(n, 0);
+  delay_seen_.assign(n, 0);
+  rate_seen_.assign(n, 0);
+}
+
+std::optional<WanPaths> PathMonitor::on_check(const std::vector<double>& one_way_ms,
+                                              const std::vector<double>& rate_mbps) {
+  const int k = plan_.k;
+  const auto n = static_cast<size_t>(k) * static_cast<size_t>(k);
+  if (one_way_ms.size() != n || rate_mbps.size() != n) return std::nullopt;
+  auto track = [&](double seen, double planned, bool changed, int& streak, double& latest) {
+    if (seen <= 0) return;  // no sample: no evidence either way
+    if (changed && planned > 0) {
+      ++streak;
+      latest = seen;
+    } else {
+      streak = 0;
+    }
+  };
+  // A leader's best planned rate: what its uplink carries. Readings of a path overshoot (each
+  // stream's latest sample, summed), so a rise counts only on a path planned well below it (one
+  // that had dropped), where it means the path came back.
+  std::vector<double> row_best(static_cast<size_t>(k), 0.0);
+  for (size_t x = 0; x < n; ++x)
+    row_best[x / static_cast<size_t>(k)] = std::max(row_best[x / static_cast<size_t>(k)], plan_.rate_mbps[x]);
+  for (size_t x = 0; x < n; ++x) {
+    if (x / static_cast<size_t>(k) == x % static_cast<size_t>(k)) continue;
+    const double d = one_way_ms[x], pd = plan_.one_way_ms[x];
+    const double r = rate_mbps[x], pr = plan_.rate_mbps[x];
+    track(d, pd, std::abs(d - pd) > std::max(pd * (options_.delay_factor - 1), options_.delay_floor_ms),
+          delay_streak_[x], delay_seen_[x]);
+    const bool rose = r > pr * options_.rate_factor && pr * options_.rate_factor < row_best[x / static_cast<size_t>(k)];
+    track(r, pr, r < pr / options_.rate_factor || rose, rate_streak_[x], rate_seen_[x]);
+  }
+  WanPaths next = plan_;
+  std::ostringstream why;
+  bool changed = false;
+  for (size_t x = 0; x < n; ++x) {
+    const int from = static_cast<int>(x / static_cast<size_t>(k)), to = static_cast<int>(x % static_cast<size_t>(k));
+    if (delay_streak_[x] >= options_.persist) {
+      next.one_way_ms[x] = delay_seen_[x];
+      why << (changed ? "; " : "") << from << "->" << to << " one-way delay " << plan_.one_way_ms[x] << " -> "
+          << delay_seen_[x] << " ms";
+      delay_streak_[x] = 0;
+      changed = true;
+    }
+    if (rate_streak_[x] >= options_.persist) {
+      next.rate_mbps[x] = rate_seen_[x];
+      why << (changed ? "; " : "") << from << "->" << to << " rate " << plan_.rate_mbps[x] << " -> "
+          << rate_seen_[x] << " Mbit/s";
+      rate_streak_[x] = 0;
+      changed = true;
+    }
+  }
+  if (!changed) return std::nullopt;
+  // The delay is one figure per pair of domains: a change seen in one direction holds for both.
+  for (int a = 0; a < k; ++a)
+    for (int b = a + 1; b < k; ++b) {
+      const auto ab = static_cast<size_t>(a * k + b), ba = static_cast<size_t>(b * k + a);
+      const bool changed_ab = next.one_way_ms[ab] != plan_.one_way_ms[ab];
+      const bool changed_ba = next.one_way_ms[ba] != plan_.one_way_ms[ba];
+      if (changed_ab && !changed_ba) next.one_way_ms[ba] = next.one_way_ms[ab];
+      else if (changed_ba && !changed_ab) next.one_way_ms[ab] = next.one_way_ms[ba];
+      else if (changed_ab) next.one_way_ms[ab] = next.one_way_ms[ba] = std::max(next.one_way_ms[ab], next.one_way_ms[ba]);
+    }
+  plan_ = next;
+  last_change_ = why.str();
+  ++changes_;
+  return next;
+}
+
+}  // namespace geoccl::collectives

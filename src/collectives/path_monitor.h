@@ -1,0 +1,56 @@
+// Re-planning while a job runs (issue 18, item 3), I/O-free: decides from the paths' figures the
+// group agreed on at each check whether the plan's figures (WanPaths, measured at start-up) no
+// longer hold, and what replaces them.
+//
+// Between checks each domain leader tracks its paths to the other leaders from its transport's
+// own statistics (the least smoothed RTT it read, the highest delivery rate of samples that were
+// not application-limited; heartbeats keep the RTT of an idle path current, so no probe traffic
+// is added). At a check the group max-reduces those windows, so every rank calls on_check() with
+// the same figures and takes the same decision: a pair whose delay or rate differs from the plan
+// by more than the thresholds, in `persist` checks in a row, gets its latest figures (a rate rise
+// counts only on a path planned well below its leader's best, one that had dropped, as readings
+// overshoot on healthy paths); a window
+// without a sample for a pair (an idle path has no delivery-rate sample) neither confirms nor
+// ends a run of changes. The caller applies the new figures at an operation boundary every rank
+// shares (api/communicator.cc: the check's result, at the next check).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "collectives/cost_model.h"
+
+namespace geoccl::collectives {
+
+struct PathMonitorOptions {
+  double rate_factor = 2.0;     // a rate below plan / f or above plan * f is a change
+  double delay_factor = 1.5;    // a one-way delay off by more than plan * (f - 1) ...
+  double delay_floor_ms = 25;   // ... and by more than this (queueing on a loaded path) is a change
+  int persist = 2;              // checks in a row that must show the change
+};
+
+class PathMonitor {
+ public:
+  PathMonitor(WanPaths plan, PathMonitorOptions options);
+
+  // One check's agreed figures, k*k each, row-major by (from, to) domain; 0 = no sample. The new
+  // plan figures when a change persisted, else nullopt. Every rank gets the same answer for the
+  // same inputs.
+  std::optional<WanPaths> on_check(const std::vector<double>& one_way_ms, const std::vector<double>& rate_mbps);
+
+  const WanPaths& plan() const { return plan_; }
+  // What the last change was, for the log: "a->b rate 1000 -> 48 Mbit/s; ...".
+  const std::string& last_change() const { return last_change_; }
+  int changes() const { return changes_; }
+
+ private:
+  WanPaths plan_;
+  PathMonitorOptions options_;
+  std::vector<int> delay_streak_, rate_streak_;      // per ordered pair
+  std::vector<double> delay_seen_, rate_seen_;       // the latest figure of a streak
+  std::string last_change_;
+  int changes_ = 0;
+};
+
+}  // namespace geoccl::collectives

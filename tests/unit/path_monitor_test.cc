@@ -1,0 +1,126 @@
+// PathMonitor (collectives/path_monitor.h): a change of a path's rate or delay becomes the plan's
+// figure only after it showed in `persist` checks in a row; noise below the thresholds, a single
+// odd check and windows without samples change nothing; a change applies once.
+#include <gtest/gtest.h>
+
+#include "collectives/path_monitor.h"
+
+using geoccl::collectives::PathMonitor;
+using geoccl::collectives::PathMonitorOptions;
+using geoccl::collectives::WanPaths;
+
+namespace {
+
+// Three domains, 10 ms one way and 1000 Mbit/s on every path.
+WanPaths three() {
+  WanPaths p;
+  p.k = 3;
+  p.one_way_ms.assign(9, 10);
+  p.rate_mbps.assign(9, 1000);
+  for (int d = 0; d < 3; ++d) p.one_way_ms[static_cast<size_t>(d * 4)] = p.rate_mbps[static_cast<size_t>(d * 4)] = 0;
+  return p;
+}
+
+struct Window {
+  std::vector<double> delay = std::vector<double>(9, 0), rate = std::vector<double>(9, 0);
+  Window& path(int from, int to, double d, double r) {
+    delay[static_cast<size_t>(from * 3 + to)] = d;
+    rate[static_cast<size_t>(from * 3 + to)] = r;
+    return *this;
+  }
+};
+
+}  // namespace
+
+TEST(PathMonitor, ARateDropBecomesThePlanAfterItPersists) {
+  PathMonitor m(three(), PathMonitorOptions{});
+  Window w;
+  w.path(0, 1, 11, 48).path(1, 2, 10, 990);
+  EXPECT_FALSE(m.on_check(w.delay, w.rate));  // once: not yet
+  w.path(0, 1, 12, 45);
+  const auto next = m.on_check(w.delay, w.rate);
+  ASSERT_TRUE(next);
+  EXPECT_DOUBLE_EQ(next->rate(0, 1), 45);  // the latest figure of the run
+  EXPECT_DOUBLE_EQ(next->rate(1, 0), 1000);  // the other direction was not seen changed
+  EXPECT_DOUBLE_EQ(next->rate(1, 2), 1000);
+  EXPECT_DOUBLE_EQ(next->delay(0, 1), 10);  // within the delay thresholds
+  EXPECT_NE(m.last_change().find("0->1 rate 1000 -> 45 Mbit/s"), std::string::npos) << m.last_change();
+  EXPECT_EQ(m.changes(), 1);
+  // The new figures now are the plan: the same observations are no change.
+  EXPECT_FALSE(m.on_check(w.delay, w.rate));
+  EXPECT_FALSE(m.on_check(w.delay, w.rate));
+  EXPECT_EQ(m.changes(), 1);
+}
+
+TEST(PathMonitor, ASingleOddCheckAndNoiseChangeNothing) {
+  PathMonitor m(three(), PathMonitorOptions{});
+  for (int i = 0; i < 10; ++i) {
+    Window w;
+    // Every other check a dip; the rest near the plan; delays with up to 20 ms of queueing.
+    w.path(0, 1, 10 + 2.0 * i, i % 2 ? 300 : 900).path(2, 0, 30, 1500);
+    EXPECT_FALSE(m.on_check(w.delay, w.rate)) << "check " << i;
+  }
+  EXPECT_EQ(m.changes(), 0);
+}
+
+TEST(PathMonitor, WindowsWithoutSamplesNeitherConfirmNorEndAChange) {
+  PathMonitor m(three(), PathMonitorOptions{});
+  Window changed, idle;
+  changed.path(1, 2, 10, 100);
+  EXPECT_FALSE(m.on_check(changed.delay, changed.rate));
+  EXPECT_FALSE(m.on_check(idle.delay, idle.rate));  // the path was idle: no sample
+  EXPECT_TRUE(m.on_check(changed.delay, changed.rate));
+  // A sample back at the plan's figure ends a run.
+  Window back;
+  back.path(0, 2, 10, 100);
+  EXPECT_FALSE(m.on_check(back.delay, back.rate));
+  back.path(0, 2, 10, 1000);
+  EXPECT_FALSE(m.on_check(back.delay, back.rate));
+  back.path(0, 2, 10, 100);
+  EXPECT_FALSE(m.on_check(back.delay, back.rate));
+}
+
+TEST(PathMonitor, ADelayJumpInOneDirectionHoldsForThePair) {
+  PathMonitor m(three(), PathMonitorOptions{});
+  Window w;
+  w.path(2, 1, 75, 0);
+  EXPECT_FALSE(m.on_check(w.delay, w.rate));
+  const auto next = m.on_check(w.delay, w.rate);
+  ASSERT_TRUE(next);
+  EXPECT_DOUBLE_EQ(next->delay(2, 1), 75);
+  EXPECT_DOUBLE_EQ(next->delay(1, 2), 75);
+  EXPECT_DOUBLE_EQ(next->rate(2, 1), 1000);  // no rate sample: unchanged
+}
+
+TEST(PathMonitor, ARiseCountsOnlyOnAPathThatHadDropped) {
+  PathMonitor m(three(), PathMonitorOptions{});
+  Window high;
+  high.path(0, 1, 10, 4000);  // readings overshoot on a healthy path: no change
+  EXPECT_FALSE(m.on_check(high.delay, high.rate));
+  EXPECT_FALSE(m.on_check(high.delay, high.rate));
+  Window low;
+  low.path(0, 1, 10, 50);
+  EXPECT_FALSE(m.on_check(low.delay, low.rate));
+  ASSERT_TRUE(m.on_check(low.delay, low.rate));
+  // The path comes back: now a rise counts.
+  Window back;
+  back.path(0, 1, 10, 900);
+  EXPECT_FALSE(m.on_check(back.delay, back.rate));
+  const auto next = m.on_check(back.delay, back.rate);
+  ASSERT_TRUE(next);
+  EXPECT_DOUBLE_EQ(next->rate(0, 1), 900);
+}
+
+TEST(PathMonitor, PersistAndThresholdsAreTheOptions) {
+  PathMonitorOptions o;
+  o.persist = 3;
+  o.rate_factor = 1.2;
+  PathMonitor m(three(), o);
+  Window w;
+  w.path(0, 1, 10, 800);
+  EXPECT_FALSE(m.on_check(w.delay, w.rate));
+  EXPECT_FALSE(m.on_check(w.delay, w.rate));
+  EXPECT_TRUE(m.on_check(w.delay, w.rate));
+  // Wrong sizes: no decision.
+  EXPECT_FALSE(m.on_check({1, 2}, {3}));
+}
