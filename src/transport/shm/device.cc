@@ -204,11 +204,14 @@ void ShmDevice::on_pending_readable(int fd) {
       rb = encode_reply(reply_of(group_.rank(), reason));
     }
   }
+  // A refusal is counted before the dialler hears it: whoever sees the answer sees the count.
+  if (!reason.empty()) {
+    rejected_.fetch_add(1);
+    GEOCCL_LOG(kWarn, "rejected shared-memory connection: " << reason);
+  }
   send_packet(fd, rb);
   if (!reason.empty()) {
     take_pending(fd);
-    GEOCCL_LOG(kWarn, "rejected shared-memory connection: " << reason);
-    rejected_.fetch_add(1);
     return;
   }
   if (auth) {  // the dialler's proof comes next; the handshake timer still runs
@@ -244,12 +247,12 @@ void ShmDevice::on_auth_fin(int fd) {
     std::lock_guard lk(mu_);
     if (linked_[p->hello.rank]) reason = "rank " + std::to_string(p->hello.rank) + " is connected already";
   }
-  send_packet(fd, encode_reply(reply_of(group_.rank(), reason)));
   if (!reason.empty()) {
-    GEOCCL_LOG(kWarn, "rejected " << who << ": failed authentication: " << reason);
     rejected_.fetch_add(1);
-    return;
+    GEOCCL_LOG(kWarn, "rejected " << who << ": failed authentication: " << reason);
   }
+  send_packet(fd, encode_reply(reply_of(group_.rank(), reason)));
+  if (!reason.empty()) return;
   adopt(static_cast<int>(p->hello.rank), false, std::move(p->fd), std::move(p->wake_self), std::move(p->wake_peer),
         std::move(p->seg), p->hello.ring_bytes);
 }
@@ -313,12 +316,15 @@ bool ShmDevice::authenticate(int sock, security::AuthDialler& auth, std::span<co
   // On a wrong proof the acceptor still hears ours, saying so: both sides report a wrong secret.
   if (ast == security::AuthStatus::kOk || ast == security::AuthStatus::kBadProof || ast == security::AuthStatus::kBadKey)
     n = ::send(sock, fin.data(), fin.size(), MSG_NOSIGNAL);
+  std::array<uint8_t, 512> vb;
   if (ast != security::AuthStatus::kOk) {
+    // Its verdict on our answer, so that the refusal is on record at both ends when this returns
+    // (bounded by the socket's timeout, the connect deadline).
+    if (n == static_cast<ssize_t>(fin.size())) (void)::recv(sock, vb.data(), vb.size(), 0);
     *rejected = true;
     *why = "authentication with " + where + " failed: " + security::auth_status_name(ast);
     return false;
   }
-  std::array<uint8_t, 512> vb;
   n = n == static_cast<ssize_t>(fin.size()) ? ::recv(sock, vb.data(), vb.size(), 0) : -1;
   Reply verdict;
   if (n <= 0) {
