@@ -34,8 +34,9 @@ struct Config {
   std::string cipher = "auto";
   // GEOCCL_ALLOW_INSECURE=1: a multi-domain job without a secret runs without the warning.
   bool allow_insecure = false;
-  // GEOCCL_SHM_TRUST_HOST=1: with a secret, ranks on one host still use shared memory, which
-  // is not authenticated (the host is trusted). Off: with a secret, TCP carries every pair.
+  // GEOCCL_SHM_TRUST_HOST=1: with a secret, ranks on one host still use shared memory: its
+  // handshake is authenticated with the secret, its frames are not sealed (the host is trusted).
+  // Off: with a secret, TCP carries every pair.
   bool shm_trust_host = false;
 
   // Networking.
