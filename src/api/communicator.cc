@@ -175,7 +175,7 @@ class CommunicatorImpl {
   mutable std::mutex plan_mu_;
   std::shared_ptr<const PlanInputs> plan_;  // guarded by plan_mu_
   // Re-planning: the monitor and the counter of default-class collectives (issuing thread), the
-  // check in flight, and this leader's window of path readings (window_mu_).
+  // check in flight, and this leader's window of path readings (guarded by window_mu_).
   std::unique_ptr<collectives::PathMonitor> monitor_;
   uint64_t collectives_issued_ = 0;
   struct Check {
@@ -184,7 +184,7 @@ class CommunicatorImpl {
   };
   std::optional<Check> check_;
   std::mutex window_mu_;
-  std::vector<double> window_delay_, window_rate_;
+  std::unique_ptr<collectives::PathWindow> window_;
   std::mutex sampler_mu_;
   std::condition_variable sampler_cv_;
   bool sampler_stop_ = false;
@@ -352,9 +352,7 @@ CommunicatorImpl::CommunicatorImpl(Config cfg) : cfg_(std::move(cfg)) {
     collectives::PathMonitorOptions po;
     po.persist = cfg_.replan_persist;
     monitor_ = std::make_unique<collectives::PathMonitor>(wan_paths_, po);
-    const auto kk = static_cast<size_t>(wan_paths_.k) * static_cast<size_t>(wan_paths_.k);
-    window_delay_.assign(kk, 0);
-    window_rate_.assign(kk, 0);
+    window_ = std::make_unique<collectives::PathWindow>(wan_paths_.k);
   }
   try {
     if (metrics_) start_metrics();
@@ -554,27 +552,16 @@ void CommunicatorImpl::sample_paths() {
   std::unique_lock lk(sampler_mu_);
   while (!sampler_cv_.wait_for(lk, std::chrono::milliseconds(100), [&] { return sampler_stop_; })) {
     lk.unlock();
-    std::vector<transport::Device::PathReading> r(static_cast<size_t>(k));
-    double total = 0;
-    int active = 0;
+    std::vector<double> srtt(static_cast<size_t>(k), 0.0), rate(static_cast<size_t>(k), 0.0);
     for (int d = 0; d < k; ++d) {
       if (d == dm) continue;
-      r[static_cast<size_t>(d)] = router_->path_reading(topo_.members[static_cast<size_t>(d)][0]);
-      if (r[static_cast<size_t>(d)].delivery_mbps > 0) total += r[static_cast<size_t>(d)].delivery_mbps, ++active;
+      const auto r = router_->path_reading(topo_.members[static_cast<size_t>(d)][0]);
+      srtt[static_cast<size_t>(d)] = r.srtt_ms;
+      rate[static_cast<size_t>(d)] = r.delivery_mbps;
     }
-    // The plan's rate of a path is one flow's alone; flows to several leaders at once share this
-    // leader's uplink. A path that gets at least half its fair share of what the flows deliver
-    // together is limited by the uplink, not by itself: it could carry that total alone. Only a
-    // path well below its share shows its own rate.
-    std::lock_guard wl(window_mu_);
-    for (int d = 0; d < k; ++d) {
-      if (d == dm) continue;
-      const auto& rd = r[static_cast<size_t>(d)];
-      const auto x = static_cast<size_t>(dm * k + d);
-      if (rd.srtt_ms > 0 && (window_delay_[x] == 0 || rd.srtt_ms / 2 < window_delay_[x])) window_delay_[x] = rd.srtt_ms / 2;
-      if (rd.delivery_mbps <= 0) continue;
-      const double alone = active > 1 && rd.delivery_mbps >= total / active / 2 ? total : rd.delivery_mbps;
-      window_rate_[x] = std::max(window_rate_[x], alone);
+    {
+      std::lock_guard wl(window_mu_);
+      window_->add(dm, srtt, rate);
     }
     lk.lock();
   }
@@ -591,7 +578,7 @@ void CommunicatorImpl::stop_sampler() {
 
 void CommunicatorImpl::after_collective_issued() {
   if (!monitor_ || ++collectives_issued_ % static_cast<uint64_t>(cfg_.replan_ops) != 0) return;
-  const auto kk = window_delay_.size();
+  const auto kk = static_cast<size_t>(monitor_->plan().k) * static_cast<size_t>(monitor_->plan().k);
   if (check_) {
     std::optional<collectives::WanPaths> next;
     try {
@@ -605,13 +592,10 @@ void CommunicatorImpl::after_collective_issued() {
     check_.reset();
     if (next) apply_replan(*next);
   }
-  auto figures = std::make_shared<std::vector<double>>(2 * kk, 0.0);
+  std::shared_ptr<std::vector<double>> figures;
   {
     std::lock_guard wl(window_mu_);
-    std::copy(window_delay_.begin(), window_delay_.end(), figures->begin());
-    std::copy(window_rate_.begin(), window_rate_.end(), figures->begin() + static_cast<std::ptrdiff_t>(kk));
-    std::fill(window_delay_.begin(), window_delay_.end(), 0.0);
-    std::fill(window_rate_.begin(), window_rate_.end(), 0.0);
+    figures = std::make_shared<std::vector<double>>(window_->take());
   }
   Work w = submit(probe_header(0x52504c4e /* "RPLN" */), {}, [figures](OpContext& c) {
     collectives::ring_allreduce(c, figures->data(), figures->size(), DataType::kFloat64, ReduceOp::kMax);

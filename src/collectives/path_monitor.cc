@@ -6,6 +6,29 @@
 
 namespace geoccl::collectives {
 
+void PathWindow::add(int from, const std::vector<double>& srtt_ms, const std::vector<double>& delivery_mbps) {
+  double total = 0;
+  int active = 0;
+  for (int d = 0; d < k_; ++d)
+    if (d != from && delivery_mbps[static_cast<size_t>(d)] > 0) total += delivery_mbps[static_cast<size_t>(d)], ++active;
+  for (int d = 0; d < k_; ++d) {
+    if (d == from) continue;
+    const auto x = static_cast<size_t>(from * k_ + d);
+    const double srtt = srtt_ms[static_cast<size_t>(d)], rate = delivery_mbps[static_cast<size_t>(d)];
+    if (srtt > 0 && (delay_[x] == 0 || srtt / 2 < delay_[x])) delay_[x] = srtt / 2;
+    if (rate <= 0) continue;
+    rate_[x] = std::max(rate_[x], active > 1 && rate >= total / active / 2 ? total : rate);
+  }
+}
+
+std::vector<double> PathWindow::take() {
+  std::vector<double> out(delay_);
+  out.insert(out.end(), rate_.begin(), rate_.end());
+  std::fill(delay_.begin(), delay_.end(), 0.0);
+  std::fill(rate_.begin(), rate_.end(), 0.0);
+  return out;
+}
+
 PathMonitor::PathMonitor(WanPaths plan, PathMonitorOptions options) : plan_(std::move(plan)), options_(options) {
   const auto n = static_cast<size_t>(plan_.k) * static_cast<size_t>(plan_.k);
   delay_streak_.assign(n, 0);
@@ -48,20 +71,16 @@ std::optional<WanPaths> PathMonitor::on_check(const std::vector<double>& one_way
   bool changed = false;
   for (size_t x = 0; x < n; ++x) {
     const int from = static_cast<int>(x / static_cast<size_t>(k)), to = static_cast<int>(x % static_cast<size_t>(k));
-    if (delay_streak_[x] >= options_.persist) {
-      next.one_way_ms[x] = delay_seen_[x];
-      why << (changed ? "; " : "") << from << "->" << to << " one-way delay " << plan_.one_way_ms[x] << " -> "
-          << delay_seen_[x] << " ms";
-      delay_streak_[x] = 0;
+    // A run that persisted: its latest figure replaces the plan's.
+    auto apply = [&](int& streak, double seen, double& figure, const char* what, const char* unit) {
+      if (streak < options_.persist) return;
+      why << (changed ? "; " : "") << from << "->" << to << " " << what << " " << figure << " -> " << seen << " " << unit;
+      figure = seen;
+      streak = 0;
       changed = true;
-    }
-    if (rate_streak_[x] >= options_.persist) {
-      next.rate_mbps[x] = rate_seen_[x];
-      why << (changed ? "; " : "") << from << "->" << to << " rate " << plan_.rate_mbps[x] << " -> "
-          << rate_seen_[x] << " Mbit/s";
-      rate_streak_[x] = 0;
-      changed = true;
-    }
+    };
+    apply(delay_streak_[x], delay_seen_[x], next.one_way_ms[x], "one-way delay", "ms");
+    apply(rate_streak_[x], rate_seen_[x], next.rate_mbps[x], "rate", "Mbit/s");
   }
   if (!changed) return std::nullopt;
   // The delay is one figure per pair of domains: a change seen in one direction holds for both.

@@ -30,6 +30,26 @@ struct PathMonitorOptions {
   int persist = 2;              // checks in a row that must show the change
 };
 
+// One leader's readings of its paths between two checks, folded as on_check() wants them: the
+// least one-way delay (half the smoothed RTT) and the highest rate a path showed. Flows to
+// several leaders at once share this leader's uplink, while the plan's rate of a path is one
+// flow's alone: a path that gets at least half its fair share of what the flows deliver together
+// is limited by the uplink, not by itself, and counts as able to carry that total; only a path
+// well below its share shows its own rate.
+class PathWindow {
+ public:
+  explicit PathWindow(int k) : k_(k), delay_(static_cast<size_t>(k * k), 0.0), rate_(delay_.size(), 0.0) {}
+  // Readings of leader `from` at one moment, per domain (k each; the entry of `from` and zeros
+  // are no reading).
+  void add(int from, const std::vector<double>& srtt_ms, const std::vector<double>& delivery_mbps);
+  // The window's k*k delays then k*k rates (0 = no reading), and a fresh window.
+  std::vector<double> take();
+
+ private:
+  int k_;
+  std::vector<double> delay_, rate_;
+};
+
 class PathMonitor {
  public:
   PathMonitor(WanPaths plan, PathMonitorOptions options);

@@ -124,3 +124,25 @@ TEST(PathMonitor, PersistAndThresholdsAreTheOptions) {
   // Wrong sizes: no decision.
   EXPECT_FALSE(m.on_check({1, 2}, {3}));
 }
+
+TEST(PathWindow, AnUplinkSharedByFlowsIsNotAPathDropAndTakeStartsAfresh) {
+  geoccl::collectives::PathWindow w(4);
+  // Leader 0 sends to 1, 2, 3 at once: each gets a third of a 200 Mbit/s uplink.
+  w.add(0, {0, 40, 44, 50}, {0, 67, 66, 67});
+  // Later path 1 alone is slow while the others share the rest.
+  w.add(0, {0, 42, 30, 60}, {0, 10, 95, 95});
+  const auto f = w.take();
+  ASSERT_EQ(f.size(), 32u);
+  EXPECT_DOUBLE_EQ(f[1], 20);   // the least half-RTT seen: 40 / 2
+  EXPECT_DOUBLE_EQ(f[2], 15);
+  EXPECT_DOUBLE_EQ(f[16 + 1], 200);  // could carry the total in the first reading
+  EXPECT_DOUBLE_EQ(f[16 + 2], 200);  // 95 + 95 + 10 in the second
+  EXPECT_DOUBLE_EQ(f[16 + 3], 200);
+  EXPECT_DOUBLE_EQ(f[16 + 4], 0);    // leader 1's row: no reading
+  // Only the slow path's own reading shows alone: a fresh window after take().
+  w.add(0, {0, 42, 30, 60}, {0, 10, 95, 95});
+  const auto g = w.take();
+  EXPECT_DOUBLE_EQ(g[16 + 1], 10);
+  EXPECT_DOUBLE_EQ(g[16 + 2], 200);
+  EXPECT_DOUBLE_EQ(w.take()[16 + 2], 0);
+}
