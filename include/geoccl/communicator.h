@@ -65,6 +65,11 @@ struct PeerStats {
   int relay = -1;
   // TCP: bytes this rank forwarded, as a relay, on connections with this peer at one end.
   uint64_t relayed_bytes = 0;
+  // TCP: the rank whose relay carries this peer's bulk data streams, a two-hop path much faster
+  // than the direct one (GEOCCL_TWO_HOP; docs/transport.md "Two-hop paths"); -1: none. Frames
+  // from `two_hop_min_bytes` on take it, smaller ones the direct data stream.
+  int two_hop = -1;
+  uint64_t two_hop_min_bytes = 0;
   // The bulk class's own link to the peer (Priority::kBulk): bytes and RTT.
   uint64_t bulk_bytes_sent = 0, bulk_bytes_received = 0;
   double bulk_rtt_ms = 0;
@@ -86,6 +91,9 @@ struct PeerStats {
     uint64_t frames_sent = 0, frames_received = 0, bytes_sent = 0;
     // Times this stream broke and was re-established (GEOCCL_TCP_RESUME), and frames re-sent.
     uint64_t reconnects = 0, frames_resent = 0;
+    // The rank whose relay carries this stream (-1: direct): a relayed pair's, or a two-hop
+    // path's for bulk data (GEOCCL_TWO_HOP).
+    int via = -1;
   };
   // TCP only: aggregates over the data streams (min RTT the least, the rest sums) and each one.
   struct Tcp {
@@ -146,6 +154,9 @@ struct TopologyInfo {
   uint64_t replanned_after_op = 0;
   std::string replan_change;
   std::vector<int> ring_order;  // the domains in the order of the ring across them, in force
+  // Two-hop paths for bulk data (GEOCCL_TWO_HOP_GAIN): one line per pair of domains that sends
+  // through a third, with the figures that chose it. wan_rate_mbps holds the two-hop rate there.
+  std::vector<std::string> two_hop;
 };
 
 // The planner's choice for an allreduce (Communicator::plan_allreduce): the algorithm, why, and

@@ -156,6 +156,11 @@ struct Config {
   // Every rank must use the same values.
   int replan_ops = 20;
   int replan_persist = 2;
+  // GEOCCL_TWO_HOP_GAIN: with measured paths, a pair of domains whose direct path is this many
+  // times slower than the path through a third domain (its worse leg) sends its bulk data that
+  // way, through a relay rank in the middle domain (collectives/detour.h; TCP only). 0 = off;
+  // otherwise > 1. Every rank must use the same value.
+  double two_hop_gain = 2.0;
   size_t chunk_bytes = 1 << 20;             // GEOCCL_CHUNK_BYTES: pipelining unit
   // GEOCCL_WAN_COMPRESSION: the codec of the WAN hops of float32 sum/avg allreduces that do not
   // name one (OpOptions::compression): none|fp16|bf16|int8|int4|topk:RATIO, optionally

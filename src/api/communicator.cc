@@ -15,6 +15,7 @@
 #include "api/work_state.h"
 #include "collectives/collectives.h"
 #include "collectives/cost_model.h"
+#include "collectives/detour.h"
 #include "collectives/path_monitor.h"
 #include "collectives/planner.h"
 #include "collectives/wan_codec.h"
@@ -141,6 +142,9 @@ class CommunicatorImpl {
   // each direction (path_probe.cc); every rank gets the same figures (wan_paths_), the inputs of
   // the planner's cost model.
   void measure_wan_paths();
+  // After measure_wan_paths: pairs of domains whose direct path is much slower than one through a
+  // third domain send their bulk data that way (collectives/detour.h); the plan's figures follow.
+  void take_two_hop_paths();
   // Re-planning (GEOCCL_REPLAN_OPS; collectives/path_monitor.h), on the issuing thread after each
   // collective of the default class: every replan_ops of them, the previous check's agreed
   // figures are judged (a persisting change applies from the next collective on, on every rank
@@ -336,6 +340,7 @@ CommunicatorImpl::CommunicatorImpl(Config cfg) : cfg_(std::move(cfg)) {
   if (topo_.domains() > 1 && cfg_.plan_probe_bytes > 0) {
     try {
       measure_wan_paths();
+      if (cfg_.two_hop_gain > 0) take_two_hop_paths();
     } catch (...) {
       stop_workers();
       throw;
@@ -545,6 +550,46 @@ void CommunicatorImpl::measure_wan_paths() {
         if (a != b)
           GEOCCL_LOG(kDebug, "path " << a << "->" << b << ": one-way " << wan_paths_.delay(a, b) << " ms, "
                                      << wan_paths_.rate(a, b) << " Mbit/s");
+}
+
+void CommunicatorImpl::take_two_hop_paths() {
+  const auto detours = collectives::choose_detours(wan_paths_, cfg_.two_hop_gain);
+  if (detours.empty()) return;
+  const int me = cfg_.rank, dm = topo_.domain_of[static_cast<size_t>(me)];
+  std::vector<std::pair<int, int>> moving;  // (peer, relay) asked to move
+  for (const auto& d : detours) {
+    // The middle domain's leader relays: its paths to both ends are the ones measured.
+    const int via = topo_.members[static_cast<size_t>(d.via)][0];
+    const std::string line = d.describe(topo_.names) + "; relay rank " + std::to_string(via);
+    topo_info_.two_hop.push_back(line);
+    if (me == 0) GEOCCL_LOG(kInfo, "two-hop path for bulk data: " << line);
+    if (dm != d.a && dm != d.c) continue;
+    for (int r : topo_.members[static_cast<size_t>(dm == d.a ? d.c : d.a)]) {
+      if (router_->set_two_hop(r, via, d.min_frame_bytes))
+        moving.emplace_back(r, via);
+      else
+        GEOCCL_LOG(kInfo, "the path to rank " << r << " stays direct: its transport takes no two-hop path");
+    }
+  }
+  // The first collectives find the streams moved: wait (bounded) until they are, on both ends.
+  const auto until = Clock::now() + std::chrono::seconds(10);
+  while (!moving.empty()) {
+    const auto stats = router_->stats();
+    std::erase_if(moving, [&](const std::pair<int, int>& m) {
+      return std::any_of(stats.begin(), stats.end(), [&](const PeerStats& ps) { return ps.peer == m.first && ps.two_hop == m.second; });
+    });
+    if (moving.empty()) break;
+    if (Clock::now() > until) {
+      GEOCCL_LOG(kInfo, "the two-hop path to rank " << moving[0].first << " is not up after 10 s; its bulk data go direct until it is");
+      break;
+    }
+    if (const auto f = router_->failure()) throw Error(f->code, f->message);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  // Every rank plans with the same figures (the transport's answer may differ per pair, the plan
+  // does not).
+  wan_paths_ = collectives::with_detours(wan_paths_, detours);
+  topo_info_.wan_rate_mbps = wan_paths_.rate_mbps;
 }
 
 void CommunicatorImpl::sample_paths() {

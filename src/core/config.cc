@@ -1,6 +1,8 @@
 #include "geoccl/config.h"
 
+#include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -26,6 +28,15 @@ T parse_int(const char* name, const char* v) {
   if (ec != std::errc() || p != end)
     throw Error(ErrorCode::kInvalidArgument,
                 std::string(name) + "='" + v + "' is not a valid integer");
+  return out;
+}
+
+double parse_number(const char* name, const char* v) {
+  char* end = nullptr;
+  errno = 0;
+  const double out = std::strtod(v, &end);
+  if (end == v || *end != '\0' || errno != 0 || !std::isfinite(out))
+    throw Error(ErrorCode::kInvalidArgument, std::string(name) + "='" + v + "' is not a valid number");
   return out;
 }
 
@@ -165,6 +176,7 @@ void Config::apply_env() {
   apply({"GEOCCL_PLAN_PROBE_BYTES"}, [&](auto n, auto v) { plan_probe_bytes = parse_size(n, v); });
   apply({"GEOCCL_REPLAN_OPS"}, [&](auto n, auto v) { replan_ops = parse_int<int>(n, v); });
   apply({"GEOCCL_REPLAN_PERSIST"}, [&](auto n, auto v) { replan_persist = parse_int<int>(n, v); });
+  apply({"GEOCCL_TWO_HOP_GAIN"}, [&](auto n, auto v) { two_hop_gain = parse_number(n, v); });
   apply({"GEOCCL_CHUNK_BYTES"}, [&](auto n, auto v) { chunk_bytes = parse_size(n, v); });
   apply({"GEOCCL_WAN_COMPRESSION"}, [&](auto, auto v) { wan_compression = v; });
   apply({"GEOCCL_WAN_COMPRESSION_MIN_BYTES"},
@@ -191,6 +203,7 @@ void Config::validate() const {
   if (connect_timeout.count() <= 0) bad("GEOCCL_CONNECT_TIMEOUT_MS must be > 0");
   if (replan_ops < 0) bad("GEOCCL_REPLAN_OPS must be >= 0 (0 = off)");
   if (replan_persist < 1) bad("GEOCCL_REPLAN_PERSIST must be >= 1");
+  if (!(two_hop_gain == 0 || two_hop_gain > 1)) bad("GEOCCL_TWO_HOP_GAIN must be 0 (off) or > 1");
   if (tcp_streams < 0 || tcp_streams > 64) bad("GEOCCL_TCP_STREAMS must be in 0..64");
   if (tcp_buf_bytes > (int64_t{1} << 30)) bad("GEOCCL_TCP_BUF_BYTES must be at most 1G");
   if (tcp_stripe != "backlog" && tcp_stripe != "rr")

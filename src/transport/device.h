@@ -95,6 +95,11 @@ class Device {
     double delivery_mbps = 0;
   };
   virtual PathReading path_reading(int /*peer*/) const { return {}; }
+  // A two-hop path for bulk data (collectives/detour.h), called on both ends of the pair with the
+  // same figures: frames to `peer` of at least `min_bytes` go through rank `via` (a relay), the
+  // smaller ones stay direct. Returns whether the device does it (TCP: the dialling end moves its
+  // data streams but the first onto the relay; not for a pair that a relay carries already).
+  virtual bool set_two_hop(int /*peer*/, int /*via*/, size_t /*min_bytes*/) { return false; }
   // Says goodbye to every peer and closes, with a bounded wait for what is queued to leave.
   virtual void shutdown() = 0;
 };

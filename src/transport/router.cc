@@ -284,4 +284,13 @@ void Router::set_wan_peer(int peer, bool wan) {
   for (int c = 0; c < kPriorityClasses; ++c) of(peer, static_cast<uint8_t>(c)).set_wan_peer(peer, wan);
 }
 
+bool Router::set_two_hop(int peer, int via, size_t min_bytes) {
+  bool taken = false;
+  for (int c = 0; c < kPriorityClasses; ++c) {
+    const bool ok = of(peer, static_cast<uint8_t>(c)).set_two_hop(peer, via, min_bytes);
+    if (c == 0) taken = ok;
+  }
+  return taken;
+}
+
 }  // namespace geoccl::transport

@@ -85,6 +85,9 @@ class Router final : public Transport {
 
   // After topology discovery: `peer` is across a WAN (another domain) or not.
   void set_wan_peer(int peer, bool wan);
+  // After the path probe: bulk frames to `peer` take a two-hop path through rank `via`, on every
+  // priority class's device that can (Device::set_two_hop); whether the gradient class's does.
+  bool set_two_hop(int peer, int via, size_t min_bytes);
   // After topology discovery: the domain of every rank (the failure detector's witnesses).
   void set_domains(std::vector<int> domain_of, std::vector<std::string> names);
 

@@ -268,21 +268,27 @@ int mode_hier_blocks(Communicator& c) {
   return g_failures ? 1 : 0;
 }
 
+// A float32 sum allreduce of 24 MiB (and a few elements more: many chunks per segment of the
+// pipelined ring), checked at every 4099th element. Returns the result.
+std::vector<float> check_allreduce_24m(Communicator& c) {
+  const size_t count = (24u << 20) / 4 + 5;
+  std::vector<float> buf(count);
+  for (size_t i = 0; i < count; ++i) buf[i] = static_cast<float>(input(c.rank(), i, DataType::kFloat32, ReduceOp::kSum));
+  c.allreduce(buf.data(), count, DataType::kFloat32, ReduceOp::kSum).wait();
+  for (size_t i = 0; i < count; i += 4099) {
+    int64_t s = 0;
+    for (int r = 0; r < c.size(); ++r) s += input(r, i, DataType::kFloat32, ReduceOp::kSum);
+    CHECK(buf[i] == static_cast<float>(s), "24 MiB allreduce at %zu", i);
+  }
+  return buf;
+}
+
 int mode_collectives(Communicator& c, bool big) {
   check_reductions(c, {0, 1, 7, 1003});
   check_data_movement(c, {0, 1, 7, 1003});
   if (big) {
-    // Tens of MiB through the pipelined ring (many chunks per segment).
-    const size_t count = (24u << 20) / 4 + 5;
-    std::vector<float> buf(count);
-    for (size_t i = 0; i < count; ++i) buf[i] = static_cast<float>(input(c.rank(), i, DataType::kFloat32, ReduceOp::kSum));
-    c.allreduce(buf.data(), count, DataType::kFloat32, ReduceOp::kSum).wait();
-    for (size_t i = 0; i < count; i += 4099) {
-      int64_t s = 0;
-      for (int r = 0; r < c.size(); ++r) s += input(r, i, DataType::kFloat32, ReduceOp::kSum);
-      CHECK(buf[i] == static_cast<float>(s), "big allreduce at %zu", i);
-    }
-    std::vector<uint8_t> bytes(reinterpret_cast<uint8_t*>(buf.data()), reinterpret_cast<uint8_t*>(buf.data() + count));
+    std::vector<float> buf = check_allreduce_24m(c);
+    std::vector<uint8_t> bytes(reinterpret_cast<uint8_t*>(buf.data()), reinterpret_cast<uint8_t*>(buf.data() + buf.size()));
     check_identical(c, bytes, "big allreduce");
   }
   // Gradient bucketing: 40 tensors of assorted sizes through 16 KiB buckets.
@@ -428,23 +434,60 @@ int mode_relay(Communicator& c) {
   }
   check_reductions(c, {1, 1003}, {DataType::kFloat32, DataType::kInt64}, {ReduceOp::kSum, ReduceOp::kMax});
   check_data_movement(c, {0, 1003}, {DataType::kFloat32, DataType::kUInt8});
-  {
-    const size_t count = (24u << 20) / 4 + 5;
-    std::vector<float> buf(count);
-    for (size_t i = 0; i < count; ++i) buf[i] = static_cast<float>(input(me, i, DataType::kFloat32, ReduceOp::kSum));
-    c.allreduce(buf.data(), count, DataType::kFloat32, ReduceOp::kSum).wait();
-    for (size_t i = 0; i < count; i += 4099) {
-      int64_t s = 0;
-      for (int r = 0; r < c.size(); ++r) s += input(r, i, DataType::kFloat32, ReduceOp::kSum);
-      CHECK(buf[i] == static_cast<float>(s), "24 MiB allreduce at %zu", i);
-    }
-  }
+  check_allreduce_24m(c);
   c.barrier().wait();
   int64_t forwarded = 0;
   for (const auto& ps : c.peer_stats()) forwarded += static_cast<int64_t>(ps.relayed_bytes);
   c.allreduce(&forwarded, 1, DataType::kInt64, ReduceOp::kSum).wait();
   CHECK(forwarded > (24 << 20) / 8, "relays forwarded %lld bytes", static_cast<long long>(forwarded));
   if (me == 0) std::printf("relays forwarded %lld bytes (sum over the tunnels' two ends)\n", static_cast<long long>(forwarded));
+  return g_failures ? 1 : 0;
+}
+
+// Two-hop paths (wan_two_hop, bench/scenarios/two-hop.toml): GEOCCL_TEST_TWO_HOP ("0-2:1") names
+// the pair whose bulk data go through a relay rank; both ends report it once the streams moved
+// (bounded wait), every other pair is direct. The plan's figures hold the two-hop rate for the
+// pair, small and 24 MiB allreduces are exact, and the relay forwarded at least the pair's share of
+// the 24 MiB allreduce.
+int mode_two_hop(Communicator& c) {
+  const int me = c.rank();
+  int a = -1, b = -1, via = -1;
+  const char* env = std::getenv("GEOCCL_TEST_TWO_HOP");
+  CHECK(env && std::sscanf(env, "%d-%d:%d", &a, &b, &via) == 3, "GEOCCL_TEST_TWO_HOP names no pair (want A-B:VIA)");
+  if (g_failures) return 1;
+  const auto& topo = c.topology();
+  CHECK(topo.two_hop.size() == 1, "%zu two-hop paths between domains, expected 1", topo.two_hop.size());
+  if (me == 0)
+    for (const auto& line : topo.two_hop) std::printf("two-hop: %s\n", line.c_str());
+  const int other = me == a ? b : me == b ? a : -1;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (;;) {
+    bool moved = other < 0;
+    for (const auto& ps : c.peer_stats())
+      if (ps.peer == other) moved = ps.two_hop == via;
+    if (moved || std::chrono::steady_clock::now() > until) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  for (const auto& ps : c.peer_stats()) {
+    const bool want = ps.peer == other;
+    CHECK(ps.two_hop == (want ? via : -1), "pair %d-%d: two-hop through %d, expected %d", me, ps.peer, ps.two_hop,
+          want ? via : -1);
+    CHECK(ps.relay < 0, "pair %d-%d relayed by %d: expected direct", me, ps.peer, ps.relay);
+  }
+  check_reductions(c, {1, 1003}, {DataType::kFloat32}, {ReduceOp::kSum});
+  uint64_t before = 0;
+  for (const auto& ps : c.peer_stats()) before += ps.relayed_bytes;
+  const size_t count = check_allreduce_24m(c).size();
+  c.barrier().wait();
+  int64_t forwarded = 0;
+  for (const auto& ps : c.peer_stats()) forwarded += static_cast<int64_t>(ps.relayed_bytes);
+  forwarded -= static_cast<int64_t>(before);
+  c.allreduce(&forwarded, 1, DataType::kInt64, ReduceOp::kSum).wait();
+  // A ring over three domains moves 2/3 of the buffer over each of its pairs; the relay counts each
+  // byte at both tunnel ends' counters (peer a and peer c).
+  CHECK(forwarded >= static_cast<int64_t>(count * 4 / 3), "the relay forwarded %lld bytes of the 24 MiB allreduce",
+        static_cast<long long>(forwarded));
+  if (me == 0) std::printf("the relay forwarded %lld bytes (both tunnel ends' counters)\n", static_cast<long long>(forwarded));
   return g_failures ? 1 : 0;
 }
 
@@ -1324,6 +1367,7 @@ int main(int argc, char** argv) {
     if (mode == "hier-blocks") return mode_hier_blocks(c);
     if (mode == "channels") return mode_channels(c);
     if (mode == "relay") return mode_relay(c);
+    if (mode == "two_hop") return mode_two_hop(c);
     if (mode == "replan") return mode_replan(c);
     if (mode == "recv-any") return mode_recv_any(c);
     if (mode == "marker") return mode_marker(c);

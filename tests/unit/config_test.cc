@@ -70,3 +70,28 @@ TEST(Config, StoreComesFromGeocclStore) {
   EXPECT_EQ(Config::from_env().store, "etcd://10.0.0.7:2379/jobs/42");
   unsetenv("GEOCCL_STORE");
 }
+
+TEST(Config, TwoHopGainIsOffOrAboveOne) {
+  EXPECT_DOUBLE_EQ(Config{}.two_hop_gain, 2.0);
+  const std::pair<const char*, double> cases[] = {{"0", 0}, {"1.5", 1.5}, {"3", 3}};
+  for (const auto& [text, want] : cases) {
+    setenv("GEOCCL_TWO_HOP_GAIN", text, 1);
+    Config c = Config::from_env();
+    EXPECT_DOUBLE_EQ(c.two_hop_gain, want) << text;
+    c.world_size = 1;
+    c.rank = 0;
+    EXPECT_NO_THROW(c.validate()) << text;
+  }
+  for (const char* bad : {"fast", "2x", "inf"}) {
+    setenv("GEOCCL_TWO_HOP_GAIN", bad, 1);
+    EXPECT_THROW(Config::from_env(), Error) << bad;
+  }
+  for (const char* bad : {"1", "0.5", "-2"}) {
+    setenv("GEOCCL_TWO_HOP_GAIN", bad, 1);
+    Config c = Config::from_env();
+    c.world_size = 1;
+    c.rank = 0;
+    EXPECT_THROW(c.validate(), Error) << bad;
+  }
+  unsetenv("GEOCCL_TWO_HOP_GAIN");
+}

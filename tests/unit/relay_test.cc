@@ -116,12 +116,20 @@ protocol::FrameHeader header(uint64_t i, size_t bytes) {
   return h;
 }
 
-// `frames` frames of random sizes from `a` to `b`, checked byte for byte.
-void transfer(Rank& a, int ra, Rank& b, int rb, int frames, uint64_t first_seq, std::mt19937_64& rng) {
-  std::vector<std::vector<uint8_t>> src(static_cast<size_t>(frames)), dst(src.size());
+// Random frame sizes: a quarter under 64 bytes, the rest under 1 MiB.
+std::vector<size_t> random_sizes(int frames, std::mt19937_64& rng) {
+  std::vector<size_t> sizes(static_cast<size_t>(frames));
+  for (auto& n : sizes) n = rng() % 4 == 0 ? rng() % 64 : rng() % (1 << 20);
+  return sizes;
+}
+
+// Frames of `sizes` from `a` to `b`, checked byte for byte.
+void transfer(Rank& a, int ra, Rank& b, int rb, const std::vector<size_t>& sizes, uint64_t first_seq,
+              std::mt19937_64& rng) {
+  std::vector<std::vector<uint8_t>> src(sizes.size()), dst(src.size());
   std::vector<RequestPtr> sends, recvs;
   for (size_t i = 0; i < src.size(); ++i) {
-    src[i].resize(rng() % 4 == 0 ? rng() % 64 : rng() % (1 << 20));
+    src[i].resize(sizes[i]);
     for (auto& x : src[i]) x = static_cast<uint8_t>(rng());
     dst[i].assign(src[i].size(), 0);
   }
@@ -132,6 +140,24 @@ void transfer(Rank& a, int ra, Rank& b, int rb, int frames, uint64_t first_seq, 
   for (const auto& r : recvs) ASSERT_TRUE(r->ok()) << r->failure.message;
   for (const auto& r : sends) ASSERT_TRUE(r->ok()) << r->failure.message;
   for (size_t i = 0; i < src.size(); ++i) ASSERT_EQ(src[i], dst[i]) << "frame " << i;
+}
+
+void transfer(Rank& a, int ra, Rank& b, int rb, int frames, uint64_t first_seq, std::mt19937_64& rng) {
+  transfer(a, ra, b, rb, random_sizes(frames, rng), first_seq, rng);
+}
+
+// Waits until every data stream of `r` to `peer` from `first` on is open through `via`.
+bool streams_through(Rank& r, int peer, int first, int via, std::chrono::seconds limit = 10s) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    const auto ps = r.stats(peer);
+    bool all = !ps.tcp.streams.empty();
+    for (const auto& st : ps.tcp.streams)
+      if (st.index >= first && (st.via != via || st.rtt_ms <= 0)) all = false;
+    if (all) return true;
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(20ms);
+  }
 }
 
 TcpOptions relay_options() {
@@ -222,4 +248,82 @@ TEST(Relay, NoRankReachingThePeerIsATypedTimeoutOnBothSides) {
     EXPECT_EQ(e.code(), ErrorCode::kTimeout) << e.what();
   }
   EXPECT_GE(g[1].dev->relay_counters().refused, 1u);  // the relay was asked and said it cannot
+}
+
+// Two-hop paths (TcpDevice::set_two_hop; collectives/detour.h decides when): every pair is direct,
+// and the pair 0-2 is told to send its bulk frames through rank 1. Rank 2 (the dialler) moves data
+// streams 2..S onto rank 1's relay, resumed; frames of 64 KiB and more go there both ways, smaller
+// ones stay on the direct stream 1.
+TEST(Relay, ATwoHopPathCarriesTheBulkFramesAndSmallOnesStayDirect) {
+  TcpOptions o = relay_options();
+  o.data_streams = 3;
+  Group3 g(3, o, [](int, int, const std::string& real) { return real; });
+  ASSERT_TRUE(g.connected());
+  for (int r = 0; r < 3; ++r)
+    for (int q = 0; q < 3; ++q)
+      if (r != q) g[r].dev->set_wan_peer(q, true);
+  std::mt19937_64 rng(9);
+  transfer(g[2], 2, g[0], 0, 10, 0, rng);  // in flight beside the switch: nothing lost
+  EXPECT_EQ(g[1].dev->relay_counters().tunnels, 0u);
+  constexpr size_t kBulk = 64 << 10;
+  // Neither a self relay nor a LAN peer nor the relay as the peer take a two-hop path.
+  EXPECT_FALSE(g[2].dev->set_two_hop(0, 2, kBulk));
+  EXPECT_FALSE(g[2].dev->set_two_hop(0, 0, kBulk));
+  ASSERT_TRUE(g[0].dev->set_two_hop(2, 1, kBulk));
+  ASSERT_TRUE(g[2].dev->set_two_hop(0, 1, kBulk));
+  ASSERT_TRUE(streams_through(g[2], 0, 2, 1));
+  ASSERT_TRUE(streams_through(g[0], 2, 2, 1));
+  EXPECT_EQ(g[1].dev->relay_counters().open, 2u);  // streams 2 and 3
+  EXPECT_EQ(g[2].stats(0).two_hop, 1);
+  EXPECT_EQ(g[0].stats(2).two_hop, 1);
+  EXPECT_EQ(g[2].stats(0).two_hop_min_bytes, kBulk);
+  EXPECT_EQ(g[2].stats(0).relay, -1);  // the pair itself is direct
+  EXPECT_EQ(g[2].stats(1).two_hop, -1);
+  auto stream1_frames = [&](Rank& r, int peer) { return r.stats(peer).tcp.streams.at(0).frames_sent; };
+  const uint64_t s1_2 = stream1_frames(g[2], 0), s1_0 = stream1_frames(g[0], 2);
+  const uint64_t relayed0 = g[1].dev->relay_counters(0).bytes;
+  std::vector<size_t> sizes;
+  size_t small = 0, bulk_bytes = 0;
+  for (int i = 0; i < 30; ++i) {
+    sizes.push_back(i % 3 == 0 ? 100 + rng() % 4000 : kBulk + rng() % (1 << 20));
+    if (sizes.back() < kBulk) ++small;
+    else bulk_bytes += sizes.back();
+  }
+  transfer(g[2], 2, g[0], 0, sizes, 10, rng);
+  transfer(g[0], 0, g[2], 2, sizes, 0, rng);
+  // The small frames went direct on stream 1, the bulk ones through the relay, both ways.
+  EXPECT_EQ(stream1_frames(g[2], 0) - s1_2, small);
+  EXPECT_EQ(stream1_frames(g[0], 2) - s1_0, small);
+  EXPECT_GE(g[1].dev->relay_counters(0).bytes - relayed0, 2 * bulk_bytes);
+  EXPECT_FALSE(g[0].group.failure());
+  EXPECT_FALSE(g[2].group.failure());
+}
+
+// The relay cannot reach the far end (rank 1 is handed a black hole for rank 0, and reaches rank 0
+// itself through rank 2's relay): the two-hop streams come back direct, and nothing is lost.
+TEST(Relay, ATwoHopPathWhoseRelayCannotReachThePeerFallsBackToDirect) {
+  BlackHole hole;
+  TcpOptions o = relay_options();
+  o.data_streams = 3;
+  Group3 g(3, o, [&](int viewer, int rank, const std::string& real) {
+    return viewer == 1 && rank == 0 ? hole.endpoint : real;
+  });
+  ASSERT_TRUE(g.connected());
+  for (int r = 0; r < 3; ++r)
+    for (int q = 0; q < 3; ++q)
+      if (r != q) g[r].dev->set_wan_peer(q, true);
+  ASSERT_EQ(g[1].stats(0).relay, 2);
+  std::mt19937_64 rng(10);
+  ASSERT_TRUE(g[0].dev->set_two_hop(2, 1, 64 << 10));
+  ASSERT_TRUE(g[2].dev->set_two_hop(0, 1, 64 << 10));
+  transfer(g[2], 2, g[0], 0, 30, 0, rng);  // while the streams try the relay and come back
+  ASSERT_TRUE(streams_through(g[2], 0, 2, -1));
+  transfer(g[0], 0, g[2], 2, 30, 0, rng);
+  transfer(g[2], 2, g[0], 0, 30, 30, rng);
+  EXPECT_EQ(g[2].stats(0).two_hop, -1);
+  EXPECT_FALSE(g[0].group.failure());
+  EXPECT_FALSE(g[2].group.failure());
+  // The ends of the pair rank 2 relays go first, so that its tunnels close before it does.
+  g.ranks[0].reset();
+  g.ranks[1].reset();
 }

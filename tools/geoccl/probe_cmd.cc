@@ -12,7 +12,9 @@ namespace geoccl::tools {
 
 int run_probe(size_t rate_bytes) {
   Config cfg = Config::from_env();
-  cfg.topology = "probe";  // measure even when labels are given, to compare
+  // Domains as the job finds them: its labels (GEOCCL_DOMAIN) when given, so that relays, two-hop
+  // paths and plans are the job's; else from the measured RTT matrix.
+  if (cfg.domain.empty()) cfg.topology = "probe";
   Communicator comm(cfg);
   const int n = comm.size(), me = comm.rank();
   const auto& topo = comm.topology();
@@ -41,11 +43,16 @@ int run_probe(size_t rate_bytes) {
     comm.allreduce(rate.data(), rate.size(), DataType::kFloat64, ReduceOp::kMax).wait();
   }
   // Pairs that a relay carries (no direct path between them): each rank knows its own.
-  std::vector<int32_t> relay(static_cast<size_t>(n * n), 0);  // relaying rank + 1
-  for (const auto& ps : comm.peer_stats())
+  // [0, n*n): relaying rank + 1; [n*n, 2n*n): the two-hop path's relay + 1 (bulk data only).
+  std::vector<int32_t> relay(static_cast<size_t>(2 * n * n), 0);
+  for (const auto& ps : comm.peer_stats()) {
     if (ps.relay >= 0) relay[static_cast<size_t>(me * n + ps.peer)] = ps.relay + 1;
+    if (ps.two_hop >= 0) relay[static_cast<size_t>(n * n + me * n + ps.peer)] = ps.two_hop + 1;
+  }
   comm.allreduce(relay.data(), relay.size(), DataType::kInt32, ReduceOp::kMax).wait();
   if (me == 0) {
+    if (topo.rtt_ms.empty())
+      std::printf("# RTT matrix: not measured (domains from labels; GEOCCL_TOPOLOGY=probe measures it)\n");
     std::printf("# RTT matrix (ms), measured at start-up\n%6s", "");
     for (int j = 0; j < n; ++j) std::printf(" %8d", j);
     std::printf("\n");
@@ -70,9 +77,15 @@ int run_probe(size_t rate_bytes) {
       for (int j = i + 1; j < n; ++j)
         if (const int r = std::max(relay[static_cast<size_t>(i * n + j)], relay[static_cast<size_t>(j * n + i)]); r > 0)
           std::printf("%d <-> %d: relayed by rank %d\n", i, j, r - 1);
+    std::printf("# two-hop paths for bulk data: %zu between domains\n", topo.two_hop.size());
+    for (const auto& line : topo.two_hop) std::printf("%s\n", line.c_str());
+    for (int i = 0; i < n; ++i)
+      for (int j = i + 1; j < n; ++j)
+        if (const int r = std::max(relay[static_cast<size_t>(n * n + i * n + j)], relay[static_cast<size_t>(n * n + j * n + i)]); r > 0)
+          std::printf("%d <-> %d: bulk data through rank %d\n", i, j, r - 1);
     const size_t k = topo.names.size();
     if (!topo.wan_one_way_ms.empty() && k * k == topo.wan_one_way_ms.size()) {
-      std::printf("# paths between domains (leaders, measured at start-up): one-way ms / Mbit/s of one flow\n");
+      std::printf("# paths between domains (leaders, measured at start-up; two-hop pairs: the two-hop rate): one-way ms / Mbit/s of one flow\n");
       for (size_t a = 0; a < k; ++a)
         for (size_t b = 0; b < k; ++b)
           if (a != b)

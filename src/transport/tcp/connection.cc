@@ -334,6 +334,7 @@ PeerStats::TcpStream TcpConnection::info() const {
   s.bytes_sent = bytes_sent_;
   s.reconnects = reconnects_;
   s.frames_resent = frames_resent_;
+  s.via = via_;
   if (fd_ < 0) return s;
   char cc[32] = {};
   socklen_t len = sizeof cc;

@@ -74,6 +74,10 @@ class TcpConnection {
   bool usable() const { return fd_ >= 0 || reconnecting_; }
   // The peer said goodbye on this connection (it is shutting down).
   bool said_goodbye() const { return goodbye_; }
+  // The rank whose relay carries the current socket (-1: direct). Set by the device whenever it
+  // hands the connection a socket.
+  int via() const { return via_; }
+  void set_via(int via) { via_ = via; }
 
   // Stream recovery (data streams, TcpOptions::resume). Takes `fd`, a new socket for this stream (the old one broke or the peer replaced it), and
   // re-sends every frame the peer has not acknowledged, in frame order, before newer ones.
@@ -159,6 +163,7 @@ class TcpConnection {
   TcpPeer& peer_;
   int fd_;
   const int stream_;
+  int via_ = -1;
   uint32_t interest_ = 0;
 
   std::deque<SendOp> sendq_;

@@ -306,9 +306,12 @@ void TcpDevice::on_pending_readable(int fd) {
   }
   const protocol::Hello admitted = hello;  // drop_pending frees *p
   drop_pending(fd);
-  note_relay(admitted);
-  if (existing) return existing->resume(fd, {});
-  adopt(fd, static_cast<int>(admitted.rank), admitted.stream, {});
+  const int via = note_relay(admitted);
+  if (existing) {
+    existing->resume(fd, {});
+    return existing->set_via(via);
+  }
+  adopt(fd, static_cast<int>(admitted.rank), admitted.stream, {}, via);
 }
 
 void TcpDevice::on_auth_fin(PendingAccept& p) {
@@ -326,16 +329,27 @@ void TcpDevice::on_auth_fin(PendingAccept& p) {
   if (const auto st = admit(hello, &existing); st != protocol::HandshakeStatus::kAccepted)
     return reject_pending(fd, who + " (authenticated): " + protocol::handshake_status_name(st));
   drop_pending(fd);
-  note_relay(hello);
-  if (existing) return existing->resume(fd, keys);
-  adopt(fd, static_cast<int>(hello.rank), hello.stream, keys);
+  const int via = note_relay(hello);
+  if (existing) {
+    existing->resume(fd, keys);
+    return existing->set_via(via);
+  }
+  adopt(fd, static_cast<int>(hello.rank), hello.stream, keys, via);
 }
 
-void TcpDevice::note_relay(const protocol::Hello& hello) {
-  if (!(hello.flags & protocol::kHelloFlagRelayed)) return;
+int TcpDevice::note_relay(const protocol::Hello& hello) {
+  if (!(hello.flags & protocol::kHelloFlagRelayed)) return -1;
+  const int via = static_cast<int>(hello.via);
   TcpPeer& p = peer(static_cast<int>(hello.rank));
-  if (p.relay.exchange(static_cast<int>(hello.via)) != static_cast<int>(hello.via))
-    GEOCCL_LOG(kInfo, "rank " << hello.rank << " connects to us through rank " << hello.via << "'s relay");
+  if (hello.stream != kControlStream) {
+    if (p.relay.load() != via)
+      GEOCCL_LOG(kDebug, "data stream " << hello.stream << " of rank " << hello.rank << " comes through rank " << via
+                                        << "'s relay (two-hop path)");
+    return via;
+  }
+  if (p.relay.exchange(via) != via)
+    GEOCCL_LOG(kInfo, "rank " << hello.rank << " connects to us through rank " << via << "'s relay");
+  return via;
 }
 
 void TcpDevice::serve_relay(int fd, const protocol::Hello& hello) {
@@ -363,10 +377,10 @@ std::string TcpDevice::endpoint_of(int rank) const {
   return rank >= 0 && static_cast<size_t>(rank) < endpoints_.size() ? endpoints_[static_cast<size_t>(rank)] : "";
 }
 
-void TcpDevice::adopt_dialled(int fd, int peer_rank, int stream, const security::ConnectionKeys& keys) {
+void TcpDevice::adopt_dialled(int fd, int peer_rank, int stream, const security::ConnectionKeys& keys, int via) {
   try {
     set_nonblocking(fd, true);
-    group_.loop().run_owned([&] { adopt(fd, peer_rank, stream, keys); });
+    group_.loop().run_owned([&] { adopt(fd, peer_rank, stream, keys, via); });
   } catch (...) {
     ::close(fd);
     throw;
@@ -401,7 +415,7 @@ void TcpDevice::connect_through_relay(TcpPeer& p, const std::vector<int>& peers,
       security::ConnectionKeys keys;
       const int fd = dial(p, p.wan, kControlStream, std::min(deadline, Clock::now() + attempt), &why, &rejected, &keys);
       if (fd >= 0) {
-        adopt_dialled(fd, p.rank, kControlStream, keys);
+        adopt_dialled(fd, p.rank, kControlStream, keys, c);
         chosen = c;
         break;
       }
@@ -432,13 +446,14 @@ void TcpDevice::connect_through_relay(TcpPeer& p, const std::vector<int>& peers,
       maybe_poll();
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    adopt_dialled(fd, p.rank, stream, keys);
+    adopt_dialled(fd, p.rank, stream, keys, chosen);
   }
 }
 
-void TcpDevice::adopt(int fd, int peer_rank, int stream, const security::ConnectionKeys& keys) {
+void TcpDevice::adopt(int fd, int peer_rank, int stream, const security::ConnectionKeys& keys, int via) {
   TcpPeer& p = peer(peer_rank);
   p.streams[static_cast<size_t>(stream)] = std::make_unique<TcpConnection>(*this, p, fd, stream, keys);
+  p.streams[static_cast<size_t>(stream)]->set_via(via);
   ++connected_;
   group_.notify();
 }
@@ -494,7 +509,7 @@ void TcpDevice::connect(const std::vector<int>& peers, const AddressOf& address_
         maybe_poll();
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
-      if (!relay) adopt_dialled(fd, r, stream, keys);
+      if (!relay) adopt_dialled(fd, r, stream, keys, -1);
     }
     if (relay) unanswered.push_back(r);
   }
@@ -529,12 +544,18 @@ void TcpDevice::connect(const std::vector<int>& peers, const AddressOf& address_
   }
 }
 
+int TcpDevice::via_for(const TcpPeer& p, int stream) const {
+  if (const int r = p.relay.load(); r >= 0) return r;
+  return stream >= kFirstTwoHopStream ? p.two_hop.load() : -1;
+}
+
 int TcpDevice::dial(const TcpPeer& p, bool wan, int stream, Clock::time_point deadline,
-                    std::string* why, bool* rejected, security::ConnectionKeys* keys, bool* refused) {
+                    std::string* why, bool* rejected, security::ConnectionKeys* keys, bool* refused, int* via_used) {
   *rejected = false;
   *keys = {};
   if (refused) *refused = false;
-  const int via = p.relay.load();
+  const int via = via_for(p, stream);
+  if (via_used) *via_used = via;
   const std::string dialled = via >= 0 ? endpoint_of(via) : p.endpoint;
   std::string host;
   uint16_t port = 0;
@@ -648,8 +669,11 @@ void TcpDevice::stream_broken(TcpPeer& p, int stream) {
     // One attempt sends one SYN: it waits a few round trips (the handshake takes two), so that a
     // path that comes back is found within about that.
     const auto rtt = std::chrono::duration_cast<std::chrono::milliseconds>(p.streams[kControlStream]->srtt());
-    const auto attempt = std::clamp(3 * rtt + std::chrono::milliseconds(200), std::chrono::milliseconds(300),
-                                    std::chrono::milliseconds(2000));
+    auto attempt = std::clamp(3 * rtt + std::chrono::milliseconds(200), std::chrono::milliseconds(300),
+                              std::chrono::milliseconds(2000));
+    // Through a two-hop path's relay: the relay connects on to the peer first, over another path
+    // whose RTT this stream does not know.
+    if (p.relay.load() < 0 && via_for(p, stream) >= 0) attempt = std::max(3 * attempt, std::chrono::milliseconds(2000));
     std::thread& t = p.dialers[static_cast<size_t>(stream)];
     if (t.joinable()) t.join();
     t = std::thread([this, &p, stream, wan = p.wan, attempt] { redial(p, wan, stream, attempt); });
@@ -725,23 +749,34 @@ void TcpDevice::redial(TcpPeer& p, bool wan, int stream, std::chrono::millisecon
     bool rejected = false, refused = false;
     const auto started = Clock::now();
     security::ConnectionKeys keys;
-    const int fd = dial(p, wan, stream, std::min(deadline, started + attempt), &why, &rejected, &keys, &refused);
+    int via = -1;
+    const int fd = dial(p, wan, stream, std::min(deadline, started + attempt), &why, &rejected, &keys, &refused, &via);
     if (refused) {
       peer_gone(p, why);  // nobody listens where the peer did
       return;
     }
     if (fd >= 0) {
       set_nonblocking(fd, true);
-      const bool posted = group_.loop().post([this, &p, stream, fd, keys] {
+      const bool posted = group_.loop().post([this, &p, stream, fd, keys, via] {
         TcpConnection* c = p.streams[static_cast<size_t>(stream)].get();
         if (closing_.load() || group_.failed() || !c || !c->usable()) {
           ::close(fd);
           return;
         }
         c->resume(fd, keys);
+        c->set_via(via);
       });
       if (!posted) ::close(fd);  // the loop is dead: nobody takes it
       return;
+    }
+    // A two-hop path whose relay did not carry us (gone, or it lost its path to the peer): the
+    // bulk data go direct again, slower but there.
+    if (!rejected && via >= 0 && p.relay.load() < 0) {
+      int expected = via;
+      if (p.two_hop.compare_exchange_strong(expected, -1))
+        GEOCCL_LOG(kWarn, "two-hop path to rank " << p.rank << " through rank " << via << " failed (" << why
+                                                  << "): its bulk data go direct");
+      continue;
     }
     // A failed authentication is final. A refusal is not: the peer takes a data stream back only
     // while its side of the control stream is usable, and that one may be re-established at this
@@ -964,13 +999,20 @@ TcpConnection& TcpDevice::next_send_conn(TcpPeer& p, size_t bytes) {
   // Small messages take one stream: it stays warm, and a latency-bound exchange never waits on a
   // stream that has been idle (measured on the test bed: 4 KiB allreduces across regions had
   // ~220 ms outliers when spread over 4 streams, none on one).
-  if (bytes < kSmallFrame && first.open() && first.backlog() < kSmallFrame) return first;
-  if (options_.round_robin) return *p.streams[1 + p.rotate++ % static_cast<size_t>(p.width)];
+  // With a two-hop path (set_two_hop), bulk frames go on the relayed streams and the rest on the
+  // direct ones (stream 1 is one).
+  const bool two_hop = p.two_hop_min_bytes > 0;
+  const bool bulk = two_hop && bytes >= p.two_hop_min_bytes;
+  if (!bulk && bytes < kSmallFrame && first.open() && first.backlog() < kSmallFrame) return first;
+  if (options_.round_robin && !two_hop) return *p.streams[1 + p.rotate++ % static_cast<size_t>(p.width)];
   std::array<uint64_t, 64> backlog{};
   for (int i = 0; i < p.width; ++i) {
     const TcpConnection& c = *p.streams[static_cast<size_t>(1 + i)];
-    // Avoid closed streams and those being re-established while any other is open.
-    backlog[static_cast<size_t>(i)] = c.open() ? c.backlog() : ~uint64_t{0};
+    // Avoid closed streams and those being re-established while any other is open; with a
+    // two-hop path, the other kind of stream unless no stream of the right kind is open.
+    backlog[static_cast<size_t>(i)] = !c.open()                          ? ~uint64_t{0}
+                                      : two_hop && (c.via() >= 0) != bulk ? ~uint64_t{0} - 1
+                                                                          : c.backlog();
   }
   const size_t i = pick_stream(std::span<const uint64_t>(backlog.data(), static_cast<size_t>(p.width)), p.rotate);
   p.rotate = i + 1;
@@ -1044,6 +1086,26 @@ void TcpDevice::on_group_failure(const Failure& f, bool tell_peers) {
       c->post_control(protocol::FrameType::kAbort, payload);
 }
 
+bool TcpDevice::set_two_hop(int peer_rank, int via, size_t min_bytes) {
+  bool taken = false;
+  group_.loop().run_owned([&] {
+    TcpPeer& p = peer(peer_rank);
+    const int me = group_.rank();
+    if (via < 0 || via >= group_.size() || via == me || via == peer_rank || streams_ <= kFirstTwoHopStream ||
+        p.relay.load() >= 0 || !p.wan || !p.resume || !p.streams[kControlStream])
+      return;
+    p.two_hop_min_bytes = std::max<size_t>(min_bytes, 1);
+    taken = true;
+    if (peer_rank > me) return;  // the peer dials: its streams come back through the relay
+    p.two_hop.store(via);
+    for (int s = kFirstTwoHopStream; s < streams_; ++s)
+      if (TcpConnection* c = p.streams[static_cast<size_t>(s)].get(); c && c->open() && can_resume(p, s))
+        c->replace("bulk data to rank " + std::to_string(peer_rank) + " take a two-hop path through rank " +
+                   std::to_string(via));
+  });
+  return taken;
+}
+
 Device::PathReading TcpDevice::path_reading(int peer) const {
   PathReading out;
   group_.loop().run_owned([&] {
@@ -1074,6 +1136,11 @@ void TcpDevice::stats(PeerStats* ps) const {
     for (int s = 1; s < streams_; ++s)
       if (const TcpConnection* c = p.streams[static_cast<size_t>(s)].get()) t.streams.push_back(c->info());
     t.data_streams = static_cast<int>(t.streams.size());
+    if (ps->relay < 0 && p.two_hop_min_bytes > 0) {
+      ps->two_hop_min_bytes = p.two_hop_min_bytes;
+      for (const auto& st : t.streams)
+        if (st.via >= 0) ps->two_hop = st.via;
+    }
     // The smoothed RTT: the data streams' mean weighted by the bytes each sent, the RTT this
     // rank's traffic to the peer saw. The kernel samples RTT only from acks of data sent, so a
     // stream that sent nothing still holds its handshake's figure, which a lost SYN or Hello

@@ -96,6 +96,12 @@ struct TcpPeer {
   // The rank whose relay carries every stream to this peer (-1: direct). Set before the pair's
   // first stream is adopted, then fixed: the dialler chose it, the acceptor read it in the Hello.
   std::atomic<int> relay{-1};
+  // A two-hop path for bulk data (TcpDevice::set_two_hop): the dialler connects the data streams
+  // from kFirstTwoHopStream on through rank `two_hop`'s relay (-1: none, or given up after the
+  // relay failed); frames from `two_hop_min_bytes` on (0: no two-hop) go on the streams whose
+  // socket is relayed, smaller ones on the direct ones (loop thread).
+  std::atomic<int> two_hop{-1};
+  size_t two_hop_min_bytes = 0;
   size_t rotate = 0;    // tie-break for the stream choice
   std::atomic<uint64_t> bytes_sent{0}, bytes_received{0};
   std::vector<std::thread> dialers;  // re-dialler of each stream (at most one at a time)
@@ -113,6 +119,8 @@ struct TcpPeer {
 class TcpDevice final : public Device {
  public:
   static constexpr int kControlStream = 0;
+  // A two-hop path takes the data streams from this one on; stream 1 stays direct.
+  static constexpr int kFirstTwoHopStream = 2;
 
   // Listens on bind_addr (any port). Throws Error(kIo).
   TcpDevice(Group& group, const std::string& bind_addr, const TcpOptions& options);
@@ -134,6 +142,12 @@ class TcpDevice final : public Device {
   // Every connection's smoothed RTT (the least), the data streams' non-app-limited delivery rates
   // (their sum), read on the loop thread.
   PathReading path_reading(int peer) const override;
+  // The dialling end (the higher rank) replaces data streams kFirstTwoHopStream..S by streams
+  // through `via`'s relay (resumed: nothing is lost or doubled); both ends then send frames of
+  // `min_bytes` and more on the relayed streams. A relay that cannot be reached later gives the
+  // stream back to the direct path. False (nothing done) for a LAN peer, one without stream
+  // resume, a pair that a relay carries already, or a single data stream.
+  bool set_two_hop(int peer, int via, size_t min_bytes) override;
   void shutdown() override;
 
   // "ip:port" peers connect to.
@@ -202,7 +216,8 @@ class TcpDevice final : public Device {
   // Whether a stream from the Hello's rank is welcome now (kBadRank if not); *existing: the
   // stream it replaces (resume).
   protocol::HandshakeStatus admit(const protocol::Hello& hello, TcpConnection** existing);
-  void adopt(int fd, int peer, int stream, const security::ConnectionKeys& keys);
+  // `via`: the rank whose relay carries the socket (-1: direct).
+  void adopt(int fd, int peer, int stream, const security::ConnectionKeys& keys, int via);
   // Opens stream `stream` to lower rank `peer` and introduces us (Hello/Reply). Returns the
   // connected blocking socket, or -1 with *why set (*rejected when the peer refused us).
   // `wan`: the WAN socket options from the start (read on the loop thread by the caller).
@@ -210,19 +225,24 @@ class TcpDevice final : public Device {
   // With a group secret the connection is mutually authenticated and *keys filled.
   // Through p.relay when the pair is relayed: *refused then stays false (the relay refusing is
   // not the peer gone).
+  // *via: the relay dialled (via_for), -1 direct.
   int dial(const TcpPeer& p, bool wan, int stream, Clock::time_point deadline, std::string* why,
-           bool* rejected, security::ConnectionKeys* keys, bool* refused = nullptr);
+           bool* rejected, security::ConnectionKeys* keys, bool* refused = nullptr, int* via = nullptr);
+  // The relay a new socket of `stream` to the peer goes through: the pair's relay, else the
+  // two-hop path's for its bulk streams; -1: direct.
+  int via_for(const TcpPeer& p, int stream) const;
   // connect(), for lower peer `p` that did not answer directly: tries the other ranks as relays
   // (those this rank reaches directly first) and connects every stream through the first that
   // reaches `p`. Throws Error(kTimeout) when none does before `deadline`.
   void connect_through_relay(TcpPeer& p, const std::vector<int>& peers, const Poll& poll,
                              Clock::time_point deadline);
-  void adopt_dialled(int fd, int peer, int stream, const security::ConnectionKeys& keys);
+  void adopt_dialled(int fd, int peer, int stream, const security::ConnectionKeys& keys, int via);
   // A relay request (a Hello with kHelloFlagRelayRequest) from a pending connection: the relay
   // takes the socket (loop thread).
   void serve_relay(int fd, const protocol::Hello& hello);
-  // An admitted Hello that came through a relay (kHelloFlagRelayed): the pair is relayed.
-  void note_relay(const protocol::Hello& hello);
+  // An admitted Hello: whether it came through a relay (kHelloFlagRelayed) and whose; a relayed
+  // control stream makes the pair relayed (a data stream alone: a two-hop path).
+  int note_relay(const protocol::Hello& hello);
   std::string endpoint_of(int rank) const;  // every rank's, once connect() has them ("" before)
   void redial(TcpPeer& p, bool wan, int stream, std::chrono::milliseconds attempt);
   // Lower rank: connects to the peer's listening address without a handshake (prober thread).
