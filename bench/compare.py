@@ -24,7 +24,9 @@ Emulated WAN (each run is `geoccl run --wan S --domains D --host-cc C -n N -- PR
 
 With --wan the table also gives the physical limit of an allreduce of S bytes across the k
 domains, limit = 2(k-1)/k * 8S / B + RTT, where B is the bottleneck rate (the smallest uplink
-or per-pair rate among the domains used, bits/s) and RTT the largest pair RTT of the scenario,
+or per-pair rate among the domains used, bits/s; a pair whose direct rate is below the way
+through a third domain used counts at that way's narrower leg, as two-hop paths can send it
+round) and RTT the largest pair RTT of the scenario,
 and each backend's time as a multiple of it. Beside it, the small-message bound: the largest
 one-way delay between two of the domains used (a small allreduce needs one message from every
 other domain, and all can be sent at once), and each backend's time as a multiple of that. --train resnet50 replays a ResNet-50 data-parallel
@@ -249,13 +251,16 @@ class Scenario:
             if d not in self.ranks:
                 sys.exit("compare.py: domain '%s' is not in %s" % (d, self.path))
         rates = [self.uplink[d] for d in used if self.uplink[d]]
+        inf = float("inf")
+        pair = {(a, b): (self.pair_rate(a, b) or inf) for a in used for b in used if a != b}
         rtt = 0.0
         for a in used:
             for b in used:
                 if a == b:
                     continue
-                r = self.pair_rate(a, b)
-                if r:
+                # The widest way from a to b: direct, or through one other domain used.
+                r = max([pair[(a, b)]] + [min(pair[(a, m)], pair[(m, b)]) for m in used if m not in (a, b)])
+                if r < inf:
                     rates.append(r)
                 rtt = max(rtt, self.one_way(a, b) + self.one_way(b, a))
         return (min(rates) if rates else None), rtt
