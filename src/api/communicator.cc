@@ -553,7 +553,7 @@ void CommunicatorImpl::measure_wan_paths() {
 }
 
 void CommunicatorImpl::take_two_hop_paths() {
-  const auto detours = collectives::choose_detours(wan_paths_, cfg_.two_hop_gain);
+  const auto detours = collectives::choose_detours(wan_paths_, cfg_.two_hop_gain, cfg_.plan_probe_bytes);
   if (detours.empty()) return;
   const int me = cfg_.rank, dm = topo_.domain_of[static_cast<size_t>(me)];
   std::vector<std::pair<int, int>> moving;  // (peer, relay) asked to move

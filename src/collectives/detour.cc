@@ -13,6 +13,9 @@ std::string name_of(const std::vector<std::string>& names, int d) {
                                                                                           : std::to_string(d);
 }
 
+// Milliseconds `bytes` take at `mbps`.
+double bits_ms(double bytes, double mbps) { return bytes * 8.0 / (mbps * 1e3); }
+
 }  // namespace
 
 std::string Detour::describe(const std::vector<std::string>& names) const {
@@ -24,13 +27,17 @@ std::string Detour::describe(const std::vector<std::string>& names) const {
   return o.str();
 }
 
-std::vector<Detour> choose_detours(const WanPaths& paths, double min_gain) {
+std::vector<Detour> choose_detours(const WanPaths& paths, double min_gain, size_t probe_bytes) {
   std::vector<Detour> out;
   const int k = paths.k;
   for (int a = 0; a < k; ++a)
     for (int c = a + 1; c < k; ++c) {
       const double direct = std::min(paths.rate(a, c), paths.rate(c, a));
       if (direct <= 0) continue;  // not measured: nothing to compare with
+      // The burst's time at the measured rate, in the pair's round trips (ms / ms).
+      const double burst_ms = bits_ms(static_cast<double>(probe_bytes), direct);
+      const double rtt_ms = 2 * std::max(paths.delay(a, c), paths.delay(c, a));
+      if (burst_ms < kMinProbeRtts * rtt_ms) continue;  // set by TCP's start-up: no figure
       Detour best;
       for (int b = 0; b < k; ++b) {
         if (b == a || b == c) continue;

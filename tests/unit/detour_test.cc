@@ -12,6 +12,8 @@ using geoccl::collectives::with_detours;
 
 namespace {
 
+constexpr size_t kProbe = 4 << 20;  // the start-up burst (GEOCCL_PLAN_PROBE_BYTES=4M)
+
 // k domains, `ms` one way and `mbps` on every path.
 WanPaths uniform(int k, double ms, double mbps) {
   WanPaths p;
@@ -33,7 +35,7 @@ TEST(Detour, ANarrowPairGoesThroughTheDomainThatReachesBoth) {
   // a-c 50 Mbit/s, 15 ms; a-b and b-c 1 Gbit/s, 10 ms each (the two-hop scenario).
   WanPaths p = uniform(3, 10, 1000);
   set(p, 0, 2, 15, 50);
-  const auto d = choose_detours(p, 2.0);
+  const auto d = choose_detours(p, 2.0, kProbe);
   ASSERT_EQ(d.size(), 1u);
   EXPECT_EQ(d[0].a, 0);
   EXPECT_EQ(d[0].c, 2);
@@ -54,10 +56,10 @@ TEST(Detour, ANarrowPairGoesThroughTheDomainThatReachesBoth) {
 
 TEST(Detour, NoneWhenTheGainIsBelowTheThreshold) {
   WanPaths p = uniform(3, 10, 1000);
-  set(p, 0, 2, 15, 600);  // 1000/600 < 2
-  EXPECT_TRUE(choose_detours(p, 2.0).empty());
-  EXPECT_EQ(choose_detours(p, 1.5).size(), 1u);
-  EXPECT_TRUE(choose_detours(uniform(3, 10, 1000), 2.0).empty());
+  set(p, 0, 2, 1, 600);  // 1000/600 < 2 (a 2 ms round trip: the burst lasted 28 of them)
+  EXPECT_TRUE(choose_detours(p, 2.0, kProbe).empty());
+  EXPECT_EQ(choose_detours(p, 1.5, kProbe).size(), 1u);
+  EXPECT_TRUE(choose_detours(uniform(3, 10, 1000), 2.0, kProbe).empty());
 }
 
 TEST(Detour, TheBestWorseLegWinsAndAsymmetryCountsByTheWorseDirection) {
@@ -66,14 +68,14 @@ TEST(Detour, TheBestWorseLegWinsAndAsymmetryCountsByTheWorseDirection) {
   WanPaths p = uniform(4, 10, 800);
   set(p, 0, 3, 10, 40);
   set(p, 1, 3, 10, 500);
-  auto d = choose_detours(p, 2.0);
+  auto d = choose_detours(p, 2.0, kProbe);
   ASSERT_EQ(d.size(), 1u);
   EXPECT_EQ(d[0].via, 2);
   EXPECT_DOUBLE_EQ(d[0].detour_mbps, 800);
   // An asymmetric uplink: only 0->3 is narrow; the pair still counts as narrow (its worse way).
   p = uniform(4, 10, 800);
   p.rate_mbps[0 * 4 + 3] = 40;
-  d = choose_detours(p, 2.0);
+  d = choose_detours(p, 2.0, kProbe);
   ASSERT_EQ(d.size(), 1u);
   EXPECT_DOUBLE_EQ(d[0].direct_mbps, 40);
   // A leg narrow in one direction only spoils that middle domain.
@@ -82,25 +84,39 @@ TEST(Detour, TheBestWorseLegWinsAndAsymmetryCountsByTheWorseDirection) {
   p.rate_mbps[3 * 4 + 1] = 10;  // 3->1 (1 and 2 are both spoilt as middles)
   p.rate_mbps[2 * 4 + 3] = 10;
   // (The spoilt legs are narrow pairs of their own now, with detours of their own; 0-3 has none.)
-  for (const Detour& x : choose_detours(p, 2.0)) EXPECT_FALSE(x.a == 0 && x.c == 3) << x.describe({});
+  for (const Detour& x : choose_detours(p, 2.0, kProbe)) EXPECT_FALSE(x.a == 0 && x.c == 3) << x.describe({});
 }
 
 TEST(Detour, UnmeasuredPathsAreNeverLegsNorDetoured) {
   WanPaths p = uniform(3, 10, 1000);
   set(p, 0, 2, 15, 0);  // the pair was not measured: nothing to compare with
-  EXPECT_TRUE(choose_detours(p, 2.0).empty());
+  EXPECT_TRUE(choose_detours(p, 2.0, kProbe).empty());
   p = uniform(3, 10, 1000);
   set(p, 0, 2, 15, 50);
   set(p, 1, 2, 10, 0);  // b-c unmeasured: b is no middle
-  EXPECT_TRUE(choose_detours(p, 2.0).empty());
+  EXPECT_TRUE(choose_detours(p, 2.0, kProbe).empty());
 }
 
 TEST(Detour, ALongerWayRaisesTheBulkThreshold) {
   WanPaths p = uniform(3, 40, 1000);
   set(p, 0, 2, 10, 100);  // through b: +70 ms one way
-  const auto d = choose_detours(p, 2.0);
+  const auto d = choose_detours(p, 2.0, kProbe);
   ASSERT_EQ(d.size(), 1u);
   EXPECT_DOUBLE_EQ(d[0].extra_delay_ms, 70);
   // 70 / (1/12500 - 1/125000) = 972,223 bytes (rounded up).
   EXPECT_NEAR(static_cast<double>(d[0].min_frame_bytes), 972223, 1);
+}
+
+TEST(Detour, ADirectRateThatTheProbeBurstCouldNotMeasureIsNoReason) {
+  // four-uneven.toml, measured: a-c (30 ms one way) read 144 Mbit/s behind a 500 Mbit/s uplink
+  // whose 10 ms pair read 362: the 4 MiB burst lasted 3.9 round trips, TCP's start-up set it.
+  WanPaths p = uniform(3, 10, 362);
+  set(p, 0, 2, 30, 144);
+  EXPECT_TRUE(choose_detours(p, 2.0, kProbe).empty());
+  // A burst long enough to have measured the path (64 MiB: 62 round trips) makes it a narrow one.
+  EXPECT_EQ(choose_detours(p, 2.0, 64 << 20).size(), 1u);
+  // Narrow for real: 41 Mbit/s at 15 ms one way (two-hop.toml) took 27 round trips.
+  p = uniform(3, 10, 976);
+  set(p, 0, 2, 15, 41);
+  EXPECT_EQ(choose_detours(p, 2.0, kProbe).size(), 1u);
 }
