@@ -78,9 +78,11 @@ struct Pair {
   // `wan`: each treats the other as a WAN peer (striping over every data stream). `keys`: the
   // job keys of rank 0 and rank 1 (none: plaintext). `via`: rank 1 dials rank 0 at the address
   // it returns for rank 0's endpoint (a relay on the path).
+  // `t0_decides`: rank 0 is told whether its peer is a WAN peer too (false: rank 0 is still
+  // setting up, as when one end of a job reaches that point before the other).
   Pair(int streams, TcpOptions o, bool wan = true,
        std::pair<std::optional<security::GroupKey>, std::optional<security::GroupKey>> keys = {},
-       const std::function<std::string(const std::string&)>& via = {}) {
+       const std::function<std::string(const std::string&)>& via = {}, bool t0_decides = true) {
     o.data_streams = streams;
     t0 = std::make_unique<Side>("t0", 0, o, keys.first);
     t1 = std::make_unique<Side>("t1", 1, o, keys.second);
@@ -90,7 +92,7 @@ struct Pair {
     std::thread c0([&] { t0->dev->connect({1}, [&](int) { return a1; }, {}, deadline); });
     t1->dev->connect({0}, [&](int) { return a0; }, {}, deadline);
     c0.join();
-    t0->dev->set_wan_peer(1, wan);
+    if (t0_decides) t0->dev->set_wan_peer(1, wan);
     t1->dev->set_wan_peer(0, wan);
   }
   ~Pair() {
@@ -335,6 +337,28 @@ TEST(TcpTransport, ResetWithoutResumeFailsBothRanks) {
   EXPECT_EQ(s->failure.code, ErrorCode::kPeerLost);
   ASSERT_TRUE(p.t0->failure().has_value());
   ASSERT_TRUE(p.t1->failure().has_value());
+}
+
+// The ends of a pair learn that it crosses a WAN (set_wan_peer) at different times. Rank 1 knows
+// and replaces a data stream (as its stall detector does) while rank 0 is still setting up: rank
+// 0 takes the new stream (resume may turn on for any peer until it knows), nothing is lost.
+TEST(TcpTransport, AStreamReplacedBeforeTheOtherEndKnowsItIsAWanPeerIsTakenBack) {
+  TcpOptions o;
+  o.wan_resume = true;  // GEOCCL_TCP_RESUME=auto
+  o.resume_timeout = 5s;
+  Pair p(2, o, true, {}, {}, /*t0_decides=*/false);
+  std::mt19937_64 rng(21);
+  transfer(p, 20, rng);
+  p.t1->reset_stream_for_test(0, 1);
+  p.t1->reset_stream_for_test(0, 2);
+  transfer(p, 40, rng);
+  EXPECT_FALSE(p.t0->failure().has_value());
+  EXPECT_FALSE(p.t1->failure().has_value());
+  p.t0->dev->set_wan_peer(1, true);
+  transfer(p, 20, rng);
+  uint64_t reconnects = 0;
+  for (const auto& st : p.t0->stats()[0].tcp.streams) reconnects += st.reconnects;
+  EXPECT_EQ(reconnects, 2u);
 }
 
 TEST(TcpTransport, ResumeOptionFromEnvironment) {

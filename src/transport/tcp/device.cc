@@ -87,10 +87,13 @@ TcpDevice::TcpDevice(Group& group, const std::string& bind_addr, const TcpOption
     p->rank = r;
     p->streams.resize(static_cast<size_t>(streams_));
     p->dialers.resize(static_cast<size_t>(streams_));
-    p->resume = options_.resume;
-    // Until set_wan_peer says which peers are across a WAN, every frame is kept when resume may
-    // turn on for its peer: a stream that breaks later must be able to re-send it.
-    p->session.set_keep_copies(options_.resume || options_.wan_resume);
+    // Until set_wan_peer says which peers are across a WAN, a peer is one where resume may turn
+    // on: every frame is kept, and a broken stream is re-established. Both ends must agree, and
+    // they reach set_wan_peer at different times: an end that did refused its peer's replacement
+    // of a stalled stream while the other was still setting up (four-uneven.toml, 1 s stall
+    // detector: "rejected inbound connection: rank 3 stream 1 ... stream resume is off").
+    p->resume = options_.resume || options_.wan_resume;
+    p->session.set_keep_copies(p->resume);
     peers_.push_back(std::move(p));
   }
   // Buffers are set on the listening socket so that accepted sockets inherit them before the
@@ -219,14 +222,32 @@ bool read_pending(int fd, std::vector<uint8_t>& buf, size_t& got, bool* complete
 
 }  // namespace
 
-protocol::HandshakeStatus TcpDevice::admit(const protocol::Hello& hello, TcpConnection** existing) {
+protocol::HandshakeStatus TcpDevice::admit(const protocol::Hello& hello, TcpConnection** existing, std::string* why) {
   // Only higher ranks connect to us, once per stream; a data stream may be connected again when
   // we resume streams (the peer found it broken), and only while the group stands.
   const int from = static_cast<int>(hello.rank);
+  const std::string who = "rank " + std::to_string(from) + " stream " + std::to_string(hello.stream);
   *existing = from > group_.rank() ? conn(from, hello.stream) : nullptr;
-  const bool replaces_resumable = *existing && can_resume(peer(from), hello.stream);
-  if (from <= group_.rank() || (*existing && !replaces_resumable)) return protocol::HandshakeStatus::kBadRank;
+  if (from <= group_.rank()) {
+    *why = who + ": rank out of range (a lower rank is dialled by us, not the other way)";
+    return protocol::HandshakeStatus::kBadRank;
+  }
+  if (*existing && !can_resume(peer(from), hello.stream)) {
+    *why = who + " is connected and cannot be replaced: " + resume_refusal(peer(from), hello.stream);
+    return protocol::HandshakeStatus::kBadRank;
+  }
   return protocol::HandshakeStatus::kAccepted;
+}
+
+std::string TcpDevice::resume_refusal(const TcpPeer& p, int stream) const {
+  const TcpConnection* control = p.streams[kControlStream].get();
+  if (!p.resume) return "stream resume is off for the peer";
+  if (group_.failed()) return "the group has failed";
+  if (closing_.load()) return "this rank is closing";
+  if (!control) return "no control stream";
+  if (control->said_goodbye()) return "the peer said goodbye";
+  if (stream != kControlStream && !control->usable()) return "the control stream is closed";
+  return "(resumable)";
 }
 
 void TcpDevice::reject_pending(int fd, const std::string& why) {
@@ -269,7 +290,8 @@ void TcpDevice::on_pending_readable(int fd) {
     return;
   }
   TcpConnection* existing = nullptr;
-  if (st == protocol::HandshakeStatus::kAccepted) st = admit(hello, &existing);
+  std::string admit_why;
+  if (st == protocol::HandshakeStatus::kAccepted) st = admit(hello, &existing, &admit_why);
   protocol::Reply reply;
   reply.status = st;
   reply.rank = static_cast<uint32_t>(group_.rank());
@@ -298,7 +320,9 @@ void TcpDevice::on_pending_readable(int fd) {
   // The reply is a few dozen bytes on a fresh socket: it fits in the send buffer.
   [[maybe_unused]] ssize_t w = ::send(fd, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   if (st != protocol::HandshakeStatus::kAccepted)
-    return reject_pending(fd, auth_why.empty() ? protocol::handshake_status_name(st) : auth_why);
+    return reject_pending(fd, !auth_why.empty()    ? auth_why
+                              : !admit_why.empty() ? admit_why
+                                                   : protocol::handshake_status_name(st));
   if (p->auth) {  // the dialler's proof comes next; the handshake timer still runs
     p->buf.assign(security::kAuthFinSize, 0);
     p->got = 0;
@@ -326,8 +350,9 @@ void TcpDevice::on_auth_fin(PendingAccept& p) {
   }
   // The state may have changed while the proof travelled: admit the stream again.
   TcpConnection* existing = nullptr;
-  if (const auto st = admit(hello, &existing); st != protocol::HandshakeStatus::kAccepted)
-    return reject_pending(fd, who + " (authenticated): " + protocol::handshake_status_name(st));
+  std::string admit_why;
+  if (admit(hello, &existing, &admit_why) != protocol::HandshakeStatus::kAccepted)
+    return reject_pending(fd, "(authenticated) " + admit_why);
   drop_pending(fd);
   const int via = note_relay(hello);
   if (existing) {

@@ -92,7 +92,7 @@ struct TcpPeer {
   Session session;
   int width = 1;        // data streams frames may use
   bool wan = false;     // in another domain (set_wan_peer)
-  bool resume = false;  // streams to it are re-established when they break
+  bool resume = false;  // streams to it are re-established when they break (see the constructor)
   // The rank whose relay carries every stream to this peer (-1: direct). Set before the pair's
   // first stream is adopted, then fixed: the dialler chose it, the acceptor read it in the Hello.
   std::atomic<int> relay{-1};
@@ -213,9 +213,11 @@ class TcpDevice final : public Device {
   void drop_pending(int fd);
   void reject_pending(int fd, const std::string& why);
   void on_auth_fin(PendingAccept& p);
-  // Whether a stream from the Hello's rank is welcome now (kBadRank if not); *existing: the
-  // stream it replaces (resume).
-  protocol::HandshakeStatus admit(const protocol::Hello& hello, TcpConnection** existing);
+  // Whether a stream from the Hello's rank is welcome now (kBadRank if not, *why says why);
+  // *existing: the stream it replaces (resume).
+  protocol::HandshakeStatus admit(const protocol::Hello& hello, TcpConnection** existing, std::string* why);
+  // Why can_resume(p, stream) is false, for the log.
+  std::string resume_refusal(const TcpPeer& p, int stream) const;
   // `via`: the rank whose relay carries the socket (-1: direct).
   void adopt(int fd, int peer, int stream, const security::ConnectionKeys& keys, int via);
   // Opens stream `stream` to lower rank `peer` and introduces us (Hello/Reply). Returns the
