@@ -556,20 +556,35 @@ void CommunicatorImpl::take_two_hop_paths() {
   const auto detours = collectives::choose_detours(wan_paths_, cfg_.two_hop_gain, cfg_.plan_probe_bytes);
   if (detours.empty()) return;
   const int me = cfg_.rank, dm = topo_.domain_of[static_cast<size_t>(me)];
+  auto leader = [&](int d) { return topo_.members[static_cast<size_t>(d)][0]; };
   std::vector<std::pair<int, int>> moving;  // (peer, relay) asked to move
-  for (const auto& d : detours) {
+  // Whether the leaders' pair of each detour took it (their transport may be one that does not:
+  // QUIC), filled by those leaders and agreed below: the plan follows the leaders.
+  std::vector<double> taken(detours.size(), 0.0);
+  for (size_t i = 0; i < detours.size(); ++i) {
+    const auto& d = detours[i];
     // The middle domain's leader relays: its paths to both ends are the ones measured.
-    const int via = topo_.members[static_cast<size_t>(d.via)][0];
-    const std::string line = d.describe(topo_.names) + "; relay rank " + std::to_string(via);
-    topo_info_.two_hop.push_back(line);
-    if (me == 0) GEOCCL_LOG(kInfo, "two-hop path for bulk data: " << line);
+    const int via = leader(d.via);
     if (dm != d.a && dm != d.c) continue;
     for (int r : topo_.members[static_cast<size_t>(dm == d.a ? d.c : d.a)]) {
-      if (router_->set_two_hop(r, via, d.min_frame_bytes))
-        moving.emplace_back(r, via);
-      else
-        GEOCCL_LOG(kInfo, "the path to rank " << r << " stays direct: its transport takes no two-hop path");
+      const bool ok = router_->set_two_hop(r, via, d.min_frame_bytes);
+      if (ok) moving.emplace_back(r, via);
+      else GEOCCL_LOG(kInfo, "the path to rank " << r << " stays direct: its transport takes no two-hop path");
+      if (me == leader(dm) && r == leader(dm == d.a ? d.c : d.a)) taken[i] = ok ? 1 : 0;
     }
+  }
+  submit(probe_header(0x32484f50 /* "2HOP" */), {}, [&](OpContext& c) {
+    collectives::ring_allreduce(c, taken.data(), taken.size(), DataType::kFloat64, ReduceOp::kMax);
+  }).wait();
+  std::vector<collectives::Detour> used;
+  for (size_t i = 0; i < detours.size(); ++i) {
+    const int via = leader(detours[i].via);
+    const std::string line = detours[i].describe(topo_.names) + "; relay rank " + std::to_string(via);
+    if (taken[i] > 0) {
+      used.push_back(detours[i]);
+      topo_info_.two_hop.push_back(line);
+    }
+    if (me == 0) GEOCCL_LOG(kInfo, (taken[i] > 0 ? "two-hop path for bulk data: " : "two-hop path not taken (the transport of the leaders' pair takes none): ") << line);
   }
   // The first collectives find the streams moved: wait (bounded) until they are, on both ends.
   const auto until = Clock::now() + std::chrono::seconds(10);
@@ -586,9 +601,8 @@ void CommunicatorImpl::take_two_hop_paths() {
     if (const auto f = router_->failure()) throw Error(f->code, f->message);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  // Every rank plans with the same figures (the transport's answer may differ per pair, the plan
-  // does not).
-  wan_paths_ = collectives::with_detours(wan_paths_, detours);
+  // Every rank plans with the same figures.
+  wan_paths_ = collectives::with_detours(wan_paths_, used);
   topo_info_.wan_rate_mbps = wan_paths_.rate_mbps;
 }
 
