@@ -357,7 +357,8 @@ TEST(TcpTransport, AStreamReplacedBeforeTheOtherEndKnowsItIsAWanPeerIsTakenBack)
   p.t0->dev->set_wan_peer(1, true);
   transfer(p, 20, rng);
   uint64_t reconnects = 0;
-  for (const auto& st : p.t0->stats()[0].tcp.streams) reconnects += st.reconnects;
+  const auto stats = p.t0->stats();
+  for (const auto& st : stats[0].tcp.streams) reconnects += st.reconnects;
   EXPECT_EQ(reconnects, 2u);
 }
 
