@@ -70,18 +70,21 @@ TRAIN_KEYS = {
     "step_ms_median": (int, float), "compute_ms_median": (int, float),
     "exposed_comm_share_median": (int, float), "correct": bool,
 }
-ALL_BACKENDS = ["geoccl", "geoccl-tcp", "geoccl-thresholds", "geoccl-direct", "geoccl-fp32", "gloo",
+ALL_BACKENDS = ["geoccl", "geoccl-tcp", "geoccl-thresholds", "geoccl-direct", "geoccl-wide", "geoccl-fp32", "gloo",
                 "torch-gloo", "torch-gloo-fp16"]
 # Variants of geoccl: (name, environment the ranks get); their JSON says "geoccl".
 # geoccl-thresholds: the planner's size thresholds instead of its cost model (no path probe).
-# geoccl-direct: no two-hop paths for bulk data (every pair direct).
+# geoccl-direct: no two-hop paths for bulk data (every pair direct). geoccl-wide: every WAN peer's
+# frames striped over all S streams even while several WAN peers are busy (GEOCCL_TCP_STRIPE=wide).
 GEOCCL_VARIANTS = {"geoccl-tcp": ["GEOCCL_TRANSPORT=tcp"],
                    "geoccl-thresholds": ["GEOCCL_PLAN_PROBE_BYTES=0"],
-                   "geoccl-direct": ["GEOCCL_TWO_HOP_GAIN=0"]}
+                   "geoccl-direct": ["GEOCCL_TWO_HOP_GAIN=0"],
+                   "geoccl-wide": ["GEOCCL_TCP_STRIPE=wide"]}
 # Baselines for --compression, run in the same interleaved rounds when --backends names them:
 # geoccl-fp32 is geoccl without the codec, torch-gloo-fp16 torch-gloo with fp16_compress_hook
 # whatever the codec. Their JSON says "geoccl" / "torch-gloo".
-BASE_OF = {"geoccl-tcp": "geoccl", "geoccl-thresholds": "geoccl", "geoccl-direct": "geoccl", "geoccl-fp32": "geoccl",
+BASE_OF = {"geoccl-tcp": "geoccl", "geoccl-thresholds": "geoccl", "geoccl-direct": "geoccl", "geoccl-wide": "geoccl",
+           "geoccl-fp32": "geoccl",
            "torch-gloo-fp16": "torch-gloo"}
 HERE = os.path.dirname(os.path.abspath(__file__))
 

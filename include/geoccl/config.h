@@ -92,7 +92,7 @@ struct Config {
   int64_t tcp_notsent_lowat = -1;
   bool tcp_zerocopy = false;                 // GEOCCL_TCP_ZEROCOPY: MSG_ZEROCOPY (see transport.md)
   size_t tcp_zerocopy_min_bytes = 256 << 10;  // GEOCCL_TCP_ZEROCOPY_MIN: smallest zero-copy frame
-  std::string tcp_stripe = "backlog";        // GEOCCL_TCP_STRIPE: backlog | rr (round robin)
+  std::string tcp_stripe = "backlog";        // GEOCCL_TCP_STRIPE: backlog | wide | rr (round robin)
   // GEOCCL_TCP_RESUME: re-establish a data stream that breaks (reset by a middlebox, a NAT
   // timeout) and re-send the frames the peer has not acknowledged, instead of failing the group.
   // Costs one copy of every sent byte until the peer acknowledges it. "auto" = on for WAN jobs

@@ -456,20 +456,24 @@ void leaders_reduce_scatter_allgather(OpContext& wan, void* buf, size_t count, D
   auto staging = wan.scratch(mine.size() * static_cast<size_t>(k - 1), 0);
   auto staged = [&](int q) { return staging.subspan(mine.size() * static_cast<size_t>(q < me ? q : q - 1), mine.size()); };
   std::vector<RequestPtr> sends, recvs;
+  std::vector<OpContext::PeerBytes> out;
   for (int q = 0; q < k; ++q) {
     if (q == me) continue;
-    wan.send_chunked(q, part(q), &sends);
+    out.emplace_back(q, part(q));
     wan.recv_chunked(q, staged(q), &recvs);
   }
+  wan.send_chunked_to_each(out, &sends);
   wan.wait_all(recvs);
   wan.wait_all(sends);  // the allgather writes where these read
   for (int q = 0; q < k; ++q)
     if (q != me) core::reduce_into(mine.data(), staged(q).data(), mine.size() / es, t, inner);
+  out.clear();
   for (int q = 0; q < k; ++q) {
     if (q == me) continue;
-    wan.send_chunked(q, mine, &sends);
+    out.emplace_back(q, mine);
     wan.recv_chunked(q, part(q), &recvs);
   }
+  wan.send_chunked_to_each(out, &sends);
   wan.wait_all(recvs);
   wan.wait_all(sends);
 }

@@ -137,6 +137,18 @@ void OpContext::send_chunked(int peer, std::span<const uint8_t> data, std::vecto
     out->push_back(send(peer, data.subspan(off, std::min(chunk_bytes_, data.size() - off)), off));
 }
 
+void OpContext::send_chunked_to_each(std::span<const PeerBytes> parts, std::vector<RequestPtr>* out) {
+  for (size_t off = 0;; off += chunk_bytes_) {
+    bool more = false;
+    for (const auto& [peer, data] : parts) {
+      if (off >= data.size()) continue;
+      out->push_back(send(peer, data.subspan(off, std::min(chunk_bytes_, data.size() - off)), off));
+      more = true;
+    }
+    if (!more) return;
+  }
+}
+
 void OpContext::recv_chunked(int peer, std::span<uint8_t> dst, std::vector<RequestPtr>* out) {
   for (size_t off = 0; off < dst.size(); off += chunk_bytes_)
     out->push_back(recv(peer, dst.subspan(off, std::min(chunk_bytes_, dst.size() - off)), off));

@@ -96,6 +96,11 @@ class OpContext {
                          ReduceOp op, uint64_t offset = 0);
   // A buffer split into chunk_bytes() frames.
   void send_chunked(int peer, std::span<const uint8_t> data, std::vector<RequestPtr>* out);
+  // send_chunked to several peers at once, chunk j to every peer before chunk j + 1: each peer's
+  // frames are the same as send_chunked's, and every peer has frames queued from the start (a
+  // transport that narrows each peer's striping while several peers are busy sees them all).
+  using PeerBytes = std::pair<int, std::span<const uint8_t>>;
+  void send_chunked_to_each(std::span<const PeerBytes> parts, std::vector<RequestPtr>* out);
   void recv_chunked(int peer, std::span<uint8_t> dst, std::vector<RequestPtr>* out);
 
   // Throws the request's Error, or Error(kTimeout) (after aborting the group). Finishes what the

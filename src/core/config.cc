@@ -206,8 +206,8 @@ void Config::validate() const {
   if (!(two_hop_gain == 0 || two_hop_gain > 1)) bad("GEOCCL_TWO_HOP_GAIN must be 0 (off) or > 1");
   if (tcp_streams < 0 || tcp_streams > 64) bad("GEOCCL_TCP_STREAMS must be in 0..64");
   if (tcp_buf_bytes > (int64_t{1} << 30)) bad("GEOCCL_TCP_BUF_BYTES must be at most 1G");
-  if (tcp_stripe != "backlog" && tcp_stripe != "rr")
-    bad("GEOCCL_TCP_STRIPE must be backlog or rr, got '" + tcp_stripe + "'");
+  if (tcp_stripe != "backlog" && tcp_stripe != "wide" && tcp_stripe != "rr")
+    bad("GEOCCL_TCP_STRIPE must be backlog, wide or rr, got '" + tcp_stripe + "'");
   if (tcp_resume != "auto" && tcp_resume != "on" && tcp_resume != "off")
     bad("GEOCCL_TCP_RESUME must be auto, on or off, got '" + tcp_resume + "'");
   if (tcp_resume_timeout.count() <= 0) bad("GEOCCL_TCP_RESUME_TIMEOUT_MS must be > 0");

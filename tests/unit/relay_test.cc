@@ -327,3 +327,54 @@ TEST(Relay, ATwoHopPathWhoseRelayCannotReachThePeerFallsBackToDirect) {
   g.ranks[0].reset();
   g.ranks[1].reset();
 }
+
+// Striping while a rank sends to several WAN peers at once (TcpOptions::narrow_fan_out, on by
+// default: GEOCCL_TCP_STRIPE=backlog): rank 0 posts 1 MiB frames to ranks 1 and 2 in turn before
+// either posts a receive, so both peers have frames unsent from the start; each peer's frames then
+// keep to S / 2 = 2 of its 4 data streams. With wide striping they spread over all 4.
+TEST(Relay, FramesToTwoBusyWanPeersTakeHalfTheStreamsEach) {
+  for (const bool narrow : {true, false}) {
+    TcpOptions o = relay_options();
+    o.data_streams = 4;
+    o.narrow_fan_out = narrow;
+    Group3 g(3, o, [](int, int, const std::string& real) { return real; }, 20s, false);
+    ASSERT_TRUE(g.connected());
+    for (int r = 0; r < 3; ++r)
+      for (int q = 0; q < 3; ++q)
+        if (r != q) g[r].dev->set_wan_peer(q, true);
+    constexpr int kFrames = 24;
+    std::vector<std::vector<uint8_t>> src(2 * kFrames, std::vector<uint8_t>(1 << 20)), dst(src.size(), std::vector<uint8_t>(1 << 20));
+    for (size_t i = 0; i < src.size(); ++i) std::fill(src[i].begin(), src[i].end(), static_cast<uint8_t>(i));
+    std::vector<RequestPtr> sends, recvs;
+    for (int i = 0; i < kFrames; ++i)
+      for (int peer : {1, 2}) {
+        const size_t k = static_cast<size_t>(2 * i + peer - 1);
+        sends.push_back(g[0].dev->send(peer, header(static_cast<uint64_t>(i), src[k].size()), src[k]));
+      }
+    std::this_thread::sleep_for(200ms);  // the kernel holds what the receivers have not taken
+    for (int i = 0; i < kFrames; ++i)
+      for (int peer : {1, 2}) {
+        const size_t k = static_cast<size_t>(2 * i + peer - 1);
+        recvs.push_back(g[peer].dev->recv(0, header(static_cast<uint64_t>(i), dst[k].size()), dst[k]));
+      }
+    ASSERT_TRUE(test_support::wait_for(recvs, 60s));
+    ASSERT_TRUE(test_support::wait_for(sends, 60s));
+    for (const auto& r : recvs) ASSERT_TRUE(r->ok()) << r->failure.message;
+    for (size_t k = 0; k < src.size(); ++k) ASSERT_EQ(src[k], dst[k]) << "frame " << k;
+    for (int peer : {1, 2}) {
+      const auto ps = g[0].stats(peer);
+      int used = 0;
+      uint64_t beyond = 0;  // frames on streams 3 and 4
+      for (const auto& st : ps.tcp.streams) {
+        used += st.frames_sent > 0;
+        if (st.index > 2) beyond += st.frames_sent;
+      }
+      if (narrow) {
+        // The first frame to peer 1 went before peer 2 was busy: at most that one beyond.
+        EXPECT_LE(beyond, 1u) << "peer " << peer;
+      } else {
+        EXPECT_EQ(used, 4) << "peer " << peer;
+      }
+    }
+  }
+}

@@ -62,6 +62,9 @@ struct TcpOptions {
   bool zerocopy = false;
   uint64_t zerocopy_min_bytes = 256 * 1024;
   bool round_robin = false;
+  // Each WAN peer's frames use S / (WAN peers with frames queued or unsent) of its streams
+  // (GEOCCL_TCP_STRIPE=backlog; "wide": all S always).
+  bool narrow_fan_out = false;
   // Re-establish broken data streams and re-send unacknowledged frames: for every peer, or for
   // WAN peers (GEOCCL_TCP_RESUME on / auto).
   bool resume = false, wan_resume = false;
@@ -257,6 +260,8 @@ class TcpDevice final : public Device {
   // first data stream unless it is backed up.
   static constexpr size_t kSmallFrame = 64 << 10;
   TcpConnection& next_send_conn(TcpPeer& p, size_t bytes);
+  // 1 + the other WAN peers with data queued or unsent by the kernel (loop thread).
+  int busy_wan_peers(const TcpPeer& p) const;
   TcpConnection* conn(int peer, int stream) const;
 
   Group& group_;
