@@ -145,9 +145,10 @@ double hier_direct_ms(const topology::Topology& t, const WanPaths& p, double byt
   return direct_rs_ag_ms(p, bytes) + domain_ring_ms(largest_domain(t), bytes) / blocks;
 }
 
-// Reduce to the leaders, the leaders' direct reduce-scatter + allgather, broadcast.
-double hier_leaders_ms(const topology::Topology& t, const WanPaths& p, double bytes) {
-  return direct_rs_ag_ms(p, bytes) + domain_tree_ms(largest_domain(t), bytes);
+// Reduce to the leaders, the leaders' direct reduce-scatter + allgather, broadcast; in blocks
+// the domain steps overlap the WAN but the first block's reduce and the last one's broadcast.
+double hier_leaders_ms(const topology::Topology& t, const WanPaths& p, double bytes, int blocks) {
+  return direct_rs_ag_ms(p, bytes) + domain_tree_ms(largest_domain(t), bytes) / blocks;
 }
 
 double hier_small_ms(const topology::Topology& t, const WanPaths& p, double bytes) {
@@ -176,7 +177,7 @@ std::vector<Estimate> estimate_allreduce(const topology::Topology& topo, const W
   const size_t count = bytes / std::max<size_t>(elem_size, 1);
   const int blocks = hierarchical_blocks(bytes, chunk_bytes);
   out.push_back({Algo::kHierarchicalSmall, hier_small_ms(topo, paths, s)});
-  out.push_back({Algo::kHierarchicalLeaders, hier_leaders_ms(topo, paths, s)});
+  out.push_back({Algo::kHierarchicalLeaders, hier_leaders_ms(topo, paths, s, blocks)});
   out.push_back({Algo::kHierarchicalDirect, hier_direct_ms(topo, paths, s, blocks)});
   out.push_back({Algo::kHierarchical, hier_ring_ms(topo, paths, s, count, blocks)});
   out.push_back({Algo::kRing, flat_ring_ms(topo, paths, s)});

@@ -478,6 +478,93 @@ void leaders_reduce_scatter_allgather(OpContext& wan, void* buf, size_t count, D
   wan.wait_all(sends);
 }
 
+// hier-leaders in blocks (hierarchical_blocks > 1, uncompressed) on two lanes, so that the
+// domain steps overlap the WAN: the domain lane reduces block 0, 1, ... to the leader, then
+// broadcasts each block once it is final; the leaders' WAN lane reduce-scatters each block as
+// soon as it is reduced (chunk j to every leader before chunk j + 1), then, block by block,
+// reduces its parts and allgathers them. Frames to one peer go in the same order on every rank:
+// domain ranks run the blocks' reduces, then their broadcasts; leaders the blocks' reduce-scatters,
+// then their allgathers. Only the first block's reduce and the last block's broadcast stay exposed.
+void leaders_in_lanes(OpContext& c, const topology::Topology& topo, void* buf, size_t count, DataType t,
+                      ReduceOp inner, int blocks) {
+  const int me = c.rank();
+  const size_t es = dtype_size(t);
+  const auto& local = topo.members[static_cast<size_t>(topo.domain_of[static_cast<size_t>(me)])];
+  auto* base = static_cast<uint8_t*>(buf);
+  auto first = [&](int i) { return segment_begin(count, blocks, i); };
+  auto size = [&](int i) { return first(i + 1) - first(i); };
+  enum Counter { kReduced, kFinal };
+  TwoLanes lanes(c, 2);
+  const bool leader = me == local.front();
+  auto domain_lane = [&] {
+    OpContext dom = c.sub(local, kDomainScratch);
+    for (int i = 0; i < blocks; ++i) {
+      tree_reduce(dom, base + first(i) * es, size(i), t, inner, 0);
+      lanes.advance_to(kReduced, i + 1);
+    }
+    for (int i = 0; i < blocks; ++i) {
+      lanes.wait(kFinal, i + 1);
+      tree_broadcast(dom, base + first(i) * es, size(i) * es, 0);
+    }
+  };
+  auto wan_lane = [&] {
+    if (!leader) return lanes.advance_to(kFinal, blocks);  // its blocks come from the broadcasts
+    std::vector<int> leaders;
+    for (const auto& m : topo.members) leaders.push_back(m.front());
+    // Above every slot the domain lane's trees use (tree_reduce: 0 and one per child, up to
+    // log2 of the domain's size).
+    constexpr int kLeadersWanScratch = 64;
+    OpContext wan = c.sub(leaders, kLeadersWanScratch);
+    const int k = wan.size(), w = wan.rank();
+    const auto ub = static_cast<size_t>(blocks);
+    // Part q of block i: the q-th of k pieces of it.
+    auto part = [&](int i, int q) {
+      const size_t a = first(i) + segment_begin(size(i), k, q), b = first(i) + segment_begin(size(i), k, q + 1);
+      return std::span<uint8_t>(base + a * es, (b - a) * es);
+    };
+    std::vector<size_t> staged_at(ub + 1, 0);  // where block i's k-1 incoming parts start
+    for (size_t i = 0; i < ub; ++i) staged_at[i + 1] = staged_at[i] + part(static_cast<int>(i), w).size() * static_cast<size_t>(k - 1);
+    auto staging = wan.scratch(staged_at[ub], 0);
+    auto staged = [&](int i, int q) {
+      const size_t len = part(i, w).size();
+      return staging.subspan(staged_at[static_cast<size_t>(i)] + len * static_cast<size_t>(q < w ? q : q - 1), len);
+    };
+    std::vector<std::vector<RequestPtr>> rs_sends(ub), rs_recvs(ub), ag_recvs(ub);
+    std::vector<RequestPtr> ag_sends;
+    std::vector<OpContext::PeerBytes> out;
+    for (int i = 0; i < blocks; ++i) {
+      lanes.wait(kReduced, i + 1);
+      out.clear();
+      for (int q = 0; q < k; ++q) {
+        if (q == w) continue;
+        out.emplace_back(q, part(i, q));
+        wan.recv_chunked(q, staged(i, q), &rs_recvs[static_cast<size_t>(i)]);
+      }
+      wan.send_chunked_to_each(out, &rs_sends[static_cast<size_t>(i)]);
+    }
+    for (int i = 0; i < blocks; ++i) {
+      wan.wait_all(rs_recvs[static_cast<size_t>(i)]);
+      wan.wait_all(rs_sends[static_cast<size_t>(i)]);  // the allgather writes where these read
+      const auto mine = part(i, w);
+      for (int q = 0; q < k; ++q)
+        if (q != w) core::reduce_into(mine.data(), staged(i, q).data(), mine.size() / es, t, inner);
+      out.clear();
+      for (int q = 0; q < k; ++q) {
+        if (q == w) continue;
+        out.emplace_back(q, mine);
+        wan.recv_chunked(q, part(i, q), &ag_recvs[static_cast<size_t>(i)]);
+      }
+      wan.send_chunked_to_each(out, &ag_sends);
+    }
+    for (int i = 0; i < blocks; ++i) {
+      wan.wait_all(ag_recvs[static_cast<size_t>(i)]);
+      lanes.advance_to(kFinal, i + 1);
+    }
+    wan.wait_all(ag_sends);
+  };
+  lanes.run(domain_lane, wan_lane);
+}
+
 // Reduce to a leader per domain, the leaders' WAN step, broadcast inside each domain.
 void through_leaders(OpContext& c, const topology::Topology& topo, void* buf, size_t count, DataType t,
                      ReduceOp op, const WanCompression* z, double settle_ms, bool split) {
@@ -487,6 +574,14 @@ void through_leaders(OpContext& c, const topology::Topology& topo, void* buf, si
   const int me = c.rank();
   const ReduceOp inner = combine_op(op);
   const size_t bytes = count * dtype_size(t);
+  if (split && !z) {
+    if (const int blocks = hierarchical_blocks(bytes, c.chunk_bytes()); blocks > 1) {
+      metrics::TraceSpan span(c.trace(), "leaders in lanes");
+      leaders_in_lanes(c, topo, buf, count, t, inner, blocks);
+      if (op == ReduceOp::kAvg) core::finish_avg(buf, count, t, c.size());
+      return;
+    }
+  }
   const int my_domain = topo.domain_of[static_cast<size_t>(me)];
   const auto& local = topo.members[static_cast<size_t>(my_domain)];
   {
