@@ -442,49 +442,77 @@ void hierarchical_direct_allreduce(OpContext& c, const topology::Topology& topo,
 
 namespace {
 
-// The leaders' direct reduce-scatter + allgather of the whole buffer (uncompressed): leader q
-// reduces part q (the q-th of k) from its own data and the others' in leader order, then sends it
-// to every other leader. One place computes each value.
-void leaders_reduce_scatter_allgather(OpContext& wan, void* buf, size_t count, DataType t, ReduceOp inner) {
-  const int k = wan.size(), me = wan.rank();
+// The leaders' direct reduce-scatter + allgather (uncompressed) of `count` elements cut into
+// `blocks` blocks: leader q reduces part q (the q-th of k) of each block from its own data and the
+// others' in leader order, then sends it to every other leader. One place computes each value.
+// Each block's reduce-scatter is posted once `before_block(i)` returns (chunk j to every leader
+// before chunk j + 1), then block by block its parts are reduced and allgathered;
+// `block_final(i)` once block i's parts have all arrived. Frames to one peer go in the same order
+// on every leader: the blocks' reduce-scatters, then their allgathers.
+void leaders_exchange(OpContext& wan, void* buf, size_t count, DataType t, ReduceOp inner, int blocks,
+                      const std::function<void(int)>& before_block, const std::function<void(int)>& block_final) {
+  const int k = wan.size(), w = wan.rank();
   const size_t es = dtype_size(t);
-  auto part = [&](int q) {
-    const size_t a = segment_begin(count, k, q), b = segment_begin(count, k, q + 1);
-    return std::span<uint8_t>(static_cast<uint8_t*>(buf) + a * es, (b - a) * es);
+  auto* base = static_cast<uint8_t*>(buf);
+  const auto ub = static_cast<size_t>(blocks);
+  auto first = [&](int i) { return segment_begin(count, blocks, i); };
+  auto part = [&](int i, int q) {
+    const size_t n = first(i + 1) - first(i);
+    const size_t a = first(i) + segment_begin(n, k, q), b = first(i) + segment_begin(n, k, q + 1);
+    return std::span<uint8_t>(base + a * es, (b - a) * es);
   };
-  const auto mine = part(me);
-  auto staging = wan.scratch(mine.size() * static_cast<size_t>(k - 1), 0);
-  auto staged = [&](int q) { return staging.subspan(mine.size() * static_cast<size_t>(q < me ? q : q - 1), mine.size()); };
-  std::vector<RequestPtr> sends, recvs;
+  std::vector<size_t> staged_at(ub + 1, 0);  // where block i's k-1 incoming parts start
+  for (size_t i = 0; i < ub; ++i) staged_at[i + 1] = staged_at[i] + part(static_cast<int>(i), w).size() * static_cast<size_t>(k - 1);
+  auto staging = wan.scratch(staged_at[ub], 0);
+  auto staged = [&](int i, int q) {
+    const size_t len = part(i, w).size();
+    return staging.subspan(staged_at[static_cast<size_t>(i)] + len * static_cast<size_t>(q < w ? q : q - 1), len);
+  };
+  std::vector<std::vector<RequestPtr>> rs_sends(ub), rs_recvs(ub), ag_recvs(ub);
+  std::vector<RequestPtr> ag_sends;
   std::vector<OpContext::PeerBytes> out;
-  for (int q = 0; q < k; ++q) {
-    if (q == me) continue;
-    out.emplace_back(q, part(q));
-    wan.recv_chunked(q, staged(q), &recvs);
+  for (int i = 0; i < blocks; ++i) {
+    if (before_block) before_block(i);
+    out.clear();
+    for (int q = 0; q < k; ++q) {
+      if (q == w) continue;
+      out.emplace_back(q, part(i, q));
+      wan.recv_chunked(q, staged(i, q), &rs_recvs[static_cast<size_t>(i)]);
+    }
+    wan.send_chunked_to_each(out, &rs_sends[static_cast<size_t>(i)]);
   }
-  wan.send_chunked_to_each(out, &sends);
-  wan.wait_all(recvs);
-  wan.wait_all(sends);  // the allgather writes where these read
-  for (int q = 0; q < k; ++q)
-    if (q != me) core::reduce_into(mine.data(), staged(q).data(), mine.size() / es, t, inner);
-  out.clear();
-  for (int q = 0; q < k; ++q) {
-    if (q == me) continue;
-    out.emplace_back(q, mine);
-    wan.recv_chunked(q, part(q), &recvs);
+  for (int i = 0; i < blocks; ++i) {
+    wan.wait_all(rs_recvs[static_cast<size_t>(i)]);
+    wan.wait_all(rs_sends[static_cast<size_t>(i)]);  // the allgather writes where these read
+    const auto mine = part(i, w);
+    for (int q = 0; q < k; ++q)
+      if (q != w) core::reduce_into(mine.data(), staged(i, q).data(), mine.size() / es, t, inner);
+    out.clear();
+    for (int q = 0; q < k; ++q) {
+      if (q == w) continue;
+      out.emplace_back(q, mine);
+      wan.recv_chunked(q, part(i, q), &ag_recvs[static_cast<size_t>(i)]);
+    }
+    wan.send_chunked_to_each(out, &ag_sends);
   }
-  wan.send_chunked_to_each(out, &sends);
-  wan.wait_all(recvs);
-  wan.wait_all(sends);
+  for (int i = 0; i < blocks; ++i) {
+    wan.wait_all(ag_recvs[static_cast<size_t>(i)]);
+    if (block_final) block_final(i);
+  }
+  wan.wait_all(ag_sends);
+}
+
+std::vector<int> leaders_of(const topology::Topology& topo) {
+  std::vector<int> leaders;
+  for (const auto& m : topo.members) leaders.push_back(m.front());
+  return leaders;
 }
 
 // hier-leaders in blocks (hierarchical_blocks > 1, uncompressed) on two lanes, so that the
 // domain steps overlap the WAN: the domain lane reduces block 0, 1, ... to the leader, then
-// broadcasts each block once it is final; the leaders' WAN lane reduce-scatters each block as
-// soon as it is reduced (chunk j to every leader before chunk j + 1), then, block by block,
-// reduces its parts and allgathers them. Frames to one peer go in the same order on every rank:
-// domain ranks run the blocks' reduces, then their broadcasts; leaders the blocks' reduce-scatters,
-// then their allgathers. Only the first block's reduce and the last block's broadcast stay exposed.
+// broadcasts each block once it is final; the leaders' WAN lane runs leaders_exchange over the
+// blocks as each is reduced. Domain ranks run the blocks' reduces, then their broadcasts, in the
+// same order. Only the first block's reduce and the last block's broadcast stay exposed.
 void leaders_in_lanes(OpContext& c, const topology::Topology& topo, void* buf, size_t count, DataType t,
                       ReduceOp inner, int blocks) {
   const int me = c.rank();
@@ -492,75 +520,27 @@ void leaders_in_lanes(OpContext& c, const topology::Topology& topo, void* buf, s
   const auto& local = topo.members[static_cast<size_t>(topo.domain_of[static_cast<size_t>(me)])];
   auto* base = static_cast<uint8_t*>(buf);
   auto first = [&](int i) { return segment_begin(count, blocks, i); };
-  auto size = [&](int i) { return first(i + 1) - first(i); };
   enum Counter { kReduced, kFinal };
   TwoLanes lanes(c, 2);
-  const bool leader = me == local.front();
   auto domain_lane = [&] {
     OpContext dom = c.sub(local, kDomainScratch);
     for (int i = 0; i < blocks; ++i) {
-      tree_reduce(dom, base + first(i) * es, size(i), t, inner, 0);
+      tree_reduce(dom, base + first(i) * es, first(i + 1) - first(i), t, inner, 0);
       lanes.advance_to(kReduced, i + 1);
     }
     for (int i = 0; i < blocks; ++i) {
       lanes.wait(kFinal, i + 1);
-      tree_broadcast(dom, base + first(i) * es, size(i) * es, 0);
+      tree_broadcast(dom, base + first(i) * es, (first(i + 1) - first(i)) * es, 0);
     }
   };
   auto wan_lane = [&] {
-    if (!leader) return lanes.advance_to(kFinal, blocks);  // its blocks come from the broadcasts
-    std::vector<int> leaders;
-    for (const auto& m : topo.members) leaders.push_back(m.front());
+    if (me != local.front()) return lanes.advance_to(kFinal, blocks);  // its blocks come from the broadcasts
     // Above every slot the domain lane's trees use (tree_reduce: 0 and one per child, up to
     // log2 of the domain's size).
     constexpr int kLeadersWanScratch = 64;
-    OpContext wan = c.sub(leaders, kLeadersWanScratch);
-    const int k = wan.size(), w = wan.rank();
-    const auto ub = static_cast<size_t>(blocks);
-    // Part q of block i: the q-th of k pieces of it.
-    auto part = [&](int i, int q) {
-      const size_t a = first(i) + segment_begin(size(i), k, q), b = first(i) + segment_begin(size(i), k, q + 1);
-      return std::span<uint8_t>(base + a * es, (b - a) * es);
-    };
-    std::vector<size_t> staged_at(ub + 1, 0);  // where block i's k-1 incoming parts start
-    for (size_t i = 0; i < ub; ++i) staged_at[i + 1] = staged_at[i] + part(static_cast<int>(i), w).size() * static_cast<size_t>(k - 1);
-    auto staging = wan.scratch(staged_at[ub], 0);
-    auto staged = [&](int i, int q) {
-      const size_t len = part(i, w).size();
-      return staging.subspan(staged_at[static_cast<size_t>(i)] + len * static_cast<size_t>(q < w ? q : q - 1), len);
-    };
-    std::vector<std::vector<RequestPtr>> rs_sends(ub), rs_recvs(ub), ag_recvs(ub);
-    std::vector<RequestPtr> ag_sends;
-    std::vector<OpContext::PeerBytes> out;
-    for (int i = 0; i < blocks; ++i) {
-      lanes.wait(kReduced, i + 1);
-      out.clear();
-      for (int q = 0; q < k; ++q) {
-        if (q == w) continue;
-        out.emplace_back(q, part(i, q));
-        wan.recv_chunked(q, staged(i, q), &rs_recvs[static_cast<size_t>(i)]);
-      }
-      wan.send_chunked_to_each(out, &rs_sends[static_cast<size_t>(i)]);
-    }
-    for (int i = 0; i < blocks; ++i) {
-      wan.wait_all(rs_recvs[static_cast<size_t>(i)]);
-      wan.wait_all(rs_sends[static_cast<size_t>(i)]);  // the allgather writes where these read
-      const auto mine = part(i, w);
-      for (int q = 0; q < k; ++q)
-        if (q != w) core::reduce_into(mine.data(), staged(i, q).data(), mine.size() / es, t, inner);
-      out.clear();
-      for (int q = 0; q < k; ++q) {
-        if (q == w) continue;
-        out.emplace_back(q, mine);
-        wan.recv_chunked(q, part(i, q), &ag_recvs[static_cast<size_t>(i)]);
-      }
-      wan.send_chunked_to_each(out, &ag_sends);
-    }
-    for (int i = 0; i < blocks; ++i) {
-      wan.wait_all(ag_recvs[static_cast<size_t>(i)]);
-      lanes.advance_to(kFinal, i + 1);
-    }
-    wan.wait_all(ag_sends);
+    OpContext wan = c.sub(leaders_of(topo), kLeadersWanScratch);
+    leaders_exchange(wan, buf, count, t, inner, blocks, [&](int i) { lanes.wait(kReduced, i + 1); },
+                     [&](int i) { lanes.advance_to(kFinal, i + 1); });
   };
   lanes.run(domain_lane, wan_lane);
 }
@@ -592,16 +572,14 @@ void through_leaders(OpContext& c, const topology::Topology& topo, void* buf, si
   if (me == local.front()) {
     const auto began = std::chrono::steady_clock::now();
     metrics::TraceSpan span(c.trace(), "leaders exchange");
-    std::vector<int> leaders;
-    for (const auto& m : topo.members) leaders.push_back(m.front());
-    OpContext wan = c.sub(leaders);
+    OpContext wan = c.sub(leaders_of(topo));
     if (z) {
       // Compressed, the leaders' exchange is the allgather form of the WAN step.
       FloatPiece whole{{static_cast<float*>(buf), count}, {}};
       if (z->feedback && !z->key.empty()) whole.residual = z->feedback->get(z->key, count, 0x5a11);
       compressed_allgather_allreduce(wan, z->spec, {whole}, z->counters);
     } else if (split) {
-      leaders_reduce_scatter_allgather(wan, buf, count, t, inner);
+      leaders_exchange(wan, buf, count, t, inner, 1, {}, {});
     } else {
       const int k = wan.size();
       auto all = c.scratch(bytes * static_cast<size_t>(k), 0);

@@ -45,8 +45,8 @@ void set_notsent_lowat(int fd, uint64_t bytes) {
 }  // namespace
 
 TcpConnection::TcpConnection(TcpDevice& owner, TcpPeer& peer, int fd, int stream,
-                             const security::ConnectionKeys& keys)
-    : owner_(owner), peer_(peer), fd_(fd), stream_(stream) {
+                             const security::ConnectionKeys& keys, int via)
+    : owner_(owner), peer_(peer), fd_(fd), stream_(stream), via_(via) {
   set_keys(keys);
   configure_socket();
 }
@@ -195,13 +195,14 @@ void TcpConnection::enter_reconnecting(const std::string& why, bool recover) {
   if (recover) owner_.stream_broken(peer_, stream_);
 }
 
-void TcpConnection::resume(int fd, const security::ConnectionKeys& keys) {
+void TcpConnection::resume(int fd, const security::ConnectionKeys& keys, int via) {
   if (fd_ >= 0) enter_reconnecting("the peer replaced it", /*recover=*/false);
   if (resume_timer_) {
     owner_.group().loop().cancel_timer(resume_timer_);
     resume_timer_ = 0;
   }
   fd_ = fd;
+  via_ = via;
   reconnecting_ = false;
   goodbye_ = false;
   ++reconnects_;

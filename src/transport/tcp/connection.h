@@ -51,7 +51,8 @@ class TcpConnection {
 
   // Takes ownership of `fd` (non-blocking) and registers it with the loop. `keys` from the
   // connection's authentication (cipher 0: plaintext, no group secret).
-  TcpConnection(TcpDevice& owner, TcpPeer& peer, int fd, int stream, const security::ConnectionKeys& keys);
+  // `via`: the rank whose relay carries the socket (-1: direct).
+  TcpConnection(TcpDevice& owner, TcpPeer& peer, int fd, int stream, const security::ConnectionKeys& keys, int via);
   ~TcpConnection();
   TcpConnection(const TcpConnection&) = delete;
   TcpConnection& operator=(const TcpConnection&) = delete;
@@ -74,14 +75,12 @@ class TcpConnection {
   bool usable() const { return fd_ >= 0 || reconnecting_; }
   // The peer said goodbye on this connection (it is shutting down).
   bool said_goodbye() const { return goodbye_; }
-  // The rank whose relay carries the current socket (-1: direct). Set by the device whenever it
-  // hands the connection a socket.
+  // The rank whose relay carries the current socket (-1: direct), given with each socket.
   int via() const { return via_; }
-  void set_via(int via) { via_ = via; }
 
   // Stream recovery (data streams, TcpOptions::resume). Takes `fd`, a new socket for this stream (the old one broke or the peer replaced it), and
   // re-sends every frame the peer has not acknowledged, in frame order, before newer ones.
-  void resume(int fd, const security::ConnectionKeys& keys);
+  void resume(int fd, const security::ConnectionKeys& keys, int via);
   // Fault injection for tests: resets the socket (RST, as a middlebox would) and handles the
   // break as if the kernel had reported it. `silent`: the peer is told nothing (its socket stays
   // open, as when a NAT forgets the flow); the abandoned socket is returned, for the caller to
@@ -163,7 +162,7 @@ class TcpConnection {
   TcpPeer& peer_;
   int fd_;
   const int stream_;
-  int via_ = -1;
+  int via_;
   uint32_t interest_ = 0;
 
   std::deque<SendOp> sendq_;

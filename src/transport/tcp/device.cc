@@ -227,20 +227,20 @@ protocol::HandshakeStatus TcpDevice::admit(const protocol::Hello& hello, TcpConn
   // Only higher ranks connect to us, once per stream; a data stream may be connected again when
   // we resume streams (the peer found it broken), and only while the group stands.
   const int from = static_cast<int>(hello.rank);
-  const std::string who = "rank " + std::to_string(from) + " stream " + std::to_string(hello.stream);
+  auto who = [&] { return "rank " + std::to_string(from) + " stream " + std::to_string(hello.stream); };
   *existing = from > group_.rank() ? conn(from, hello.stream) : nullptr;
   if (from <= group_.rank()) {
-    *why = who + ": rank out of range (a lower rank is dialled by us, not the other way)";
+    *why = who() + ": rank out of range (a lower rank is dialled by us, not the other way)";
     return protocol::HandshakeStatus::kBadRank;
   }
-  if (*existing && !can_resume(peer(from), hello.stream)) {
-    *why = who + " is connected and cannot be replaced: " + resume_refusal(peer(from), hello.stream);
+  if (const char* refusal = *existing ? resume_refusal(peer(from), hello.stream) : nullptr) {
+    *why = who() + " is connected and cannot be replaced: " + refusal;
     return protocol::HandshakeStatus::kBadRank;
   }
   return protocol::HandshakeStatus::kAccepted;
 }
 
-std::string TcpDevice::resume_refusal(const TcpPeer& p, int stream) const {
+const char* TcpDevice::resume_refusal(const TcpPeer& p, int stream) const {
   const TcpConnection* control = p.streams[kControlStream].get();
   if (!p.resume) return "stream resume is off for the peer";
   if (group_.failed()) return "the group has failed";
@@ -248,7 +248,7 @@ std::string TcpDevice::resume_refusal(const TcpPeer& p, int stream) const {
   if (!control) return "no control stream";
   if (control->said_goodbye()) return "the peer said goodbye";
   if (stream != kControlStream && !control->usable()) return "the control stream is closed";
-  return "(resumable)";
+  return nullptr;
 }
 
 void TcpDevice::reject_pending(int fd, const std::string& why) {
@@ -332,10 +332,7 @@ void TcpDevice::on_pending_readable(int fd) {
   const protocol::Hello admitted = hello;  // drop_pending frees *p
   drop_pending(fd);
   const int via = note_relay(admitted);
-  if (existing) {
-    existing->resume(fd, {});
-    return existing->set_via(via);
-  }
+  if (existing) return existing->resume(fd, {}, via);
   adopt(fd, static_cast<int>(admitted.rank), admitted.stream, {}, via);
 }
 
@@ -356,10 +353,7 @@ void TcpDevice::on_auth_fin(PendingAccept& p) {
     return reject_pending(fd, "(authenticated) " + admit_why);
   drop_pending(fd);
   const int via = note_relay(hello);
-  if (existing) {
-    existing->resume(fd, keys);
-    return existing->set_via(via);
-  }
+  if (existing) return existing->resume(fd, keys, via);
   adopt(fd, static_cast<int>(hello.rank), hello.stream, keys, via);
 }
 
@@ -478,8 +472,7 @@ void TcpDevice::connect_through_relay(TcpPeer& p, const std::vector<int>& peers,
 
 void TcpDevice::adopt(int fd, int peer_rank, int stream, const security::ConnectionKeys& keys, int via) {
   TcpPeer& p = peer(peer_rank);
-  p.streams[static_cast<size_t>(stream)] = std::make_unique<TcpConnection>(*this, p, fd, stream, keys);
-  p.streams[static_cast<size_t>(stream)]->set_via(via);
+  p.streams[static_cast<size_t>(stream)] = std::make_unique<TcpConnection>(*this, p, fd, stream, keys, via);
   ++connected_;
   group_.notify();
 }
@@ -684,11 +677,7 @@ int TcpDevice::dial(const TcpPeer& p, bool wan, int stream, Clock::time_point de
   return fd;
 }
 
-bool TcpDevice::can_resume(const TcpPeer& p, int stream) const {
-  const TcpConnection* control = p.streams[kControlStream].get();
-  if (!p.resume || group_.failed() || closing_.load() || !control || control->said_goodbye()) return false;
-  return stream == kControlStream || control->usable();
-}
+bool TcpDevice::can_resume(const TcpPeer& p, int stream) const { return resume_refusal(p, stream) == nullptr; }
 
 void TcpDevice::stream_broken(TcpPeer& p, int stream) {
   if (group_.rank() > p.rank) {  // we connected it: connect it again
@@ -789,8 +778,7 @@ void TcpDevice::redial(TcpPeer& p, bool wan, int stream, std::chrono::millisecon
           ::close(fd);
           return;
         }
-        c->resume(fd, keys);
-        c->set_via(via);
+        c->resume(fd, keys, via);
       });
       if (!posted) ::close(fd);  // the loop is dead: nobody takes it
       return;
@@ -913,7 +901,8 @@ int TcpDevice::busy_wan_peers(const TcpPeer& p) const {
   for (const auto& q : peers_) {
     if (q.get() == &p || !q->wan) continue;
     for (int s = 1; s < streams_; ++s)
-      if (const TcpConnection* c = q->streams[static_cast<size_t>(s)].get(); c && c->open() && c->backlog() > 0) {
+      if (const TcpConnection* c = q->streams[static_cast<size_t>(s)].get();
+          c && c->open() && (!c->send_queue_empty() || c->backlog() > 0)) {
         ++busy;
         break;
       }

@@ -219,8 +219,8 @@ class TcpDevice final : public Device {
   // Whether a stream from the Hello's rank is welcome now (kBadRank if not, *why says why);
   // *existing: the stream it replaces (resume).
   protocol::HandshakeStatus admit(const protocol::Hello& hello, TcpConnection** existing, std::string* why);
-  // Why can_resume(p, stream) is false, for the log.
-  std::string resume_refusal(const TcpPeer& p, int stream) const;
+  // Why stream `stream` to the peer cannot be re-established now (nullptr: it can; can_resume).
+  const char* resume_refusal(const TcpPeer& p, int stream) const;
   // `via`: the rank whose relay carries the socket (-1: direct).
   void adopt(int fd, int peer, int stream, const security::ConnectionKeys& keys, int via);
   // Opens stream `stream` to lower rank `peer` and introduces us (Hello/Reply). Returns the
