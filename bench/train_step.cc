@@ -616,7 +616,7 @@ void FillCheckpoint(std::vector<std::uint8_t>& p, std::size_t off) {
 
 // Bytes each domain's ranks sent to ranks of other domains (its uplink), both classes: index d.
 std::vector<double> UplinkBytes(geoccl::Communicator& c) {
-  const auto& dom = c.topology().domain_of;
+  const auto dom = c.topology().domain_of;
   const int domains = dom.empty() ? 1 : *std::max_element(dom.begin(), dom.end()) + 1;
   std::vector<double> v(static_cast<std::size_t>(domains), 0.0);
   const int mine = dom.empty() ? 0 : dom[static_cast<std::size_t>(c.rank())];

@@ -234,7 +234,8 @@ class Communicator {
   Work recv_any(void* buf, size_t count, DataType dtype, uint32_t tag = 0, const OpOptions& o = {});
 
   std::vector<PeerStats> peer_stats() const;
-  const TopologyInfo& topology() const;
+  // The domains and the plan's figures in force now (a copy: re-planning may replace them).
+  TopologyInfo topology() const;
   // What compressed allreduces did on this rank, and the memory of its error-feedback residuals.
   CompressionStats compression_stats() const;
   // Drops the residual kept under `key` ("" = all of them); a later call with it starts afresh.

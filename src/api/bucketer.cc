@@ -53,7 +53,7 @@ struct GradientBucketer::Unpacker {
 
 size_t GradientBucketer::auto_bucket_bytes(const Communicator& comm, double wan_rate_bps) {
   constexpr size_t kMin = size_t{1} << 20, kMax = size_t{64} << 20, kSingleSite = size_t{25} << 20;
-  const auto& t = comm.topology();
+  const auto t = comm.topology();
   if (t.names.size() <= 1) return kSingleSite;
   // Slowest measured inter-domain RTT; 50 ms when domains come from labels without a probe.
   double rtt_ms = 0;

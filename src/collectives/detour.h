@@ -1,4 +1,4 @@
-// Two-hop paths for bulk data (issue 18, item 2): where the measured direct path between two
+// Two-hop paths for bulk data: where the measured direct path between two
 // domains is much slower than the path through a third domain that reaches both, the pair's
 // bulk frames go through that domain (a relay rank forwards them: transport/tcp/relay.h), while
 // small frames stay on the direct path. Pure functions of the agreed path figures

@@ -1,4 +1,4 @@
-// Re-planning while a job runs (issue 18, item 3), I/O-free: decides from the paths' figures the
+// Re-planning while a job runs, I/O-free: decides from the paths' figures the
 // group agreed on at each check whether the plan's figures (WanPaths, measured at start-up) no
 // longer hold, and what replaces them.
 //
@@ -12,7 +12,7 @@
 // overshoot on healthy paths); a window
 // without a sample for a pair (an idle path has no delivery-rate sample) neither confirms nor
 // ends a run of changes. The caller applies the new figures at an operation boundary every rank
-// shares (api/communicator.cc: the check's result, at the next check).
+// shares (api/replanner.h: the check's result, at the next check).
 #pragma once
 
 #include <optional>

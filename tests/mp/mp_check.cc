@@ -455,7 +455,7 @@ int mode_two_hop(Communicator& c) {
   const char* env = std::getenv("GEOCCL_TEST_TWO_HOP");
   CHECK(env && std::sscanf(env, "%d-%d:%d", &a, &b, &via) == 3, "GEOCCL_TEST_TWO_HOP names no pair (want A-B:VIA)");
   if (g_failures) return 1;
-  const auto& topo = c.topology();
+  const auto topo = c.topology();
   CHECK(topo.two_hop.size() == 1, "%zu two-hop paths between domains, expected 1", topo.two_hop.size());
   if (me == 0)
     for (const auto& line : topo.two_hop) std::printf("two-hop: %s\n", line.c_str());
@@ -1377,7 +1377,7 @@ int main(int argc, char** argv) {
       // transport is GEOCCL_TEST_EXPECT_TRANSPORT where set, and collectives are exact after the
       // switch.
       const char* expect = std::getenv("GEOCCL_TEST_EXPECT_TRANSPORT");
-      const auto& dom = c.topology().domain_of;
+      const auto dom = c.topology().domain_of;
       for (const auto& ps : c.peer_stats()) {
         if (dom[static_cast<size_t>(ps.peer)] == dom[static_cast<size_t>(me)]) continue;
         std::printf("rank %d -> %d: %s: %s\n", me, ps.peer, ps.transport.c_str(), ps.transport_choice.c_str());
@@ -1556,7 +1556,7 @@ int main(int argc, char** argv) {
         OpOptions ring;
         ring.algo = "hier-ring";
         c.allreduce(buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum, ring).wait();
-        const auto& dom = c.topology().domain_of;
+        const auto dom = c.topology().domain_of;
         int striped_bulk = 0;
         for (const auto& ps : c.peer_stats()) {
           const bool remote = dom[static_cast<size_t>(ps.peer)] != dom[static_cast<size_t>(me)];

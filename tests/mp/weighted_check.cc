@@ -121,7 +121,7 @@ int mode_mean(Communicator& c) {
     const double rel = std::sqrt(e / w);
     CHECK(rel < 3e-2 && rel > 0, "int8: relative RMS error %g", rel);
     CHECK(bit_identical(c, buf), "int8: ranks differ");
-    const auto& dom = c.topology().domain_of;
+    const auto dom = c.topology().domain_of;
     const bool several = std::any_of(dom.begin(), dom.end(), [&](int d) { return d != dom[0]; });
     // One site: nothing crosses a domain, nothing is compressed (docs/compression.md).
     CHECK(c.compression_stats().calls == before.calls + (several ? 1 : 0), "int8: %s",

@@ -239,11 +239,16 @@ int run_bench(const BenchSpec& spec) {
     if (spec.op != "allreduce" || t != DataType::kFloat32)
       throw std::invalid_argument("--compression applies to allreduce on f32 only");
   }
+  const auto setup_t0 = std::chrono::steady_clock::now();
   Communicator comm(cfg);
+  // Start-up: from the constructor's call to a communicator with its first plan (rank 0's view;
+  // every rank leaves the constructor within one set-up collective of the others).
+  const double setup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - setup_t0).count();
   const int n = comm.size(), me = comm.rank();
   const size_t es = dtype_size(t);
   nlohmann::json results = nlohmann::json::array();
   bool all_ok = true;
+  if (me == 0) std::printf("# setup %.3f s\n", setup_s);
   if (me == 0)
     std::printf("# geoccl bench: op=%s dtype=%s ranks=%d iters=%d warmup=%d algo=%s%s%s\n"
                 "%12s %12s %12s %12s %12s %10s %10s %8s\n",

@@ -17,7 +17,7 @@ int run_probe(size_t rate_bytes) {
   if (cfg.domain.empty()) cfg.topology = "probe";
   Communicator comm(cfg);
   const int n = comm.size(), me = comm.rank();
-  const auto& topo = comm.topology();
+  const auto topo = comm.topology();
   // Rates: the same round-robin tournament as the RTT probe; the lower rank of each pair sends
   // `rate_bytes`, the higher rank answers with one byte once everything has arrived.
   std::vector<double> rate(static_cast<size_t>(n * n), 0.0);

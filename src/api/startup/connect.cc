@@ -1,0 +1,75 @@
+// Start-up step "connect" (startup.h).
+#include <algorithm>
+
+#include "api/startup/startup.h"
+#include "core/logging.h"
+#include "transport/router.h"
+
+namespace geoccl::api::startup {
+
+using Clock = std::chrono::steady_clock;
+
+std::unique_ptr<transport::Router> connect(const Config& cfg, transport::Group& group,
+                                           membership::RendezvousInfo& rdv) {
+  const auto deadline = Clock::now() + cfg.connect_timeout;
+  // A rank that could not join (other group parameters) left its reason in the store: every
+  // rank still setting up fails with it instead of waiting for that rank.
+  auto poll = [&] {
+    std::optional<std::string> why;
+    ErrorCode code = ErrorCode::kInvalidArgument;
+    try {
+      why = membership::setup_error(rdv);
+    } catch (const Error& e) {
+      // A reason sealed with another group secret (security/store_seal.h): a rank with a wrong
+      // secret left it.
+      if (e.code() != ErrorCode::kProtocol) throw;
+      const std::string what = e.what(), prefix = std::string(error_code_name(e.code())) + ": ";
+      why = what.starts_with(prefix) ? what.substr(prefix.size()) : what;
+      code = ErrorCode::kProtocol;
+    }
+    if (why) {
+      rdv.store->add(rdv.prefix + membership::kSetupErrorSeenKey, 1);
+      throw Error(code, *why);
+    }
+  };
+  auto publish = [&](const std::string& key, const std::vector<uint8_t>& value) {
+    rdv.store->set(rdv.prefix + "addr/" + key, value);
+  };
+  auto lookup = [&](const std::string& key) {
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      try {
+        return rdv.store->get(rdv.prefix + "addr/" + key,
+                              std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(200)));
+      } catch (const Error& e) {
+        if (e.code() != ErrorCode::kTimeout || left.count() <= 200) throw;
+      }
+      poll();
+    }
+  };
+  try {
+    auto router = std::make_unique<transport::Router>(
+        group, cfg, rdv.data_streams, cfg.world_size > 1 ? membership::choose_bind_address(cfg) : "", publish,
+        lookup, poll, deadline);
+    if (cfg.world_size > 1) GEOCCL_LOG(kInfo, "connected to all peers");
+    return router;
+  } catch (const Error& e) {
+    // A peer that rejected this rank's handshake (a wrong group secret, another version): the
+    // ranks still setting up fail with the reason too, instead of waiting for this one.
+    if (e.code() == ErrorCode::kProtocol && rdv.store) {
+      const std::string msg = "rank " + std::to_string(cfg.rank) + " could not connect: " + e.what();
+      try {
+        if (!membership::setup_error(rdv))
+          rdv.store->set(rdv.prefix + membership::kSetupErrorKey, std::vector<uint8_t>(msg.begin(), msg.end()));
+      } catch (const Error&) {
+      }
+    }
+    // The store lives in this process: keep it up until the other ranks have read why the
+    // setup failed (bounded), so that they fail with that reason rather than a lost store.
+    if (rdv.server && (e.code() == ErrorCode::kInvalidArgument || e.code() == ErrorCode::kProtocol))
+      membership::await_setup_error_seen(rdv, cfg.world_size - 1, std::chrono::seconds(5));
+    throw;
+  }
+}
+
+}  // namespace geoccl::api::startup

@@ -1,0 +1,65 @@
+// Start-up step "discover_domains" (startup.h).
+#include <algorithm>
+
+#include "api/startup/startup.h"
+#include "collectives/collectives.h"
+#include "transport/router.h"
+
+namespace geoccl::api::startup {
+
+using protocol::FrameHeader;
+using protocol::OpKind;
+
+namespace {
+
+// Labels, or RTTs: the domains before the router hears of them.
+Domains find(const Context& c) {
+  constexpr size_t kLabel = 64;
+  const Config& cfg = c.cfg;
+  const auto n = static_cast<size_t>(cfg.world_size);
+  Domains d{topology::single_domain(cfg.world_size), {}};
+  std::vector<uint8_t> mine(kLabel, 0), all(kLabel * n, 0);
+  std::copy_n(cfg.domain.begin(), std::min(kLabel - 1, cfg.domain.size()), mine.begin());
+  FrameHeader h;
+  h.kind = OpKind::kAllgather;
+  h.dtype = static_cast<uint8_t>(DataType::kUInt8);
+  h.op_bytes = kLabel * n;
+  c.collective(h, [&](collectives::OpContext& ctx) { collectives::ring_allgather(ctx, mine.data(), all.data(), kLabel); });
+  std::vector<std::string> labels;
+  for (size_t r = 0; r < n; ++r) labels.emplace_back(reinterpret_cast<const char*>(all.data() + r * kLabel));
+  const bool labelled = std::any_of(labels.begin(), labels.end(), [](auto& l) { return !l.empty(); });
+  if (cfg.topology == "flat") return d;
+  if (cfg.topology == "labels" || (cfg.topology == "auto" && labelled)) {
+    d.topo = topology::from_labels(labels);
+    // From 4 domains on, the inter-domain ring order matters: measure the paths to choose it.
+    if (d.topo.domains() <= 3) return d;
+  }
+  // Measure. The probe is a collective of its own so that every rank runs it.
+  FrameHeader p;
+  p.kind = OpKind::kBarrier;
+  p.dtype = static_cast<uint8_t>(DataType::kFloat64);
+  p.tag = 0x50524f42;  // "PROB"
+  p.op_bytes = n * n * sizeof(double);
+  c.collective(p, [&](collectives::OpContext& ctx) { d.rtt_ms = collectives::measure_rtt_matrix(ctx, 5); });
+  if (d.topo.source == "labels")
+    topology::choose_ring_order(&d.topo, d.rtt_ms);
+  else
+    d.topo = topology::from_rtt(d.rtt_ms, cfg.world_size);
+  return d;
+}
+
+}  // namespace
+
+Domains discover_domains(const Context& c) {
+  Domains d = find(c);
+  // The WAN treatment of a peer (striping, stream recovery, WAN socket options) follows the
+  // domains, however they were found. On one site every peer is a LAN peer (which also drops the
+  // copies kept until now).
+  const auto& dom = d.topo.domain_of;
+  for (int r = 0; r < c.cfg.world_size; ++r)
+    if (r != c.cfg.rank) c.router.set_wan_peer(r, dom[static_cast<size_t>(r)] != dom[static_cast<size_t>(c.cfg.rank)]);
+  c.router.set_domains(d.topo.domain_of, d.topo.names);
+  return d;
+}
+
+}  // namespace geoccl::api::startup
