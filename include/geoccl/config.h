@@ -144,11 +144,11 @@ struct Config {
   // cost model over the measured paths chooses (collectives/cost_model.h).
   size_t wan_small_msg_bytes = 1 << 20;
   // GEOCCL_PLAN_PROBE_BYTES: across domains, the leaders of every pair of domains measure the
-  // pair's RTT and one flow's rate in each direction at start-up (a burst of this many bytes,
-  // twice: the first warms the connection), for the planner's cost model (0 = off: size
-  // thresholds). Every rank must use the same value. Off by default until the model's choices
-  // beat the thresholds in every case measured (docs/benchmarks.md, issue 18): 4M turns it on.
-  size_t plan_probe_bytes = 0;
+  // pair's RTT and its rate in both directions at start-up (bursts of this many bytes each way at
+  // once, twice: the first warms the connections), for the planner's cost model, two-hop paths
+  // and re-planning (0 = off: size thresholds, no detours, no re-planning). A job of one domain
+  // measures nothing. Every rank must use the same value.
+  size_t plan_probe_bytes = 4 << 20;
   // GEOCCL_REPLAN_OPS: with measured paths, every this many collectives of the default priority
   // class the group agrees on what the leaders' transports saw of the paths since the last
   // check, and a change that persisted GEOCCL_REPLAN_PERSIST checks becomes the cost model's

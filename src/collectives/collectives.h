@@ -86,12 +86,16 @@ std::vector<topology::PathFigures> probe_path(OpContext& c, int peer, const std:
                                               const std::vector<char>& available,
                                               const std::function<void(size_t)>& use, size_t bytes, int pings);
 
-// One flow's delivery rate (Mbit/s) from the lower of this rank and `peer` to the higher: a
-// burst of `bytes` in 16 frames. The receiver times the arrivals from the first frame to the
-// last, which overshoots when its thread wakes late for the first (a busy CPU); the sender times
-// from its first send to the receiver's answer, less the path's round trip `rtt_ms`, which
-// undershoots a little. The lower of the two; both ranks return it.
-double probe_rate(OpContext& c, int peer, size_t bytes, double rtt_ms);
+// The delivery rates (Mbit/s) of the path between this rank and `peer` in both directions at
+// once: each end sends a burst of `bytes` in 16 frames to the other. A receiver times the
+// arrivals from the first frame to the last, which overshoots when its thread wakes late for the
+// first (a busy CPU); the sender bounds that by its time from its first send to the receiver's
+// answer, less the path's round trip `rtt_ms`. Both ranks run it together.
+struct RatePair {
+  double out_mbps = 0;  // from this rank to `peer`
+  double in_mbps = 0;   // from `peer` to this rank
+};
+RatePair probe_rates(OpContext& c, int peer, size_t bytes, double rtt_ms);
 
 // broadcast from root. Binomial tree for small buffers, pipelined chain for large ones.
 void tree_broadcast(OpContext& c, void* buf, size_t bytes, int root);

@@ -88,36 +88,40 @@ std::vector<topology::PathFigures> probe_path(OpContext& c, int peer, const std:
   return out;
 }
 
-double probe_rate(OpContext& c, int peer, size_t bytes, double rtt_ms) {
-  // Frames of a sixteenth of the burst (at least 4 KiB); the receiver times the arrivals from
-  // the first frame to the last, on its own clock (the first frame's one-way delay left out).
+RatePair probe_rates(OpContext& c, int peer, size_t bytes, double rtt_ms) {
+  // Both ends send a burst at once (the two directions of a path are separate links). Each
+  // receiver times the arrivals from the first frame to the last, on its own clock (the first
+  // frame's one-way delay left out), and answers with that figure; each sender bounds it by its
+  // own time from the first send to the answer, less one round trip.
   const size_t frame = std::max<size_t>(4096, bytes / 16);
-  std::vector<uint8_t> burst(bytes, 0x5a);
-  if (c.rank() < peer) {
-    const auto start = std::chrono::steady_clock::now();
-    std::vector<RequestPtr> sends;
-    for (size_t off = 0; off < bytes; off += frame)
-      sends.push_back(c.send(peer, std::span<const uint8_t>(burst.data() + off, std::min(frame, bytes - off)), off));
-    c.wait_all(sends);
-    double mbps = 0;
-    c.wait(c.recv(peer, std::span<uint8_t>(reinterpret_cast<uint8_t*>(&mbps), sizeof mbps)));
-    const double ms = std::max(ms_since(start) - rtt_ms, 1e-3);
-    mbps = std::min(mbps, static_cast<double>(bytes) * 8 / (ms * 1e3));
-    // The receiver returns the same figure.
-    c.wait(c.send(peer, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&mbps), sizeof mbps)));
-    return mbps;
-  }
-  std::vector<RequestPtr> recvs;
+  std::vector<uint8_t> out_burst(bytes, 0x5a), in_burst(bytes);
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<RequestPtr> recvs, sends;
   for (size_t off = 0; off < bytes; off += frame)
-    recvs.push_back(c.recv(peer, std::span<uint8_t>(burst.data() + off, std::min(frame, bytes - off)), off));
+    recvs.push_back(c.recv(peer, std::span<uint8_t>(in_burst.data() + off, std::min(frame, bytes - off)), off));
+  for (size_t off = 0; off < bytes; off += frame)
+    sends.push_back(c.send(peer, std::span<const uint8_t>(out_burst.data() + off, std::min(frame, bytes - off)), off));
   c.wait(recvs[0]);
   const auto first = std::chrono::steady_clock::now();
   for (size_t i = 1; i < recvs.size(); ++i) c.wait(recvs[i]);
-  const double ms = std::max(ms_since(first), 1e-3);
-  double mbps = static_cast<double>(bytes - std::min(frame, bytes)) * 8 / (ms * 1e3);
-  c.wait(c.send(peer, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&mbps), sizeof mbps)));
-  c.wait(c.recv(peer, std::span<uint8_t>(reinterpret_cast<uint8_t*>(&mbps), sizeof mbps)));
-  return mbps;
+  const double in_ms = std::max(ms_since(first), 1e-3);
+  RatePair r;
+  r.in_mbps = static_cast<double>(bytes - std::min(frame, bytes)) * 8 / (in_ms * 1e3);
+  // The answer goes on a frame of its own offset: after the burst's frames in the pair's order.
+  auto answered = c.send(peer, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&r.in_mbps), sizeof r.in_mbps), bytes);
+  c.wait(c.recv(peer, std::span<uint8_t>(reinterpret_cast<uint8_t*>(&r.out_mbps), sizeof r.out_mbps), bytes));
+  const double out_ms = std::max(ms_since(start) - rtt_ms, 1e-3);
+  r.out_mbps = std::min(r.out_mbps, static_cast<double>(bytes) * 8 / (out_ms * 1e3));
+  c.wait_all(sends);
+  c.wait(answered);
+  // Both ends keep the same figures: each learns what the other bounded.
+  double theirs[2] = {0, 0};
+  const double mine[2] = {r.out_mbps, r.in_mbps};
+  auto agreed = c.send(peer, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(mine), sizeof mine), bytes + 1);
+  c.wait(c.recv(peer, std::span<uint8_t>(reinterpret_cast<uint8_t*>(theirs), sizeof theirs), bytes + 1));
+  c.wait(agreed);
+  r.in_mbps = std::min(r.in_mbps, theirs[0]);
+  return r;
 }
 
 }  // namespace geoccl::collectives
