@@ -75,11 +75,13 @@ ALL_BACKENDS = ["geoccl", "geoccl-tcp", "geoccl-thresholds", "geoccl-direct", "g
 # Variants of geoccl: (name, environment the ranks get); their JSON says "geoccl".
 # geoccl-thresholds: the planner's size thresholds instead of its cost model (no path probe).
 # geoccl-direct: no two-hop paths for bulk data (every pair direct). geoccl-wide: every WAN peer's
-# frames striped over all S streams even while several WAN peers are busy (GEOCCL_TCP_STRIPE=wide).
+# frames striped over all S streams even while several WAN peers are busy (stripe=wide).
+# GEOCCL_EXPERIMENT keys (docs/configuration.md) are appended to the caller's GEOCCL_EXPERIMENT, so
+# a script's own experiment settings apply to every variant too (a later key wins).
 GEOCCL_VARIANTS = {"geoccl-tcp": ["GEOCCL_TRANSPORT=tcp"],
-                   "geoccl-thresholds": ["GEOCCL_PLAN_PROBE_BYTES=0"],
-                   "geoccl-direct": ["GEOCCL_TWO_HOP_GAIN=0"],
-                   "geoccl-wide": ["GEOCCL_TCP_STRIPE=wide"]}
+                   "geoccl-thresholds": ["GEOCCL_EXPERIMENT=plan_probe=0"],
+                   "geoccl-direct": ["GEOCCL_EXPERIMENT=two_hop_gain=0"],
+                   "geoccl-wide": ["GEOCCL_EXPERIMENT=stripe=wide"]}
 # Baselines for --compression, run in the same interleaved rounds when --backends names them:
 # geoccl-fp32 is geoccl without the codec, torch-gloo-fp16 torch-gloo with fp16_compress_hook
 # whatever the codec. Their JSON says "geoccl" / "torch-gloo".
@@ -399,12 +401,25 @@ def parse_args(argv):
     return args
 
 
+def variant_env(assignments, environ=os.environ):
+    """A variant's VAR=value list, its GEOCCL_EXPERIMENT keys after those of `environ`'s."""
+    out = []
+    for a in assignments:
+        name, _, value = a.partition("=")
+        inherited = environ.get("GEOCCL_EXPERIMENT", "")
+        if name == "GEOCCL_EXPERIMENT" and inherited:
+            a = "GEOCCL_EXPERIMENT=%s,%s" % (inherited, value)
+        out.append(a)
+    return out
+
+
 def backends(args):
     """(name, argv prefix) of every allreduce program; geoccl first, it is the reference."""
     geo = [args.geoccl, "bench"] + (["--algo", args.algo] if args.algo else []) + compression_args(args)
     out = [("geoccl", geo)]
     if args.wanted:  # variants only when asked for
-        out += [(v, ["env"] + e + geo) for v, e in GEOCCL_VARIANTS.items() if v in args.wanted]
+        out += [(v, ["env"] + variant_env(e) + geo) for v, e in GEOCCL_VARIANTS.items()
+                if v in args.wanted]
         if "geoccl-fp32" in args.wanted:
             out.append(("geoccl-fp32", [args.geoccl, "bench"] + (["--algo", args.algo] if args.algo else [])))
     if args.gloo:

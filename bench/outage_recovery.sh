@@ -4,7 +4,7 @@
 # for 60 s (bench/scenarios/outage-*.toml). Each cut runs, in one go, with geoccl's recovery
 # (heartbeats, stalled connections replaced: the defaults) and with the transport's own
 # retransmission backoff only (GEOCCL_HEARTBEAT_MS=0: no heartbeats, no detector, no stall checks;
-# GEOCCL_QUIC_REDIAL_MS=0: no re-dialling), the transport as it was before recovery existed; on
+# GEOCCL_EXPERIMENT=quic_redial_ms=0: no re-dialling), the transport as it was before recovery existed; on
 # QUIC also with heartbeats but no re-dialling. Prints the slowest iteration (the one the cut
 # hits) of each run against the targets: at most 6 s for the 5 s cut and 61.5 s for the 60 s cut.
 #
@@ -36,7 +36,7 @@ for cut in $CUTS; do
     for mode in $modes; do
       hb=${mode%%:*} redial=${mode##*:}
       GEOCCL_TRANSPORT=$([ "$t" = quic ] && echo host=shm,remote=quic || echo auto) \
-      GEOCCL_HEARTBEAT_MS=$hb GEOCCL_QUIC_REDIAL_MS=$redial GEOCCL_TCP_RESUME_TIMEOUT_MS=$(((cut + 30) * 1000)) \
+      GEOCCL_HEARTBEAT_MS=$hb GEOCCL_EXPERIMENT=quic_redial_ms=$redial GEOCCL_TCP_RESUME_TIMEOUT_MS=$(((cut + 30) * 1000)) \
       GEOCCL_TEST_RUN_S=$run_s \
         "$G" run --wan "bench/scenarios/outage-${cut}s.toml" --domains a:2,b:2,c:2 -n 6 --timeout $((run_s + 120)) \
         -- "$CHECK" outage >"$out" 2>&1 || { echo "run failed:"; tail -20 "$out"; exit 1; }

@@ -1,30 +1,28 @@
 #!/usr/bin/env bash
-# Issue 18, items 2, 4 and 5 (docs/benchmarks.md, "Two-hop paths" and "Small allreduces on unequal
-# RTTs; algorithm choice by a cost model"): geoccl with the planner's cost model against geoccl
-# with the old size thresholds (geoccl-thresholds: GEOCCL_PLAN_PROBE_BYTES=0) and Gloo, alternating,
-# on
+# docs/benchmarks.md, "Two-hop paths" and "Small allreduces on unequal RTTs; algorithm choice by
+# a cost model": geoccl with the planner's cost model against geoccl with the old size
+# thresholds (geoccl-thresholds: GEOCCL_EXPERIMENT=plan_probe=0) and Gloo, alternating, on
 #   - unequal-rtt.toml (3 regions, RTTs 30/80/110 ms, uplinks 1000/500/250 Mbit/s): 4 KiB
 #     back-to-back, against the small-message bound (the largest one-way delay, 55 ms);
 #   - four-uneven.toml (4 regions of 3/1/2/2 ranks, RTTs 20..140 ms, 500 Mbit/s uplinks):
 #     16 MiB and 96 MiB against the link limit (Gloo at 16 MiB only: ~30 s per 96 MiB call);
 # and geoccl with two-hop paths for bulk data against geoccl with every pair direct
-# (geoccl-direct: GEOCCL_TWO_HOP_GAIN=0) on
+# (geoccl-direct: GEOCCL_EXPERIMENT=two_hop_gain=0) on
 #   - two-hop.toml (3 regions x 1 rank, a-c 50 Mbit/s, a-b and b-c 1 Gbit/s): 16 and 96 MiB.
-# GEOCCL_TCP_STALL_MS=10000: see docs/benchmarks.md (the 1 s stall detector replaces streams
-# whose frames wait in a shared uplink's queue). Run as root from anywhere:
+# GEOCCL_EXPERIMENT stall_ms=10000: see docs/benchmarks.md (the 1 s stall detector replaces
+# streams whose frames wait in a shared uplink's queue). Run as root from anywhere:
 #   bash bench/plan_wan.sh            # BUILD=build OUT=bench/results ITERS=5 ROUNDS=2
 #   ONLY=two-hop bash bench/plan_wan.sh   # one of unequal-rtt, four-uneven, two-hop
 set -euo pipefail
-# The cost model's start-up path probe is off by default (GEOCCL_PLAN_PROBE_BYTES=0): "geoccl"
-# here is the build with it on; geoccl-thresholds turns it off again. Two-hop paths need it too.
-export GEOCCL_PLAN_PROBE_BYTES=${GEOCCL_PLAN_PROBE_BYTES:-4M}
+# "geoccl" is the default (measured paths, cost model, two-hop paths); geoccl-thresholds turns the
+# start-up path probe off. The caller's GEOCCL_EXPERIMENT keys come last, so they win.
+export GEOCCL_EXPERIMENT="stall_ms=10000${GEOCCL_EXPERIMENT:+,$GEOCCL_EXPERIMENT}"
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 build=${BUILD:-build}
 out=${OUT:-bench/results}
 only=${ONLY:-}
 mkdir -p "$out"
-export GEOCCL_TCP_STALL_MS=${GEOCCL_TCP_STALL_MS:-10000}
 common=(--geoccl "$build/tools/geoccl/geoccl" --gloo "$build/bench/gloo_bench" --op allreduce
         --warmup 1 --rounds "${ROUNDS:-2}" --timeout-s 900)
 want() { [ -z "$only" ] || [ "$only" = "$1" ]; }

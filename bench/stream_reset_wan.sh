@@ -17,7 +17,7 @@ RESUME=${RESUME:-on}
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 
-GEOCCL_TCP_RESUME=$RESUME "$G" run --wan "$SCENARIO" -n 2 --host-cc cubic --timeout 600 -- \
+GEOCCL_EXPERIMENT=resume=$RESUME "$G" run --wan "$SCENARIO" -n 2 --host-cc cubic --timeout 600 -- \
   "$G" bench --op allreduce --sizes 96M --iters "$ITERS" --warmup 1 --verbose >"$out" 2>&1 &
 job=$!
 

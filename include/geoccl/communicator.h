@@ -61,7 +61,7 @@ struct PeerStats {
   // bytes each sent; before any sent, the control stream's).
   double rtt_ms = 0;
   // TCP: the rank whose relay carries this peer's connections, because the two could not reach
-  // each other directly (GEOCCL_RELAY_AFTER_MS); -1: direct.
+  // each other directly (Config::relay_after); -1: direct.
   int relay = -1;
   // TCP: bytes this rank forwarded, as a relay, on connections with this peer at one end.
   uint64_t relayed_bytes = 0;
@@ -89,7 +89,7 @@ struct PeerStats {
     uint64_t pacing_rate_bps = 0;    // bit/s
     uint64_t send_buffer = 0, receive_buffer = 0;  // SO_SNDBUF / SO_RCVBUF as the kernel holds them
     uint64_t frames_sent = 0, frames_received = 0, bytes_sent = 0;
-    // Times this stream broke and was re-established (GEOCCL_TCP_RESUME), and frames re-sent.
+    // Times this stream broke and was re-established (Config::tcp_resume), and frames re-sent.
     uint64_t reconnects = 0, frames_resent = 0;
     // The rank whose relay carries this stream (-1: direct): a relayed pair's, or a two-hop
     // path's for bulk data (GEOCCL_TWO_HOP).
@@ -116,8 +116,8 @@ struct PeerStats {
     uint64_t delivery_rate_bps = 0;  // bit/s
     uint64_t pacing_rate_bps = 0;
     uint64_t streams_opened = 0;     // data frame copies sent, one stream each
-    uint64_t frames_duplicated = 0;  // small frames sent on two streams (GEOCCL_QUIC_DUPLICATE_BYTES)
-    uint64_t reconnects = 0;         // connections replaced after a silence (GEOCCL_QUIC_REDIAL_MS)
+    uint64_t frames_duplicated = 0;  // small frames sent twice (Config::quic_duplicate_bytes)
+    uint64_t reconnects = 0;         // replaced after a silence (Config::quic_redial_after)
     uint64_t frames_resent = 0;      // frames sent again on a replacing connection
     uint64_t zero_rtt = 0;           // replacing connections resumed with 0-RTT early data accepted
     uint64_t zero_rtt_refused = 0;   // replacing connections whose 0-RTT was refused (full handshake)
@@ -126,7 +126,7 @@ struct PeerStats {
     bool gso = false;                // UDP GSO in use on the device's socket
     // Flow control (src/transport/quic/flow_window.h): the receive windows this side gives the
     // peer, sized from the path's bandwidth-delay product once it is measured, and the figures
-    // they were sized from (0 = not measured yet: GEOCCL_QUIC_WINDOW_BYTES).
+    // they were sized from (0 = not measured yet: Config::quic_window_bytes).
     uint64_t window_bytes = 0;         // connection window
     uint64_t stream_window_bytes = 0;  // each data frame's stream
     uint64_t max_window_bytes = 0;     // ngtcp2's auto-tuning ceiling, set when the connection was made
@@ -142,19 +142,19 @@ struct TopologyInfo {
   std::string source;              // "labels", "rtt" or "single"
   std::vector<double> rtt_ms;      // size*size matrix when measured, else empty
   std::string describe;            // one line for logs
-  // Across domains (GEOCCL_PLAN_PROBE_BYTES > 0): what the leaders measured between every pair
+  // Across domains (Config::plan_probe_bytes > 0): what the leaders measured between every pair
   // of domains at start-up, agreed by every rank (domains*domains, row-major; empty otherwise):
   // one-way delay (half the fastest RTT) and one flow's delivery rate from row to column.
   std::vector<double> wan_one_way_ms;
   std::vector<double> wan_rate_mbps;
-  // Re-planning while the job runs (GEOCCL_REPLAN_OPS): how many times the figures above were
+  // Re-planning while the job runs (Config::replan_ops): how many times the figures above were
   // replaced, after which collective (counted in the default priority class; 0: never), and what
   // changed. The figures above are the ones in force.
   int replans = 0;
   uint64_t replanned_after_op = 0;
   std::string replan_change;
   std::vector<int> ring_order;  // the domains in the order of the ring across them, in force
-  // Two-hop paths for bulk data (GEOCCL_TWO_HOP_GAIN): one line per pair of domains that sends
+  // Two-hop paths for bulk data (Config::two_hop_gain): one line per pair of domains that sends
   // through a third, with the figures that chose it. wan_rate_mbps holds the two-hop rate there.
   std::vector<std::string> two_hop;
 };

@@ -3,7 +3,7 @@
 // Only the hierarchical allreduce's WAN step is compressed: work inside a domain stays in full
 // precision, a job on one site is unchanged, and every rank decodes the same bytes in the same
 // order, so all ranks still hold bit-identical results. Applies to float32 sum/avg allreduces
-// that take the large hierarchical path (more than GEOCCL_WAN_SMALL_MSG_BYTES across domains).
+// that take the large hierarchical path (more than Config::wan_small_msg_bytes across domains).
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,7 @@
 // One typed configuration: defaults, then GEOCCL_* environment variables, then explicit options.
+// The fields a user has a reason to set have a variable each (docs/configuration.md); those that
+// exist to compare variants or diagnose are set through the one GEOCCL_EXPERIMENT variable
+// ("key=value,..."), named below by their key.
 #pragma once
 
 #include <chrono>
@@ -47,53 +50,56 @@ struct Config {
   // "host=shm|tcp,remote=tcp|quic".
   // Every rank must use the same value (a group parameter, checked when ranks connect).
   std::string transport = "auto";
-  // GEOCCL_SHM_RING_BYTES: bytes of each direction's ring between two ranks on one host.
+  // GEOCCL_EXPERIMENT shm_ring: bytes of each direction's ring between two ranks on one host.
   size_t shm_ring_bytes = 4 << 20;
-  // GEOCCL_QUIC_CC: ngtcp2's congestion control on QUIC connections (cubic, bbr, bbr2, reno).
-  // bbr2 by measurement (docs/transport.md, "QUIC"): cubic collapses on the test bed's lossy
+  // GEOCCL_EXPERIMENT quic_cc: ngtcp2's congestion control on QUIC connections (cubic, bbr, bbr2,
+  // reno). bbr2 by measurement (docs/transport.md, "QUIC"): cubic collapses on the test bed's lossy
   // and queue-limited paths.
   std::string quic_cc = "bbr2";
-  // GEOCCL_QUIC_WINDOW_BYTES: flow-control window of a QUIC connection to a peer whose path is not
-  // measured yet (ngtcp2 may grow it to twice that); measured paths get windows sized from their
-  // bandwidth-delay product (transport/quic/flow_window.h).
+  // GEOCCL_EXPERIMENT quic_window: flow-control window of a QUIC connection to a peer whose path is
+  // not measured yet (ngtcp2 may grow it to twice that); measured paths get windows sized from
+  // their bandwidth-delay product (transport/quic/flow_window.h).
   uint64_t quic_window_bytes = 32u << 20;
-  // GEOCCL_QUIC_DUPLICATE_BYTES: a data frame of at most this many payload bytes goes out on two
-  // QUIC streams at once and the first copy to arrive in full is used, so a random packet loss
-  // costs it nothing unless it hits both copies (0 = never). Small operations (the 4 KiB
-  // allreduce) then keep their latency on lossy paths; the cost is their bytes twice.
+  // GEOCCL_EXPERIMENT quic_duplicate: a data frame of at most this many payload bytes goes out on
+  // two QUIC streams at once and the first copy to arrive in full is used, so a random packet loss
+  // costs it nothing unless it hits both copies (0 = never). Small operations (the 4 KiB allreduce)
+  // then keep their latency on lossy paths; the cost is their bytes twice.
   uint64_t quic_duplicate_bytes = 16u << 10;
-  // GEOCCL_QUIC_REDIAL_MS: a QUIC connection with data in flight (or a receive waiting on the
-  // peer) and nothing heard from the peer for this long is dialled again beside the old one (by the higher rank of the pair); the first
-  // of the two to carry packets again wins and the frames not yet acknowledged are re-sent on it,
-  // each delivered once. It bounds the recovery after an outage, which QUIC's own retransmission
-  // timer, doubling through the outage, would stretch to as much again. 0 = never re-dial.
+  // GEOCCL_EXPERIMENT quic_redial_ms: a QUIC connection with data in flight (or a receive waiting
+  // on the peer) and nothing heard from the peer for this long is dialled again beside the old one
+  // (by the higher rank of the pair); the first of the two to carry packets again wins and the
+  // frames not yet acknowledged are re-sent on it, each delivered once. It bounds the recovery
+  // after an outage, which QUIC's own retransmission timer, doubling through the outage, would
+  // stretch to as much again. 0 = never re-dial.
   std::chrono::milliseconds quic_redial_after{2000};
-  // GEOCCL_QUIC_0RTT: a re-dialled QUIC connection resumes the TLS session of the one it
+  // GEOCCL_EXPERIMENT quic_0rtt: a re-dialled QUIC connection resumes the TLS session of the one it
   // replaces and re-sends its frames as 0-RTT early data (1), or takes a full handshake (0). An
   // acceptor with 0 refuses early data, and the dialler falls back to the full handshake.
   bool quic_zero_rtt = true;
   // GEOCCL_TRANSPORT remote=auto: how long QUIC may take to connect before the peers it missed
-  // stay on TCP (GEOCCL_QUIC_CONNECT_MS), and the decider probe's burst
-  // (GEOCCL_TRANSPORT_PROBE_BYTES, one way per candidate and pair of domains).
+  // stay on TCP (GEOCCL_EXPERIMENT quic_connect_ms), and the decider probe's burst
+  // (GEOCCL_EXPERIMENT transport_probe, one way per candidate and pair of domains).
   std::chrono::milliseconds quic_connect_budget{8000};
   uint64_t transport_probe_bytes = 16u << 20;
-  // GEOCCL_TCP_CC: congestion control of peer sockets. "auto" = bbr when this rank belongs to a
-  // labelled domain (a multi-region job) and the kernel offers it, else the system default;
-  // "system" = leave it; any other name (bbr, cubic, reno) is requested for every peer socket.
+  // GEOCCL_EXPERIMENT tcp_cc: congestion control of peer sockets. "auto" = bbr when this rank
+  // belongs to a labelled domain (a multi-region job) and the kernel offers it, else the system
+  // default; "system" = leave it; any other name (bbr, cubic, reno) is requested for every peer
+  // socket.
   std::string tcp_cc = "auto";
-  // GEOCCL_TCP_STREAMS: data connections per peer pair; 0 = auto (1 on a single site, 4 when
-  // this rank belongs to a labelled domain). Rank 0's value is used by every rank.
+  // GEOCCL_TCP_STREAMS: data connections per peer pair; 0 = auto (4; frames to a peer of this
+  // rank's own domain take the first only). Rank 0's value is used by every rank.
   int tcp_streams = 0;
-  // GEOCCL_TCP_BUF_BYTES: SO_SNDBUF/SO_RCVBUF of peer sockets; -1 ("auto") = 32 MiB on WAN jobs
-  // (GEOCCL_DOMAIN set), else kernel autotuning (0).
+  // GEOCCL_EXPERIMENT tcp_buf: SO_SNDBUF/SO_RCVBUF of peer sockets; -1 ("auto") = 32 MiB on WAN
+  // jobs (GEOCCL_DOMAIN set), else kernel autotuning (0).
   int64_t tcp_buf_bytes = -1;
-  // GEOCCL_TCP_NOTSENT_LOWAT: TCP_NOTSENT_LOWAT of data sockets; -1 ("auto") = 1 MiB on WAN jobs,
-  // else off (0).
+  // GEOCCL_EXPERIMENT notsent_lowat: TCP_NOTSENT_LOWAT of data sockets; -1 ("auto") = 1 MiB on WAN
+  // jobs, else off (0).
   int64_t tcp_notsent_lowat = -1;
-  bool tcp_zerocopy = false;                 // GEOCCL_TCP_ZEROCOPY: MSG_ZEROCOPY (see transport.md)
-  size_t tcp_zerocopy_min_bytes = 256 << 10;  // GEOCCL_TCP_ZEROCOPY_MIN: smallest zero-copy frame
-  std::string tcp_stripe = "backlog";        // GEOCCL_TCP_STRIPE: backlog | wide | rr (round robin)
-  // GEOCCL_TCP_RESUME: re-establish a data stream that breaks (reset by a middlebox, a NAT
+  bool tcp_zerocopy = false;  // GEOCCL_EXPERIMENT zerocopy: MSG_ZEROCOPY (see transport.md)
+  size_t tcp_zerocopy_min_bytes = 256 << 10;  // GEOCCL_EXPERIMENT zerocopy_min: smallest such frame
+  // GEOCCL_EXPERIMENT stripe: backlog | wide | rr (round robin); see docs/transport.md.
+  std::string tcp_stripe = "backlog";
+  // GEOCCL_EXPERIMENT resume: re-establish a data stream that breaks (reset by a middlebox, a NAT
   // timeout) and re-send the frames the peer has not acknowledged, instead of failing the group.
   // Costs one copy of every sent byte until the peer acknowledges it. "auto" = on for WAN jobs
   // (GEOCCL_DOMAIN set), off on a single site; on; off.
@@ -101,14 +107,14 @@ struct Config {
   // GEOCCL_TCP_RESUME_TIMEOUT_MS: how long a broken data stream may take to come back before
   // the group fails with peer-lost.
   std::chrono::milliseconds tcp_resume_timeout{std::chrono::seconds(30)};
-  // GEOCCL_TCP_STALL_MS: a resumable connection (GEOCCL_TCP_RESUME) with data unacknowledged for
+  // GEOCCL_EXPERIMENT stall_ms: a resumable connection (key resume) with data unacknowledged for
   // this long is replaced by a fresh one instead of waiting out TCP's retransmission backoff
   // after an outage; 0 = never.
   std::chrono::milliseconds tcp_stall_timeout{1000};
-  // GEOCCL_RELAY_AFTER_MS: a peer that a TCP connection attempt does not reach within this time
-  // (no answer at all: a firewall, a cut path) is reached through a relay, a third rank that
-  // reaches it (docs/transport.md "Relays"); 0 = never relay (wait for the direct path until the
-  // connect timeout).
+  // GEOCCL_EXPERIMENT relay_after_ms: a peer that a TCP connection attempt does not reach within
+  // this time (no answer at all: a firewall, a cut path) is reached through a relay, a third rank
+  // that reaches it (docs/transport.md "Relays"); 0 = never relay (wait for the direct path until
+  // the connect timeout).
   std::chrono::milliseconds relay_after{5000};
 
   // Liveness (docs/transport.md "Liveness"). GEOCCL_HEARTBEAT_MS: every rank sends every peer a
@@ -123,8 +129,8 @@ struct Config {
   // GEOCCL_BULK_RATE: most bit/s the bulk class may send on one WAN path ("200M", "1G", "0" =
   // no cap but what the delay controller allows); decimal k/M/G suffixes, optional "bit".
   uint64_t bulk_rate_bps = 0;
-  // GEOCCL_BULK_TARGET_DELAY_MS: queueing delay (RTT above the path's minimum) at which the bulk
-  // class starts backing off.
+  // GEOCCL_EXPERIMENT bulk_delay_ms: queueing delay (RTT above the path's minimum) at which the
+  // bulk class starts backing off.
   std::chrono::milliseconds bulk_target_delay{5};
 
   // Deadlines.
@@ -136,37 +142,37 @@ struct Config {
   // GEOCCL_TOPOLOGY: how domains are found. auto = labels (GEOCCL_DOMAIN) when set, else measure
   // the RTT matrix at start-up and cluster; labels; probe (measure even with labels); flat.
   std::string topology = "auto";
-  size_t small_msg_bytes = 64 * 1024;       // GEOCCL_SMALL_MSG_BYTES: below: latency algorithm
-  // GEOCCL_WAN_SMALL_MSG_BYTES: across domains, allreduces up to this size use one direct
+  size_t small_msg_bytes = 64 * 1024;  // GEOCCL_EXPERIMENT small_msg: below: latency algorithm
+  // GEOCCL_EXPERIMENT wan_small_msg: across domains, allreduces up to this size use one direct
   // exchange between domain leaders (one WAN latency) instead of the hierarchical ring (2(k-1)
   // WAN latencies): on a WAN, latency dominates up to about a bandwidth-delay product.
-  // Used only when the WAN paths were not measured (GEOCCL_PLAN_PROBE_BYTES=0); otherwise the
+  // Used only when the WAN paths were not measured (plan_probe=0); otherwise the
   // cost model over the measured paths chooses (collectives/cost_model.h).
   size_t wan_small_msg_bytes = 1 << 20;
-  // GEOCCL_PLAN_PROBE_BYTES: across domains, the leaders of every pair of domains measure the
+  // GEOCCL_EXPERIMENT plan_probe: across domains, the leaders of every pair of domains measure the
   // pair's RTT and its rate in both directions at start-up (bursts of this many bytes each way at
   // once, twice: the first warms the connections), for the planner's cost model, two-hop paths
   // and re-planning (0 = off: size thresholds, no detours, no re-planning). A job of one domain
   // measures nothing. Every rank must use the same value.
   size_t plan_probe_bytes = 4 << 20;
-  // GEOCCL_REPLAN_OPS: with measured paths, every this many collectives of the default priority
-  // class the group agrees on what the leaders' transports saw of the paths since the last
-  // check, and a change that persisted GEOCCL_REPLAN_PERSIST checks becomes the cost model's
-  // figures and the ring order from the next check on (collectives/path_monitor.h). 0 = off.
-  // Every rank must use the same values.
+  // GEOCCL_EXPERIMENT replan_ops: with measured paths, every this many collectives of the default
+  // priority class the group agrees on what the leaders' transports saw of the paths since the last
+  // check, and a change that persisted replan_persist checks becomes the cost model's figures and
+  // the ring order from the next check on (collectives/path_monitor.h). 0 = off. Every rank must
+  // use the same values.
   int replan_ops = 20;
   int replan_persist = 2;
-  // GEOCCL_TWO_HOP_GAIN: with measured paths, a pair of domains whose direct path is this many
-  // times slower than the path through a third domain (its worse leg) sends its bulk data that
-  // way, through a relay rank in the middle domain (collectives/detour.h; TCP only). 0 = off;
+  // GEOCCL_EXPERIMENT two_hop_gain: with measured paths, a pair of domains whose direct path is
+  // this many times slower than the path through a third domain (its worse leg) sends its bulk data
+  // that way, through a relay rank in the middle domain (collectives/detour.h; TCP only). 0 = off;
   // otherwise > 1. Every rank must use the same value.
   double two_hop_gain = 2.0;
-  size_t chunk_bytes = 1 << 20;             // GEOCCL_CHUNK_BYTES: pipelining unit
+  size_t chunk_bytes = 1 << 20;  // GEOCCL_EXPERIMENT chunk: pipelining unit
   // GEOCCL_WAN_COMPRESSION: the codec of the WAN hops of float32 sum/avg allreduces that do not
   // name one (OpOptions::compression): none|fp16|bf16|int8|int4|topk:RATIO, optionally
   // "@allgather" or "@ring" (geoccl/compression.h). A group parameter: every rank must agree.
   std::string wan_compression = "none";
-  // GEOCCL_WAN_COMPRESSION_MIN_BYTES: the config default compresses only buffers at least this
+  // GEOCCL_EXPERIMENT compression_min: the config default compresses only buffers at least this
   // large (small allreduces are latency-bound, and are often counts or metrics); an explicit
   // OpOptions::compression applies at any size.
   size_t wan_compression_min_bytes = 64 << 10;
@@ -186,7 +192,9 @@ struct Config {
 
   // Defaults overridden by the environment. Throws Error(kInvalidArgument) for a malformed value.
   static Config from_env();
-  // Applies GEOCCL_* / torchrun variables onto *this.
+  // Applies GEOCCL_* / torchrun variables onto *this, GEOCCL_EXPERIMENT last. Throws
+  // Error(kInvalidArgument) for a malformed value, an unknown GEOCCL_EXPERIMENT key, or a variable
+  // that is no longer read (naming the GEOCCL_EXPERIMENT key that replaced it).
   void apply_env();
   // Throws Error(kInvalidArgument) when a field is out of range.
   void validate() const;

@@ -278,8 +278,8 @@ void bind_communicator(py::module_& m) {
            py::arg("compression") = py::none(), py::arg("feedback_key") = "",
            "In place. compression: a codec for the hops that cross domains (\"none\", \"fp16\", "
            "\"bf16\", \"int8\", \"int4\", \"topk:RATIO\", optionally \"@allgather\" or \"@ring\"); "
-           "None = GEOCCL_WAN_COMPRESSION for float32 sum/avg buffers of at least "
-           "GEOCCL_WAN_COMPRESSION_MIN_BYTES. An explicit codec on another dtype or op is a "
+           "None = GEOCCL_WAN_COMPRESSION for float32 sum/avg buffers of 64 KiB and up. An "
+           "explicit codec on another dtype or op is a "
            "ValueError. feedback_key: keep what the codec dropped on this rank under this key and "
            "add it to the next allreduce with the same key (error feedback); \"\" = none.")
       .def("compression_stats", [](const Comm& c) { return compression_stats_dict(c.compression_stats()); },

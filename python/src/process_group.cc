@@ -661,7 +661,7 @@ void bind_process_group(py::module_& m) {
                        const std::string& session, double timeout_s,
                        std::shared_ptr<StoreServer> server, const std::string& priority) {
              const Priority pr = parse_priority(priority);
-             Config c = Config::from_env();  // GEOCCL_BIND_ADDR, GEOCCL_DOMAIN, GEOCCL_TCP_* ...
+             Config c = Config::from_env();  // GEOCCL_BIND_ADDR, GEOCCL_DOMAIN, ...
              c.master_addr = master_addr;
              c.master_port = static_cast<uint16_t>(master_port);
              c.session = session;

@@ -78,7 +78,7 @@ class CommunicatorImpl {
   std::unique_ptr<metrics::HttpExporter> exporter_;
   std::unique_ptr<metrics::TraceWriter> trace_;  // GEOCCL_TRACE
   std::unique_ptr<api::OpEngine> engine_;
-  std::unique_ptr<api::Replanner> replanner_;  // measured paths and GEOCCL_REPLAN_OPS > 0
+  std::unique_ptr<api::Replanner> replanner_;  // measured paths and replan_ops > 0
 };
 
 CommunicatorImpl::CommunicatorImpl(Config cfg) : cfg_(std::move(cfg)) {

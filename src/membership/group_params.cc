@@ -9,14 +9,15 @@
 namespace geoccl::membership {
 namespace {
 
-// The one list of settings, in encoding order, with the variable that sets each. encode, decode
-// and describe_difference all walk it, so a setting added here is handled everywhere.
+// The one list of settings, in encoding order, with the variable (or GEOCCL_EXPERIMENT key) that
+// sets each. encode, decode and describe_difference all walk it, so a setting added here is
+// handled everywhere.
 template <class P, class F>
 void for_each_setting(P& p, F&& f) {
   f("GEOCCL_TCP_STREAMS", p.data_streams);
-  f("GEOCCL_CHUNK_BYTES", p.chunk_bytes);
-  f("GEOCCL_SMALL_MSG_BYTES", p.small_msg_bytes);
-  f("GEOCCL_WAN_SMALL_MSG_BYTES", p.wan_small_msg_bytes);
+  f("GEOCCL_EXPERIMENT chunk", p.chunk_bytes);
+  f("GEOCCL_EXPERIMENT small_msg", p.small_msg_bytes);
+  f("GEOCCL_EXPERIMENT wan_small_msg", p.wan_small_msg_bytes);
   f("GEOCCL_ALGO", p.algo);
   f("GEOCCL_TRANSPORT", p.transport);
   f("GEOCCL_TOPOLOGY", p.topology);

@@ -27,9 +27,9 @@ inline constexpr int kMaxDataStreams = 64;  // as GEOCCL_TCP_STREAMS allows
 
 struct GroupParams {
   uint32_t data_streams = 1;                  // GEOCCL_TCP_STREAMS, resolved (auto -> 1 or 4)
-  uint64_t chunk_bytes = 1 << 20;             // GEOCCL_CHUNK_BYTES
-  uint64_t small_msg_bytes = 64 * 1024;       // GEOCCL_SMALL_MSG_BYTES
-  uint64_t wan_small_msg_bytes = 1 << 20;     // GEOCCL_WAN_SMALL_MSG_BYTES
+  uint64_t chunk_bytes = 1 << 20;             // GEOCCL_EXPERIMENT chunk
+  uint64_t small_msg_bytes = 64 * 1024;       // GEOCCL_EXPERIMENT small_msg
+  uint64_t wan_small_msg_bytes = 1 << 20;     // GEOCCL_EXPERIMENT wan_small_msg
   std::string algo = "auto";                  // GEOCCL_ALGO (forced algorithm)
   std::string transport = "auto";             // GEOCCL_TRANSPORT
   std::string topology = "auto";              // GEOCCL_TOPOLOGY
@@ -57,7 +57,7 @@ struct GroupParams {
 };
 
 // Every setting where `mine` differs from `rank0`, with both values and its variable, joined by
-// "; " (e.g. "GEOCCL_CHUNK_BYTES: rank 0 has 1048576, this rank 262144"); "" when equal.
+// "; " (e.g. "GEOCCL_EXPERIMENT chunk: rank 0 has 1048576, this rank 262144"); "" when equal.
 std::string describe_difference(const GroupParams& rank0, const GroupParams& mine);
 
 }  // namespace geoccl::membership

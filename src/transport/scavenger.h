@@ -30,7 +30,7 @@ struct ScavengerOptions {
   uint64_t cap_bps = 0;      // GEOCCL_BULK_RATE; 0 = kNoCap
   uint64_t min_bps = 40'000'000;   // the controller's own lowest rate
   uint64_t initial_bps = 0;  // 0: min(cap, 100 Mbit/s)
-  std::chrono::microseconds target_delay{5000};  // GEOCCL_BULK_TARGET_DELAY_MS
+  std::chrono::microseconds target_delay{5000};  // GEOCCL_EXPERIMENT bulk_delay_ms
   static constexpr uint64_t kNoCap = 100'000'000'000ull;
   static ScavengerOptions from_config(const Config& cfg);
 };

@@ -99,8 +99,8 @@ int mode_accuracy(Communicator& c) {
   const int me = c.rank(), n = c.size(), doms = domains_of(c);
   const char* list = std::getenv("GEOCCL_TEST_CODECS");
   const auto codecs = split(list ? list : "fp16,bf16,int8,int4,topk:0.05,topk:1,int8@allgather,int8@ring,topk:0.05@ring");
-  // 40000 elements take the leaders' exchange (< GEOCCL_WAN_SMALL_MSG_BYTES), 600000 the ring in
-  // one block, 3M (with GEOCCL_CHUNK_BYTES=64K in the test) the pipelined blocks.
+  // 40000 elements take the leaders' exchange (< the wan_small_msg threshold), 600000 the ring in
+  // one block, 3M (with GEOCCL_EXPERIMENT=chunk=64K in the test) the pipelined blocks.
   for (size_t count : {size_t{40000}, size_t{600000}, size_t{3000000}}) {
     const auto want = exact_sum(n, count);
     const auto mine = input(me, count);

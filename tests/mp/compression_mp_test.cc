@@ -17,7 +17,7 @@ TEST(Compression, EveryCodecAndFormOnThreeDomainsIsBitIdenticalAndWithinBounds) 
   // 2 + 2 + 1 ranks: the single-rank domain owns every piece of its domain. Small chunks make
   // the 3M-element call take the pipelined blocks.
   expect_all_zero(run_ranks(5, "accuracy", 300, {{"GEOCCL_TEST_DOMAINS", "a,a,b,b,c"},
-                                                 {"GEOCCL_CHUNK_BYTES", "65536"}}),
+                                                 {"GEOCCL_EXPERIMENT", "chunk=64K"}}),
                   "3 domains");
 }
 

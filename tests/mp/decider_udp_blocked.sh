@@ -17,7 +17,7 @@ doms=(a a b b)
 pids=()
 for r in 0 1 2 3; do
   RANK=$r WORLD_SIZE=4 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 GEOCCL_DOMAIN=${doms[$r]} \
-    GEOCCL_TRANSPORT=host=tcp,remote=auto GEOCCL_QUIC_CONNECT_MS=2000 GEOCCL_TEST_EXPECT_TRANSPORT=tcp \
+    GEOCCL_TRANSPORT=host=tcp,remote=auto GEOCCL_EXPERIMENT=quic_connect_ms=2000 GEOCCL_TEST_EXPECT_TRANSPORT=tcp \
     GEOCCL_CONNECT_TIMEOUT_MS=30000 timeout -k 5 90 "$check" decider >"$logs/rank$r.log" 2>&1 &
   pids+=($!)
 done

@@ -258,9 +258,10 @@ void check_data_movement(Communicator& c, const std::vector<size_t>& counts,
   c.barrier().wait();
 }
 
-// The hierarchical allreduce in several blocks (its two lanes at once): run with a small
-// GEOCCL_CHUNK_BYTES, so that buffers of a few hundred KiB already make 3 or 4 blocks, and with
-// uneven domains (GEOCCL_TEST_DOMAINS). Every dtype and op against the reference, bit-identical.
+// The hierarchical allreduce in several blocks (its two lanes at once): run with a small chunk
+// (GEOCCL_EXPERIMENT=chunk=4096), so that buffers of a few hundred KiB already make 3 or 4 blocks,
+// and with uneven domains (GEOCCL_TEST_DOMAINS). Every dtype and op against the reference,
+// bit-identical.
 int mode_hier_blocks(Communicator& c) {
   // 200003 elements: 3 blocks for 1-byte types, 4 for the others (at 4 KiB chunks).
   for (DataType t : kTypes)
@@ -832,9 +833,9 @@ int failure_mode(const std::string& mode, Config cfg) {
       return 1;
     } catch (const Error& e) {
       std::printf("rank %d: %s\n", me, e.what());
-      const bool named = std::string(e.what()).find("GEOCCL_CHUNK_BYTES") != std::string::npos;
+      const bool named = std::string(e.what()).find("GEOCCL_EXPERIMENT chunk") != std::string::npos;
       if (e.code() != ErrorCode::kInvalidArgument || !named) {
-        std::fprintf(stderr, "rank %d: wanted kInvalidArgument naming GEOCCL_CHUNK_BYTES\n", me);
+        std::fprintf(stderr, "rank %d: wanted kInvalidArgument naming GEOCCL_EXPERIMENT chunk\n", me);
         return 1;
       }
       return 0;
@@ -1238,8 +1239,7 @@ int mode_stranger(Config cfg) {
           count("store: refused request"));
     // With resumable streams a Hello for an existing data stream is answered, and the takeover
     // fails at the stranger's proof.
-    const char* resume = std::getenv("GEOCCL_TCP_RESUME");
-    if ((resume && std::string(resume) == "on") || std::getenv("GEOCCL_DOMAIN"))
+    if (cfg.tcp_resume == "on" || !cfg.domain.empty())
       CHECK(count("claiming to be rank 1 stream 1 failed authentication") >= 1,
             "rank 0 logged no failed takeover of rank 1's stream 1");
     std::ifstream done(done_path);
@@ -1438,7 +1438,7 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(sized.stream));
         if (q.reconnects > 0) {
           CHECK(sized.measured, "peer %d: a replacing connection's windows were not sized from the path", ps.peer);
-          // Every rank takes 0-RTT (GEOCCL_QUIC_0RTT defaults to 1), and each connection had its
+          // Every rank takes 0-RTT (GEOCCL_EXPERIMENT quic_0rtt defaults to 1), and each connection had its
           // ticket long before the cut: a replacement resumed with its frames as early data.
           CHECK(q.zero_rtt > 0, "peer %d: %llu reconnect(s), none with 0-RTT (%llu refused)", ps.peer,
                 static_cast<unsigned long long>(q.reconnects), static_cast<unsigned long long>(q.zero_rtt_refused));

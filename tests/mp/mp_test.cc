@@ -119,14 +119,14 @@ TEST(Hierarchical, UnevenDomainsMatchReferenceAndAreBitIdentical) {
   for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "big, rank " << r;
 }
 
-// Several blocks, so the domain lane and the WAN lane run at once (GEOCCL_CHUNK_BYTES=4096 makes
+// Several blocks, so the domain lane and the WAN lane run at once (GEOCCL_EXPERIMENT=chunk=4096 makes
 // blocks of 64 KiB); domains of sizes 3, 1, 2 and of 2 and 3 in mixed rank order.
 TEST(Hierarchical, PipelinedBlocksWithUnevenDomainsMatchReference) {
   for (const char* doms : {"a,a,a,b,c,c", "a,b,b,a,b"}) {
     if (!kSixRankLayouts && std::strlen(doms) == 11) continue;
     const int n = static_cast<int>(std::count(doms, doms + std::strlen(doms), ',')) + 1;
     const auto codes = run_ranks(n, "hier-blocks", 240,
-                                 {{"GEOCCL_TEST_DOMAINS", doms}, {"GEOCCL_CHUNK_BYTES", "4096"}});
+                                 {{"GEOCCL_TEST_DOMAINS", doms}, {"GEOCCL_EXPERIMENT", "chunk=4096"}});
     for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << doms << " rank " << r;
   }
 }
@@ -171,7 +171,7 @@ TEST(CollectivesBig, TensOfMiBOverQuic) {
 }
 
 // Data streams killed from outside the processes (ss -K: the kernel aborts the socket and sends an
-// RST, as a middlebox would) while large collectives run: with GEOCCL_TCP_RESUME=on every result
+// RST, as a middlebox would) while large collectives run: with GEOCCL_EXPERIMENT=resume=on every result
 // is still exact and no rank fails.
 TEST(Resume, StreamsKilledDuringCollectivesAreReestablished) {
   if (geteuid() != 0 || run_command("ss -K -tnH '( dport = :1 )' >/dev/null 2>&1; echo $?") != "0\n")
@@ -180,7 +180,7 @@ TEST(Resume, StreamsKilledDuringCollectivesAreReestablished) {
   auto last = std::chrono::steady_clock::now();
   std::mt19937 rng(7);
   const auto codes = run_ranks(3, "resume", 240,
-                               {{"GEOCCL_TCP_RESUME", "on"}, {"GEOCCL_TCP_STREAMS", "2"},
+                               {{"GEOCCL_EXPERIMENT", "resume=on"}, {"GEOCCL_TCP_STREAMS", "2"},
                                 {"GEOCCL_TRANSPORT", "tcp"}},
                                [&](const std::vector<pid_t>& pids) {
     if (kills >= 12 || std::chrono::steady_clock::now() - last < std::chrono::milliseconds(150)) return;
@@ -200,7 +200,7 @@ TEST(Resume, StreamsKilledDuringCollectivesAreReestablished) {
 // closes too), not waited for.
 TEST(Resume, KilledRankStillGivesPeerLost) {
   const auto codes = run_ranks(3, "kill", 60,
-                               {{"GEOCCL_TCP_RESUME", "on"}, {"GEOCCL_TCP_STREAMS", "4"}, {"GEOCCL_TRANSPORT", "tcp"}});
+                               {{"GEOCCL_EXPERIMENT", "resume=on"}, {"GEOCCL_TCP_STREAMS", "4"}, {"GEOCCL_TRANSPORT", "tcp"}});
   for (size_t r = 0; r < codes.size(); ++r) {
     if (r == 1) EXPECT_EQ(codes[r], 128 + SIGKILL);
     else EXPECT_EQ(codes[r], 0) << "rank " << r << " did not see peer-lost in time";
@@ -258,7 +258,7 @@ TEST(Errors, MismatchedCallsFailCleanlyOnAllRanks) {
     }
 }
 
-// A rank started with another group parameter (here GEOCCL_CHUNK_BYTES) makes every rank fail
+// A rank started with another group parameter (here GEOCCL_EXPERIMENT chunk) makes every rank fail
 // at connect with an error naming the setting, on shared memory and on TCP.
 TEST(Channels, ClassesInterleavedInDifferentOrdersOnEveryTransport) {
   for (const char* transport : {"auto", "tcp", "quic"}) {
@@ -345,7 +345,7 @@ TEST(Security, SealedCollectivesAcrossDomainsMatchReference) {
 // mode "stranger").
 TEST(Security, StrangerProcessWithTheStoreDumpIsRefusedAndTheGroupGoesOn) {
   const auto codes = run_ranks(3, "stranger", 60,
-                               {{"GEOCCL_SECRET", "a secret the two ranks share"}, {"GEOCCL_TCP_RESUME", "on"}});
+                               {{"GEOCCL_SECRET", "a secret the two ranks share"}, {"GEOCCL_EXPERIMENT", "resume=on"}});
   for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "process " << r << (r == 2 ? " (the stranger)" : "");
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # QUIC through an outage: 3 ranks on QUIC in a network namespace of the test's own; after 2 s
-# every UDP packet is dropped (iptables) for 5 s, longer than GEOCCL_QUIC_REDIAL_MS. Every rank
-# must go on with exact results (mp_check quic-outage), a connection must have been replaced by a
+# every UDP packet is dropped (iptables) for 5 s, longer than the re-dial silence
+# (GEOCCL_EXPERIMENT quic_redial_ms). Every rank must go on with exact results (mp_check quic-outage), a connection must have been replaced by a
 # re-dialled one (counted on both its ends), every replacement must have resumed its TLS session
 # with its frames as 0-RTT early data, every connection's flow-control windows must be the ones
 # sized from the figures it reports (a replacement's from a measured path), and no rank may fail. Heartbeats are off: they would
@@ -19,7 +19,7 @@ ip link set lo up
 pids=()
 for r in 0 1 2; do
   RANK=$r WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 GEOCCL_TRANSPORT=quic \
-    GEOCCL_QUIC_REDIAL_MS=1000 GEOCCL_HEARTBEAT_MS=0 GEOCCL_TEST_RUN_S=12 GEOCCL_TEST_EXPECT_REDIAL=1 \
+    GEOCCL_EXPERIMENT=quic_redial_ms=1000 GEOCCL_HEARTBEAT_MS=0 GEOCCL_TEST_RUN_S=12 GEOCCL_TEST_EXPECT_REDIAL=1 \
     GEOCCL_LOG_LEVEL=info \
     timeout -k 5 90 "$check" quic-outage >"$logs/rank$r.log" 2>&1 &
   pids+=($!)

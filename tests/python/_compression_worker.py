@@ -159,8 +159,8 @@ def main():
             if elems:
                 check(f"{name}: encoding ratio", 0 < grew * ratio <= elems * 4, (grew, elems))
 
-    # The config default (GEOCCL_WAN_COMPRESSION=int8): float32 sum/avg from
-    # GEOCCL_WAN_COMPRESSION_MIN_BYTES (64 KiB) up; smaller buffers, other dtypes and ops exact.
+    # The config default (GEOCCL_WAN_COMPRESSION=int8): float32 sum/avg from the compression_min
+    # threshold (64 KiB) up; smaller buffers, other dtypes and ops exact.
     for n, dtype, op, want in [(16384, np.float32, "avg", True), (4096, np.float32, "sum", False),
                                (16384, np.int32, "sum", False), (16384, np.float32, "max", False),
                                (16384, np.float64, "sum", False)]:

@@ -12,7 +12,7 @@ from conftest import HERE, format_outputs, read_json, run_ranks
 WORKER = os.path.join(HERE, "_compression_worker.py")
 # Leaders' exchange up to 64 KiB across domains, the hierarchical path above: the worker's small
 # buffers (4 KiB, 64 KiB) take the first, its large ones (256 KiB, 1 MiB) the second.
-ENV = {"GEOCCL_WAN_COMPRESSION": "int8", "GEOCCL_WAN_SMALL_MSG_BYTES": "64K", "GEOCCL_SMALL_MSG_BYTES": "16K"}
+ENV = {"GEOCCL_WAN_COMPRESSION": "int8", "GEOCCL_EXPERIMENT": "wan_small_msg=64K,small_msg=16K"}
 
 
 def test_compression_spellings():

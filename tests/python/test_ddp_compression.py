@@ -33,7 +33,7 @@ TOLERANCE = {"int8": 0.01, "topk:0.01": 0.02}
 MAX_BYTES_PER_VALUE = {"int8": 1.1, "topk:0.01": 0.06}
 # One bucket per model (DDP's first-iteration bucket, then the rebuilt one: the same parameters in
 # another order, hence another key), on the hierarchical path.
-ENV = {"GEOCCL_WAN_SMALL_MSG_BYTES": "64K", "GEOCCL_SMALL_MSG_BYTES": "16K"}
+ENV = {"GEOCCL_EXPERIMENT": "wan_small_msg=64K,small_msg=16K"}
 TRAIN_ARGS = {
     "digits": ["--steps", "300", "--hidden", "324", "--first-bucket-mb", "2"],
     "cnn": ["--steps", "300", "--first-bucket-mb", "2"],

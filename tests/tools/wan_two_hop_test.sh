@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # wan_two_hop: a job on the emulated WAN where the direct a-c path is 20 times slower than the way
-# through b (two-hop.toml), with measured paths (GEOCCL_PLAN_PROBE_BYTES).
+# through b (two-hop.toml), with measured paths (GEOCCL_EXPERIMENT plan_probe).
 # 1. mp_check two_hop: pair 0-2 (a-c) sends its bulk data through rank 1 (b), both ends report
 #    it, every other pair is direct, allreduces are exact, the relay forwarded the bulk.
 # 2. geoccl probe: lists the two-hop path between the domains and the pair.

@@ -12,7 +12,7 @@ using geoccl::collectives::with_detours;
 
 namespace {
 
-constexpr size_t kProbe = 4 << 20;  // the start-up burst (GEOCCL_PLAN_PROBE_BYTES=4M)
+constexpr size_t kProbe = 4 << 20;  // the start-up burst (GEOCCL_EXPERIMENT=plan_probe=4M)
 
 // k domains, `ms` one way and `mbps` on every path.
 WanPaths uniform(int k, double ms, double mbps) {

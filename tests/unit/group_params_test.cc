@@ -123,12 +123,12 @@ TEST(GroupParams, DescribeDifferenceNamesEverySetting) {
   EXPECT_EQ(describe_difference(rank0, rank0), "");
   GroupParams mine = rank0;
   mine.chunk_bytes = 262144;
-  EXPECT_EQ(describe_difference(rank0, mine), "GEOCCL_CHUNK_BYTES: rank 0 has 2097152, this rank 262144");
+  EXPECT_EQ(describe_difference(rank0, mine), "GEOCCL_EXPERIMENT chunk: rank 0 has 2097152, this rank 262144");
   mine.algo = "auto";
   mine.data_streams = 1;
   EXPECT_EQ(describe_difference(rank0, mine),
             "GEOCCL_TCP_STREAMS: rank 0 has 4, this rank 1; "
-            "GEOCCL_CHUNK_BYTES: rank 0 has 2097152, this rank 262144; "
+            "GEOCCL_EXPERIMENT chunk: rank 0 has 2097152, this rank 262144; "
             "GEOCCL_ALGO: rank 0 has 'ring', this rank 'auto'");
   mine = rank0;
   mine.transport = "tcp";
@@ -141,8 +141,8 @@ TEST(GroupParams, DescribeDifferenceNamesEverySetting) {
   mine.liveness_window_ms = 3000;
   const std::string d = describe_difference(rank0, mine);
   for (const char* name : {"GEOCCL_TRANSPORT: rank 0 has 'host=shm,remote=tcp', this rank 'tcp'",
-                           "GEOCCL_TOPOLOGY", "GEOCCL_SMALL_MSG_BYTES: rank 0 has 32768, this rank 1",
-                           "GEOCCL_WAN_SMALL_MSG_BYTES", "GEOCCL_WAN_COMPRESSION: rank 0 has 'none', this rank 'fp16'",
+                           "GEOCCL_TOPOLOGY", "GEOCCL_EXPERIMENT small_msg: rank 0 has 32768, this rank 1",
+                           "GEOCCL_EXPERIMENT wan_small_msg", "GEOCCL_WAN_COMPRESSION: rank 0 has 'none', this rank 'fp16'",
                            "security", "GEOCCL_HEARTBEAT_MS: rank 0 has 1000, this rank 250",
                            "GEOCCL_LIVENESS_WINDOW_MS: rank 0 has 10000, this rank 3000"})
     EXPECT_NE(d.find(name), std::string::npos) << name << " in " << d;

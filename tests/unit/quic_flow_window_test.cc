@@ -1,6 +1,7 @@
 // size_windows (transport/quic/flow_window.h): the flow-control windows follow the path's
 // bandwidth-delay product (twice it to start, four times it as ngtcp2's auto-tuning ceiling),
-// stay within their bounds for any input, and an unmeasured path keeps GEOCCL_QUIC_WINDOW_BYTES.
+// stay within their bounds for any input, and an unmeasured path keeps the configured window
+// (GEOCCL_EXPERIMENT quic_window).
 #include <gtest/gtest.h>
 
 #include <cstdint>

@@ -231,12 +231,11 @@ TEST(QuicTransport, ARedialFallsBackToAFullHandshakeWhenTheAcceptorRefusesZeroRt
 }
 
 TEST(QuicTransport, OptionsAndTransportChoiceFromEnvironment) {
-  ::setenv("GEOCCL_QUIC_CC", "cubic", 1);
-  ::setenv("GEOCCL_QUIC_WINDOW_BYTES", "16M", 1);
+  ::setenv("GEOCCL_EXPERIMENT", "quic_cc=cubic,quic_window=16M", 1);
   Config c = Config::from_env();
   EXPECT_EQ(QuicOptions::from_config(c).congestion_control, "cubic");
   EXPECT_EQ(QuicOptions::from_config(c).window_bytes, 16u << 20);
-  ::setenv("GEOCCL_QUIC_CC", "vegas", 1);
+  ::setenv("GEOCCL_EXPERIMENT", "quic_cc=vegas", 1);
   EXPECT_THROW(
       {
         try {
@@ -247,12 +246,11 @@ TEST(QuicTransport, OptionsAndTransportChoiceFromEnvironment) {
         }
       },
       Error);
-  ::unsetenv("GEOCCL_QUIC_CC");
-  ::unsetenv("GEOCCL_QUIC_WINDOW_BYTES");
+  ::unsetenv("GEOCCL_EXPERIMENT");
   EXPECT_TRUE(QuicOptions::from_config(Config::from_env()).zero_rtt);
-  ::setenv("GEOCCL_QUIC_0RTT", "0", 1);
+  ::setenv("GEOCCL_EXPERIMENT", "quic_0rtt=0", 1);
   EXPECT_FALSE(QuicOptions::from_config(Config::from_env()).zero_rtt);
-  ::unsetenv("GEOCCL_QUIC_0RTT");
+  ::unsetenv("GEOCCL_EXPERIMENT");
   const auto q = transport::PathChoice::parse("quic");
   EXPECT_EQ(q.host, "quic");
   EXPECT_EQ(q.remote, "quic");

@@ -329,7 +329,7 @@ TEST(Relay, ATwoHopPathWhoseRelayCannotReachThePeerFallsBackToDirect) {
 }
 
 // Striping while a rank sends to several WAN peers at once (TcpOptions::narrow_fan_out, on by
-// default: GEOCCL_TCP_STRIPE=backlog): rank 0 posts 1 MiB frames to ranks 1 and 2 in turn before
+// default: GEOCCL_EXPERIMENT=stripe=backlog): rank 0 posts 1 MiB frames to ranks 1 and 2 in turn before
 // either posts a receive, so both peers have frames unsent from the start; each peer's frames then
 // keep to S / 2 = 2 of its 4 data streams. With wide striping they spread over all 4.
 TEST(Relay, FramesToTwoBusyWanPeersTakeHalfTheStreamsEach) {

@@ -181,9 +181,7 @@ TEST(TcpTransport, SingleStreamKeepsWorking) {
 
 TEST(TcpTransport, OptionsFromEnvironment) {
   ::unsetenv("GEOCCL_DOMAIN");
-  ::unsetenv("GEOCCL_TCP_BUF_BYTES");
-  ::unsetenv("GEOCCL_TCP_NOTSENT_LOWAT");
-  ::unsetenv("GEOCCL_TCP_ZEROCOPY");
+  ::unsetenv("GEOCCL_EXPERIMENT");
   auto o = TcpOptions::from_config(Config::from_env(), 4);
   EXPECT_EQ(o.data_streams, 4);
   EXPECT_EQ(o.buffer_bytes, 0u);  // no labels: kernel autotuning until a peer is found remote
@@ -197,27 +195,22 @@ TEST(TcpTransport, OptionsFromEnvironment) {
   o = TcpOptions::from_config(Config::from_env(), 4);
   EXPECT_EQ(o.buffer_bytes, 32u << 20);  // WAN job defaults
   EXPECT_EQ(o.notsent_lowat, 1u << 20);
-  ::setenv("GEOCCL_TCP_BUF_BYTES", "8M", 1);
-  ::setenv("GEOCCL_TCP_NOTSENT_LOWAT", "0", 1);
-  ::setenv("GEOCCL_TCP_ZEROCOPY", "1", 1);
+  ::setenv("GEOCCL_EXPERIMENT", "tcp_buf=8M,notsent_lowat=0,zerocopy=1", 1);
   o = TcpOptions::from_config(Config::from_env(), 4);
   EXPECT_EQ(o.buffer_bytes, 8u << 20);
   EXPECT_EQ(o.notsent_lowat, 0u);
   EXPECT_TRUE(o.zerocopy);
   EXPECT_FALSE(o.round_robin);
-  ::setenv("GEOCCL_TCP_STRIPE", "rr", 1);
+  ::setenv("GEOCCL_EXPERIMENT", "stripe=rr", 1);
   EXPECT_TRUE(TcpOptions::from_config(Config::from_env(), 4).round_robin);
-  ::setenv("GEOCCL_TCP_STRIPE", "random", 1);
+  ::setenv("GEOCCL_EXPERIMENT", "stripe=random", 1);
   EXPECT_THROW(Config::from_env().validate(), Error);
-  ::unsetenv("GEOCCL_TCP_STRIPE");
-  ::setenv("GEOCCL_TCP_BUF_BYTES", "lots", 1);
+  ::setenv("GEOCCL_EXPERIMENT", "tcp_buf=lots", 1);
   EXPECT_THROW(Config::from_env(), Error);
-  for (const char* v : {"GEOCCL_DOMAIN", "GEOCCL_TCP_BUF_BYTES", "GEOCCL_TCP_NOTSENT_LOWAT",
-                        "GEOCCL_TCP_ZEROCOPY"})
-    ::unsetenv(v);
+  for (const char* v : {"GEOCCL_DOMAIN", "GEOCCL_EXPERIMENT"}) ::unsetenv(v);
 }
 
-// Stream recovery (GEOCCL_TCP_RESUME): both ranks send to each other while data streams are reset
+// Stream recovery (GEOCCL_EXPERIMENT resume): both ranks send to each other while data streams are reset
 // with RSTs from either end at random moments; every frame must arrive exactly once and intact
 // and every request succeed. Rank 1 re-dials the streams, rank 0 accepts the replacements.
 namespace {
@@ -344,7 +337,7 @@ TEST(TcpTransport, ResetWithoutResumeFailsBothRanks) {
 // 0 takes the new stream (resume may turn on for any peer until it knows), nothing is lost.
 TEST(TcpTransport, AStreamReplacedBeforeTheOtherEndKnowsItIsAWanPeerIsTakenBack) {
   TcpOptions o;
-  o.wan_resume = true;  // GEOCCL_TCP_RESUME=auto
+  o.wan_resume = true;  // GEOCCL_EXPERIMENT=resume=auto
   o.resume_timeout = 5s;
   Pair p(2, o, true, {}, {}, /*t0_decides=*/false);
   std::mt19937_64 rng(21);
@@ -364,20 +357,20 @@ TEST(TcpTransport, AStreamReplacedBeforeTheOtherEndKnowsItIsAWanPeerIsTakenBack)
 
 TEST(TcpTransport, ResumeOptionFromEnvironment) {
   ::unsetenv("GEOCCL_DOMAIN");
-  ::unsetenv("GEOCCL_TCP_RESUME");
+  ::unsetenv("GEOCCL_EXPERIMENT");
   auto auto_o = TcpOptions::from_config(Config::from_env(), 4);
   EXPECT_FALSE(auto_o.resume);     // peers in the rank's own domain: off
   EXPECT_TRUE(auto_o.wan_resume);  // peers across a WAN: on
-  ::setenv("GEOCCL_TCP_RESUME", "off", 1);
+  ::setenv("GEOCCL_EXPERIMENT", "resume=off", 1);
   EXPECT_FALSE(TcpOptions::from_config(Config::from_env(), 4).wan_resume);
-  ::setenv("GEOCCL_TCP_RESUME", "maybe", 1);
+  ::setenv("GEOCCL_EXPERIMENT", "resume=maybe", 1);
   EXPECT_THROW(Config::from_env().validate(), Error);
-  ::setenv("GEOCCL_TCP_RESUME", "on", 1);
+  ::setenv("GEOCCL_EXPERIMENT", "resume=on", 1);
   ::setenv("GEOCCL_TCP_RESUME_TIMEOUT_MS", "1500", 1);
   const auto o = TcpOptions::from_config(Config::from_env(), 4);
   EXPECT_TRUE(o.resume);
   EXPECT_EQ(o.resume_timeout.count(), 1500);
-  ::unsetenv("GEOCCL_TCP_RESUME");
+  ::unsetenv("GEOCCL_EXPERIMENT");
   ::unsetenv("GEOCCL_TCP_RESUME_TIMEOUT_MS");
 }
 

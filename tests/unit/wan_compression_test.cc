@@ -44,7 +44,7 @@ TEST(WanCompression, BadSpellingsAreInvalidArgument) {
 
 TEST(WanCompression, ConfigTakesAndChecksTheVariable) {
   ::setenv("GEOCCL_WAN_COMPRESSION", "topk:0.05@ring", 1);
-  ::setenv("GEOCCL_WAN_COMPRESSION_MIN_BYTES", "1M", 1);
+  ::setenv("GEOCCL_EXPERIMENT", "compression_min=1M", 1);
   Config c = Config::from_env();
   EXPECT_EQ(c.wan_compression, "topk:0.05@ring");
   EXPECT_EQ(c.wan_compression_min_bytes, size_t{1} << 20);
@@ -54,7 +54,7 @@ TEST(WanCompression, ConfigTakesAndChecksTheVariable) {
   c.wan_compression = "int3";
   EXPECT_THROW(c.validate(), Error);
   ::unsetenv("GEOCCL_WAN_COMPRESSION");
-  ::unsetenv("GEOCCL_WAN_COMPRESSION_MIN_BYTES");
+  ::unsetenv("GEOCCL_EXPERIMENT");
 }
 
 TEST(WanCompression, FormPerCodecAndDomainCount) {

@@ -13,12 +13,12 @@
 // staged before their receive, frames not yet acknowledged) is QuicPeer's.
 //
 // Flow control: the windows are sized from the path's bandwidth-delay product (flow_window.h):
-// a path not measured yet starts at GEOCCL_QUIC_WINDOW_BYTES; every 250 ms each connection's
+// a path not measured yet starts at QuicOptions::window_bytes; every 250 ms each connection's
 // lowest RTT and highest rate are taken, its windows widened to twice the BDP, and a re-dialled
 // connection starts there; ngtcp2 auto-tunes up to four times it, within fixed bounds.
-// Congestion control: GEOCCL_QUIC_CC (bbr2 by default, cubic, bbr, reno).
+// Congestion control: bbr2 by default (GEOCCL_EXPERIMENT quic_cc: cubic, bbr, reno).
 //
-// Small frames (at most GEOCCL_QUIC_DUPLICATE_BYTES) go out on two streams; the receiver keeps
+// Small frames (at most QuicOptions::duplicate_bytes) go out on two streams; the receiver keeps
 // the first copy that arrives in full and discards the other (the frame number says which is
 // which), so one random loss does not cost a small operation a retransmission timeout.
 //
@@ -29,7 +29,7 @@
 // Re-dialling: QUIC retransmits through an outage by itself, but its timer doubles each time, so
 // after a long cut the next probe may come as long again after the link is back. A connection
 // with data in flight, or whose peer owes a posted receive a frame, that has heard nothing for
-// GEOCCL_QUIC_REDIAL_MS is therefore dialled again
+// QuicOptions::redial_after is therefore dialled again
 // by the higher rank, beside the old one, and again every such interval until one answers. The
 // acceptor takes a replacing connection from the same authenticated peer (its certificate is the
 // published one) in place of the old. Both ends then drop the old connection silently and re-send
@@ -41,7 +41,7 @@
 // data. The acceptor holds 0-RTT bytes until the handshake completes and the Hello is judged as
 // after a full handshake (tls.h says what binds a resumed session to the pinned certificate);
 // frame numbers keep delivery exactly once. An acceptor that refuses the early data makes the
-// dialler send it all again after the full handshake (GEOCCL_QUIC_0RTT=0 refuses, and does not
+// dialler send it all again after the full handshake (zero_rtt=false refuses, and does not
 // try). PeerStats::Quic counts both.
 //
 // Threads: as device.h. Every socket operation and every ngtcp2 call is on the loop thread.
@@ -67,14 +67,14 @@
 namespace geoccl::transport::quic {
 
 struct QuicOptions {
-  std::string congestion_control = "bbr2";  // GEOCCL_QUIC_CC
-  uint64_t window_bytes = 32u << 20;         // GEOCCL_QUIC_WINDOW_BYTES
+  std::string congestion_control = "bbr2";  // GEOCCL_EXPERIMENT quic_cc
+  uint64_t window_bytes = 32u << 20;         // GEOCCL_EXPERIMENT quic_window
   uint64_t socket_buffer_bytes = 32u << 20;  // SO_SNDBUF / SO_RCVBUF of the UDP socket
   std::chrono::milliseconds idle_timeout{30000};
   std::chrono::milliseconds handshake_timeout{10000};
-  uint64_t duplicate_bytes = 16u << 10;          // GEOCCL_QUIC_DUPLICATE_BYTES
-  std::chrono::milliseconds redial_after{2000};  // GEOCCL_QUIC_REDIAL_MS (0 = never)
-  bool zero_rtt = true;                           // GEOCCL_QUIC_0RTT
+  uint64_t duplicate_bytes = 16u << 10;          // GEOCCL_EXPERIMENT quic_duplicate
+  std::chrono::milliseconds redial_after{2000};  // GEOCCL_EXPERIMENT quic_redial_ms (0 = never)
+  bool zero_rtt = true;                           // GEOCCL_EXPERIMENT quic_0rtt
   static QuicOptions from_config(const Config& cfg);
   // The bounds of the flow-control windows (flow_window.h): window_bytes for an unmeasured path.
   WindowLimits window_limits() const {
@@ -158,7 +158,7 @@ class QuicDevice final : public Device {
 
   uint64_t rejected_connections() const { return rejected_.load(); }
   // Dials a replacement of the connection to lower rank `peer` now, as a silence past
-  // GEOCCL_QUIC_REDIAL_MS would (tests; any thread).
+  // redial_after would (tests; any thread).
   void redial_now(int peer);
   // Whether the connection to `peer` is established (any thread).
   bool connected_to(int peer) const;
@@ -205,7 +205,7 @@ class QuicDevice final : public Device {
   void dial_again(QuicPeer& p);
   // Dialler: ends the reconnect time once every frame re-sent is acknowledged.
   void check_recovered(QuicPeer& p);
-  // Hands a frame to a connection: twice when it is small (GEOCCL_QUIC_DUPLICATE_BYTES).
+  // Hands a frame to a connection: twice when it is small (duplicate_bytes).
   void post(QuicPeer& p, QuicConnection& c, const std::shared_ptr<OutFrame>& f);
   void drop_retired();
   void deliver_staged(QuicPeer& p, uint64_t frame);

@@ -7,7 +7,7 @@
 // max_stream_window). So a connection starts at twice the BDP and may grow to four times it,
 // within fixed bounds (the staged frames of a receiver that has not posted its receives live in
 // that memory). A path not measured yet (the first connection to a peer: its transport parameters
-// leave before any RTT sample) starts at GEOCCL_QUIC_WINDOW_BYTES and may grow to twice that.
+// leave before any RTT sample) starts at QuicOptions::window_bytes and may grow to twice that.
 //
 // The measurement: the lowest RTT ngtcp2 has seen (min_rtt; its first sample is the handshake's;
 // the smoothed RTT would add the queue the windows let build up) and the highest rate seen on the
@@ -23,7 +23,7 @@
 namespace geoccl::transport::quic {
 
 struct WindowLimits {
-  uint64_t unmeasured = 32u << 20;  // GEOCCL_QUIC_WINDOW_BYTES: a path not measured yet
+  uint64_t unmeasured = 32u << 20;  // QuicOptions::window_bytes: a path not measured yet
   uint64_t floor = 4u << 20;        // never less, however short the path: a frame of the default
   uint64_t stream_floor = 4u << 20; // chunk (1 MiB) never waits for a window update
   uint64_t ceiling = 512u << 20;    // never more (memory a receiver may have to stage)

@@ -13,8 +13,8 @@
 // mismatched versions are answered with a reason and closed while the group goes on.
 //
 // WAN treatment (set_wan_peer, after topology discovery): a peer in another domain gets all S
-// data streams, BBR (GEOCCL_TCP_CC=auto), buffers sized for the path and TCP_NOTSENT_LOWAT
-// (GEOCCL_TCP_BUF_BYTES / GEOCCL_TCP_NOTSENT_LOWAT auto) and stream resume (GEOCCL_TCP_RESUME
+// data streams, BBR (tcp_cc=auto), buffers sized for the path and TCP_NOTSENT_LOWAT
+// (tcp_buf / notsent_lowat auto; GEOCCL_EXPERIMENT keys) and stream resume (resume
 // auto); a peer in this rank's domain one data stream and no kept copies. With domain labels the
 // socket options are set from the start (the receive buffer at the SYN decides the window scale).
 //
@@ -63,15 +63,15 @@ struct TcpOptions {
   uint64_t zerocopy_min_bytes = 256 * 1024;
   bool round_robin = false;
   // Each WAN peer's frames use S / (WAN peers with frames queued or unsent) of its streams
-  // (GEOCCL_TCP_STRIPE=backlog; "wide": all S always).
+  // (GEOCCL_EXPERIMENT stripe=backlog; "wide": all S always).
   bool narrow_fan_out = false;
   // Re-establish broken data streams and re-send unacknowledged frames: for every peer, or for
-  // WAN peers (GEOCCL_TCP_RESUME on / auto).
+  // WAN peers (GEOCCL_EXPERIMENT resume=on / auto).
   bool resume = false, wan_resume = false;
   std::chrono::milliseconds resume_timeout{30000};
   // A resumable connection with data unacknowledged for this long is stalled (the path is down,
   // or TCP sits in retransmission backoff): the rank that dials replaces it with a fresh one
-  // (GEOCCL_TCP_STALL_MS; 0: never).
+  // (GEOCCL_EXPERIMENT stall_ms; 0: never).
   std::chrono::milliseconds stall_timeout{1000};
   // Kernel-side liveness of every peer socket: TCP_USER_TIMEOUT (unacknowledged data for longer
   // ends the connection; the resume timeout) and keepalive probes of idle sockets (idle, interval).
