@@ -14,6 +14,7 @@
 #include "protocol/frame.h"
 #include "security/auth.h"
 #include "security/sealer.h"
+#include "transport/tcp/stall.h"
 #include "transport/transport.h"
 
 namespace geoccl::transport::tcp {
@@ -89,10 +90,10 @@ class TcpConnection {
   // The dialler replaces a stalled connection (TcpOptions::stall_timeout): the old socket is
   // reset and the stream re-established as if it had broken.
   void replace(const std::string& why);
-  // TCP's view of the socket: data unacknowledged for at least `ms` and 8 smoothed RTTs
-  // (stalled), and whether the peer's host acknowledged everything or something within `ms`
-  // (answers). False when closed.
-  bool stalled(std::chrono::milliseconds ms) const;
+  // TCP's view of the socket for the stall detector (stall.h), one TCP_INFO read; `open` false
+  // when closed or unreadable.
+  StallSample stall_sample() const;
+  // Whether the peer's host acknowledged everything or something within `ms`. False when closed.
   bool acked_within(std::chrono::milliseconds ms) const;
   // Smoothed RTT of the socket (0 when closed or unknown).
   std::chrono::microseconds srtt() const;

@@ -69,9 +69,11 @@ struct TcpOptions {
   // WAN peers (GEOCCL_TCP_RESUME on / auto).
   bool resume = false, wan_resume = false;
   std::chrono::milliseconds resume_timeout{30000};
-  // A resumable connection with data unacknowledged for this long is stalled (the path is down,
-  // or TCP sits in retransmission backoff): the rank that dials replaces it with a fresh one
-  // (GEOCCL_TCP_STALL_MS; 0: never).
+  // A resumable connection with data unacknowledged for this long, while no stream to its peer
+  // was acknowledged for as long, is stalled (the path is down and TCP sits in retransmission
+  // backoff): the rank that dials replaces it with a fresh one. One quiet while the peer's other
+  // streams are acknowledged is busy, and replaced only after a much longer bound (stall.h).
+  // GEOCCL_TCP_STALL_MS; 0: never.
   std::chrono::milliseconds stall_timeout{1000};
   // Kernel-side liveness of every peer socket: TCP_USER_TIMEOUT (unacknowledged data for longer
   // ends the connection; the resume timeout) and keepalive probes of idle sockets (idle, interval).
