@@ -236,6 +236,8 @@ StallSample TcpConnection::stall_sample() const {
   return out;
 }
 
+uint16_t TcpConnection::local_port() const { return fd_ >= 0 ? tcp::local_port(fd_) : 0; }
+
 bool TcpConnection::acked_within(std::chrono::milliseconds ms) const {
   tcp_info ti{};
   socklen_t len = sizeof ti;

@@ -78,6 +78,8 @@ class TcpConnection {
   bool said_goodbye() const { return goodbye_; }
   // The rank whose relay carries the current socket (-1: direct), given with each socket.
   int via() const { return via_; }
+  // The port of this end of the socket (0 when closed).
+  uint16_t local_port() const;
 
   // Stream recovery (data streams, TcpOptions::resume). Takes `fd`, a new socket for this stream (the old one broke or the peer replaced it), and
   // re-sends every frame the peer has not acknowledged, in frame order, before newer ones.

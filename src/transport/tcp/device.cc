@@ -859,6 +859,22 @@ void TcpDevice::reset_stream_for_test(int peer_rank, int stream, bool silent) {
   });
 }
 
+uint16_t TcpDevice::stream_port_for_test(int peer_rank, int stream) {
+  uint16_t port = 0;
+  group_.loop().run_owned([&] {
+    if (TcpConnection* c = conn(peer_rank, stream)) port = c->local_port();
+  });
+  return port;
+}
+
+StallSample TcpDevice::stall_sample_for_test(int peer_rank, int stream) {
+  StallSample s;
+  group_.loop().run_owned([&] {
+    if (TcpConnection* c = conn(peer_rank, stream); c && c->open()) s = c->stall_sample();
+  });
+  return s;
+}
+
 bool TcpDevice::data_stream_open(const TcpPeer& p, const TcpConnection* except) const {
   for (int s = 1; s < streams_; ++s) {
     const TcpConnection* c = p.streams[static_cast<size_t>(s)].get();

@@ -165,6 +165,10 @@ class TcpDevice final : public Device {
   // middlebox would; `silent`: drops it here without telling the peer, as a NAT that forgets
   // the flow would (the peer's socket stays open until it learns otherwise).
   void reset_stream_for_test(int peer, int stream, bool silent = false);
+  // For tests that cut one stream's packets: the local port of stream `stream` to `peer` (0 when
+  // closed), and the figures the stall detector reads for it now.
+  uint16_t stream_port_for_test(int peer, int stream);
+  StallSample stall_sample_for_test(int peer, int stream);
 
   // ---- For TcpConnection (loop thread).
 
