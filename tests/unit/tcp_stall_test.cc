@@ -26,6 +26,7 @@ StallSample stream(uint64_t unacked, std::chrono::milliseconds since_ack,
   s.open = true;
   s.unacked_bytes = unacked;
   s.since_ack = since_ack;
+  s.waiting = unacked > 0 ? since_ack : 0ms;  // busy since before its last ack
   s.srtt = srtt;
   s.delivery_bps = delivery_bps;
   return s;
@@ -113,6 +114,21 @@ TEST(TcpStall, AnyRecentAcknowledgementShowsLife) {
   EXPECT_EQ(d[0].reason, StallReason::kPathSilent);
 }
 
+// A stream idle for 8 s sends again: the kernel's last ack is 8 s old, but its data has waited
+// only since it was last seen with nothing in flight (100 ms). Not quiet, on a silent path too
+// (every other stream idle as long); quiet once that wait reaches the bound.
+TEST(TcpStall, AStreamThatJustSentAfterIdlingIsNotQuiet) {
+  StallSample woke = stream(1 << 20, 8000ms);
+  woke.waiting = 100ms;
+  const std::vector<StallSample> s = {stream(0, 8000ms), woke, stream(0, 8000ms)};
+  EXPECT_TRUE(stalled_streams(s, kTimeout).empty());
+  auto later = s;
+  later[1].waiting = 1000ms;
+  const auto d = stalled_streams(later, kTimeout);
+  ASSERT_EQ(indices(d), std::vector<size_t>{1});
+  EXPECT_EQ(d[0].reason, StallReason::kPathSilent);
+}
+
 // A closed stream (being re-established) says nothing about the path: its figures are stale.
 TEST(TcpStall, ClosedStreamsAreIgnored) {
   StallSample closed = stream(1 << 20, 0ms);
@@ -155,7 +171,7 @@ TEST(TcpStall, TheBusyBoundCoversTheDataInFlightAtThePathsRate) {
   EXPECT_EQ(busy_bound(s, kTimeout), want);
   EXPECT_TRUE(stalled_streams(s, kTimeout).empty());
   auto late = s;
-  late[2].since_ack = want;
+  late[2].since_ack = late[2].waiting = want;
   const auto d = stalled_streams(late, kTimeout);
   ASSERT_EQ(indices(d), std::vector<size_t>{2});
   EXPECT_EQ(d[0].reason, StallReason::kStreamStuck);
@@ -177,7 +193,7 @@ TEST(TcpStall, TheBusyBoundIsNeverBelowTheQuietBound) {
   const std::vector<StallSample> s = {stream(0, 10ms, 400ms), stream(1 << 20, 3100ms, 400ms)};
   EXPECT_TRUE(stalled_streams(s, 100ms).empty());  // quiet bound 3200 ms
   auto at = s;
-  at[1].since_ack = 3200ms;
+  at[1].since_ack = at[1].waiting = 3200ms;
   const auto d = stalled_streams(at, 100ms);
   ASSERT_EQ(indices(d), std::vector<size_t>{1});
   EXPECT_EQ(d[0].reason, StallReason::kStreamStuck);

@@ -603,7 +603,7 @@ TEST(TcpTransport, AStreamQuietWhileTheOthersAreAcknowledgedIsNotReplaced) {
                 freshest = std::min(freshest, x.since_ack);
             if (quiet.open && quiet.unacked_bytes > 0 && freshest < 1000ms)
               witnessed.store(
-                  std::max(witnessed.load(), static_cast<int64_t>(quiet.since_ack.count())));
+                  std::max(witnessed.load(), static_cast<int64_t>(quiet.waiting.count())));
             std::this_thread::sleep_for(50ms);
           }
         });

@@ -92,9 +92,10 @@ class TcpConnection {
   // The dialler replaces a stalled connection (TcpOptions::stall_timeout): the old socket is
   // reset and the stream re-established as if it had broken.
   void replace(const std::string& why);
-  // TCP's view of the socket for the stall detector (stall.h), one TCP_INFO read; `open` false
-  // when closed or unreadable.
-  StallSample stall_sample() const;
+  // TCP's view of the socket for the stall detector (stall.h) at `now`, one TCP_INFO read; `open`
+  // false when closed or unreadable. Notes when the stream has nothing in flight (the start of
+  // any later wait for an acknowledgement).
+  StallSample stall_sample(std::chrono::steady_clock::time_point now);
   // Whether the peer's host acknowledged everything or something within `ms`. False when closed.
   bool acked_within(std::chrono::milliseconds ms) const;
   // Smoothed RTT of the socket (0 when closed or unknown).
@@ -210,6 +211,9 @@ class TcpConnection {
   std::vector<uint8_t> control_payload_;
   bool goodbye_ = false;
   uint64_t pacing_rate_ = 0;  // 0: none set
+  // When stall_sample last saw nothing in flight (or the socket was adopted): data in flight now
+  // was sent after it.
+  std::chrono::steady_clock::time_point idle_seen_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace geoccl::transport::tcp

@@ -38,7 +38,7 @@ std::vector<StallDecision> stalled_streams(std::span<const StallSample> streams,
     const StallSample& s = streams[i];
     if (!s.open || s.unacked_bytes == 0) continue;
     const milliseconds quiet = std::max(timeout, duration_cast<milliseconds>(8 * s.srtt));
-    if (s.since_ack < quiet) continue;
+    if (s.waiting < quiet) continue;
     if (!path_alive) {
       out.push_back({i, StallReason::kPathSilent, quiet});
       continue;
@@ -46,7 +46,7 @@ std::vector<StallDecision> stalled_streams(std::span<const StallSample> streams,
     if (!busy) busy = busy_bound(streams, timeout);
     // Never below the quiet bound: a long path's 8 RTTs may exceed the busy floor.
     const milliseconds bound = std::max(*busy, quiet);
-    if (s.since_ack >= bound) out.push_back({i, StallReason::kStreamStuck, bound});
+    if (s.waiting >= bound) out.push_back({i, StallReason::kStreamStuck, bound});
   }
   return out;
 }

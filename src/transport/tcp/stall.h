@@ -11,9 +11,11 @@
 // queue. So:
 //   - the path shows life when any stream to the peer (control stream included) was acknowledged
 //     within `timeout`;
-//   - a stream is quiet when it has unacknowledged data and no acknowledgement for
-//     max(timeout, 8 smoothed RTTs) (one loss repaired by one retransmission takes a few round
-//     trips on a long path);
+//   - a stream is quiet when it has unacknowledged data it has waited for max(timeout, 8 smoothed
+//     RTTs) to be acknowledged (one loss repaired by one retransmission takes a few round trips
+//     on a long path). The wait counts from the last acknowledgement, or from when the stream was
+//     last seen with nothing in flight if that is later: the kernel's time since the last ack of
+//     a stream that was idle for a while and has just sent again is the length of its idleness;
 //   - a quiet stream on a silent path is replaced (kPathSilent): the outage case, as fast as the
 //     timeout allows;
 //   - a quiet stream on a path that shows life is busy and left alone until it has been quiet
@@ -35,6 +37,9 @@ struct StallSample {
   bool open = false;                       // a socket to look at; closed streams are ignored
   uint64_t unacked_bytes = 0;              // sent, not yet acknowledged
   std::chrono::milliseconds since_ack{0};  // since the last acknowledgement received
+  // How long the data in flight has waited for an acknowledgement: since_ack, or less when the
+  // stream had nothing in flight more recently (0 with nothing in flight).
+  std::chrono::milliseconds waiting{0};
   std::chrono::microseconds srtt{0};       // smoothed RTT (0: unknown)
   uint64_t delivery_bps = 0;               // the kernel's latest delivery-rate sample, bit/s
 };
