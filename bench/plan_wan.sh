@@ -9,14 +9,12 @@
 # and geoccl with two-hop paths for bulk data against geoccl with every pair direct
 # (geoccl-direct: GEOCCL_EXPERIMENT=two_hop_gain=0) on
 #   - two-hop.toml (3 regions x 1 rank, a-c 50 Mbit/s, a-b and b-c 1 Gbit/s): 16 and 96 MiB.
-# GEOCCL_EXPERIMENT stall_ms=10000: see docs/benchmarks.md (the 1 s stall detector replaces
-# streams whose frames wait in a shared uplink's queue). Run as root from anywhere:
+# Every row runs the defaults but for the variable its backend names. Run as root from anywhere:
 #   bash bench/plan_wan.sh            # BUILD=build OUT=bench/results ITERS=5 ROUNDS=2
 #   ONLY=two-hop bash bench/plan_wan.sh   # one of unequal-rtt, four-uneven, two-hop
 set -euo pipefail
 # "geoccl" is the default (measured paths, cost model, two-hop paths); geoccl-thresholds turns the
-# start-up path probe off. The caller's GEOCCL_EXPERIMENT keys come last, so they win.
-export GEOCCL_EXPERIMENT="stall_ms=10000${GEOCCL_EXPERIMENT:+,$GEOCCL_EXPERIMENT}"
+# start-up path probe off.
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 build=${BUILD:-build}

@@ -203,6 +203,7 @@ void TcpConnection::resume(int fd, const security::ConnectionKeys& keys, int via
   }
   fd_ = fd;
   via_ = via;
+  idle_seen_ = std::chrono::steady_clock::now();  // a new socket: nothing of it in flight yet
   reconnecting_ = false;
   goodbye_ = false;
   ++reconnects_;
@@ -222,14 +223,25 @@ void TcpConnection::replace(const std::string& why) {
   enter_reconnecting(why);
 }
 
-bool TcpConnection::stalled(std::chrono::milliseconds ms) const {
+StallSample TcpConnection::stall_sample(std::chrono::steady_clock::time_point now) {
+  StallSample out;
   tcp_info ti{};
   socklen_t len = sizeof ti;
-  if (fd_ < 0 || getsockopt(fd_, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return false;
-  // On a long path, a loss recovered by one retransmission alone takes a few round trips.
-  const auto bound = std::max<int64_t>(ms.count(), 8 * static_cast<int64_t>(ti.tcpi_rtt) / 1000);
-  return ti.tcpi_unacked > 0 && ti.tcpi_last_ack_recv >= static_cast<uint32_t>(bound);
+  if (fd_ < 0 || getsockopt(fd_, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return out;
+  out.open = true;
+  if (ti.tcpi_unacked == 0) idle_seen_ = now;
+  out.unacked_bytes =
+      static_cast<uint64_t>(ti.tcpi_unacked) * std::max<uint32_t>(ti.tcpi_snd_mss, 1);
+  out.since_ack = std::chrono::milliseconds(ti.tcpi_last_ack_recv);
+  if (ti.tcpi_unacked > 0)
+    out.waiting = std::min(out.since_ack,
+                           std::chrono::duration_cast<std::chrono::milliseconds>(now - idle_seen_));
+  out.srtt = std::chrono::microseconds(ti.tcpi_rtt);
+  out.delivery_bps = ti.tcpi_delivery_rate * 8;
+  return out;
 }
+
+uint16_t TcpConnection::local_port() const { return fd_ >= 0 ? tcp::local_port(fd_) : 0; }
 
 bool TcpConnection::acked_within(std::chrono::milliseconds ms) const {
   tcp_info ti{};

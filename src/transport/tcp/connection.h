@@ -14,6 +14,7 @@
 #include "protocol/frame.h"
 #include "security/auth.h"
 #include "security/sealer.h"
+#include "transport/tcp/stall.h"
 #include "transport/transport.h"
 
 namespace geoccl::transport::tcp {
@@ -77,6 +78,8 @@ class TcpConnection {
   bool said_goodbye() const { return goodbye_; }
   // The rank whose relay carries the current socket (-1: direct), given with each socket.
   int via() const { return via_; }
+  // The port of this end of the socket (0 when closed).
+  uint16_t local_port() const;
 
   // Stream recovery (data streams, TcpOptions::resume). Takes `fd`, a new socket for this stream (the old one broke or the peer replaced it), and
   // re-sends every frame the peer has not acknowledged, in frame order, before newer ones.
@@ -89,10 +92,11 @@ class TcpConnection {
   // The dialler replaces a stalled connection (TcpOptions::stall_timeout): the old socket is
   // reset and the stream re-established as if it had broken.
   void replace(const std::string& why);
-  // TCP's view of the socket: data unacknowledged for at least `ms` and 8 smoothed RTTs
-  // (stalled), and whether the peer's host acknowledged everything or something within `ms`
-  // (answers). False when closed.
-  bool stalled(std::chrono::milliseconds ms) const;
+  // TCP's view of the socket for the stall detector (stall.h) at `now`, one TCP_INFO read; `open`
+  // false when closed or unreadable. Notes when the stream has nothing in flight (the start of
+  // any later wait for an acknowledgement).
+  StallSample stall_sample(std::chrono::steady_clock::time_point now);
+  // Whether the peer's host acknowledged everything or something within `ms`. False when closed.
   bool acked_within(std::chrono::milliseconds ms) const;
   // Smoothed RTT of the socket (0 when closed or unknown).
   std::chrono::microseconds srtt() const;
@@ -207,6 +211,9 @@ class TcpConnection {
   std::vector<uint8_t> control_payload_;
   bool goodbye_ = false;
   uint64_t pacing_rate_ = 0;  // 0: none set
+  // When stall_sample last saw nothing in flight (or the socket was adopted): data in flight now
+  // was sent after it.
+  std::chrono::steady_clock::time_point idle_seen_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace geoccl::transport::tcp

@@ -16,6 +16,7 @@
 #include "security/auth.h"
 #include "transport/tcp/address.h"
 #include "transport/tcp/socket_util.h"
+#include "transport/tcp/stall.h"
 #include "transport/tcp/stripe.h"
 
 namespace geoccl::transport::tcp {
@@ -731,17 +732,35 @@ void TcpDevice::control_resumed(TcpPeer& p) {
       c->replace("replaced after an outage: its peer's side may sit in TCP's retransmission backoff");
 }
 
-void TcpDevice::tick(Clock::time_point) {
+void TcpDevice::tick(Clock::time_point now) {
   if (options_.stall_timeout.count() <= 0 || group_.failed() || closing_.load()) return;
+  std::vector<StallSample> samples(static_cast<size_t>(streams_));
   for (auto& pp : peers_) {
     TcpPeer& p = *pp;
     // The rank that dials replaces a stalled stream; the other waits for the new connection.
     if (p.rank >= group_.rank() || !p.resume) continue;
     for (int s = 0; s < streams_; ++s) {
       TcpConnection* c = p.streams[static_cast<size_t>(s)].get();
-      if (!c || !c->open() || !c->stalled(options_.stall_timeout) || !can_resume(p, s)) continue;
-      if (s == kControlStream) p.control_stalled = true;
-      c->replace("no acknowledgement for " + std::to_string(options_.stall_timeout.count()) + " ms: stalled");
+      samples[static_cast<size_t>(s)] = c && c->open() ? c->stall_sample(now) : StallSample{};
+    }
+    for (const StallDecision& d : stalled_streams(samples, options_.stall_timeout)) {
+      const int s = static_cast<int>(d.stream);
+      TcpConnection* c = p.streams[d.stream].get();
+      if (!can_resume(p, s)) continue;
+      const auto quiet = std::to_string(samples[d.stream].waiting.count());
+      if (d.reason == StallReason::kPathSilent) {
+        // An outage: the peer's side of the data streams may sit in backoff too (control_resumed).
+        // A control stream stuck on a path whose data streams deliver is not that.
+        if (s == kControlStream) p.control_stalled = true;
+        c->replace("data unacknowledged for " + quiet +
+                   " ms and no stream to the peer acknowledged within " +
+                   std::to_string(options_.stall_timeout.count()) + " ms (stall bound " +
+                   std::to_string(d.bound.count()) + " ms): the path is down");
+      } else {
+        c->replace("data unacknowledged for " + quiet +
+                   " ms while the peer's other streams are acknowledged (busy bound " +
+                   std::to_string(d.bound.count()) + " ms): stuck");
+      }
     }
   }
 }
@@ -839,6 +858,23 @@ void TcpDevice::reset_stream_for_test(int peer_rank, int stream, bool silent) {
       if (kept >= 0) forgotten_fds_.push_back(kept);
     }
   });
+}
+
+uint16_t TcpDevice::stream_port_for_test(int peer_rank, int stream) {
+  uint16_t port = 0;
+  group_.loop().run_owned([&] {
+    if (TcpConnection* c = conn(peer_rank, stream)) port = c->local_port();
+  });
+  return port;
+}
+
+StallSample TcpDevice::stall_sample_for_test(int peer_rank, int stream) {
+  StallSample s;
+  group_.loop().run_owned([&] {
+    if (TcpConnection* c = conn(peer_rank, stream); c && c->open())
+      s = c->stall_sample(Clock::now());
+  });
+  return s;
 }
 
 bool TcpDevice::data_stream_open(const TcpPeer& p, const TcpConnection* except) const {

@@ -69,9 +69,11 @@ struct TcpOptions {
   // WAN peers (GEOCCL_EXPERIMENT resume=on / auto).
   bool resume = false, wan_resume = false;
   std::chrono::milliseconds resume_timeout{30000};
-  // A resumable connection with data unacknowledged for this long is stalled (the path is down,
-  // or TCP sits in retransmission backoff): the rank that dials replaces it with a fresh one
-  // (GEOCCL_EXPERIMENT stall_ms; 0: never).
+  // A resumable connection with data unacknowledged for this long, while no stream to its peer
+  // was acknowledged for as long, is stalled (the path is down and TCP sits in retransmission
+  // backoff): the rank that dials replaces it with a fresh one. One quiet while the peer's other
+  // streams are acknowledged is busy, and replaced only after a much longer bound (stall.h).
+  // GEOCCL_EXPERIMENT stall_ms; 0: never.
   std::chrono::milliseconds stall_timeout{1000};
   // Kernel-side liveness of every peer socket: TCP_USER_TIMEOUT (unacknowledged data for longer
   // ends the connection; the resume timeout) and keepalive probes of idle sockets (idle, interval).
@@ -163,6 +165,10 @@ class TcpDevice final : public Device {
   // middlebox would; `silent`: drops it here without telling the peer, as a NAT that forgets
   // the flow would (the peer's socket stays open until it learns otherwise).
   void reset_stream_for_test(int peer, int stream, bool silent = false);
+  // For tests that cut one stream's packets: the local port of stream `stream` to `peer` (0 when
+  // closed), and the figures the stall detector reads for it now.
+  uint16_t stream_port_for_test(int peer, int stream);
+  StallSample stall_sample_for_test(int peer, int stream);
 
   // ---- For TcpConnection (loop thread).
 
