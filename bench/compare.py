@@ -323,6 +323,9 @@ def parse_args(argv):
     p.add_argument("--launcher", default=None,
                    help="launcher prefix, called as `LAUNCHER [WAN OPTIONS] -n N -- CMD...` "
                         "(default: '<geoccl> run')")
+    p.add_argument("--variant", action="append", default=[], metavar="NAME=VAR=VALUE[;VAR=VALUE...]",
+                   help="an extra geoccl backend NAME (geoccl-...) whose ranks get these variables "
+                        "(bench/defaults_matrix.py); may repeat")
     p.add_argument("--wan", help="scenario TOML: run every rank in its emulated region")
     p.add_argument("--domains", type=parse_domains, default=None,
                    help="rank placement with --wan, e.g. a:2,b:2,c:2 (default: the scenario's)")
@@ -372,6 +375,13 @@ def parse_args(argv):
         args.scenario = None
         if args.world_sizes is None:
             args.world_sizes = [2, 4]
+    for v in args.variant:
+        name, _, assignments = v.partition("=")
+        if not name.startswith("geoccl-") or not assignments or name in ALL_BACKENDS:
+            p.error("--variant '%s': want geoccl-NAME=VAR=VALUE[;VAR=VALUE...] with a new name" % v)
+        GEOCCL_VARIANTS[name] = assignments.split(";")
+        BASE_OF[name] = "geoccl"
+        ALL_BACKENDS.append(name)
     wanted = args.backends.split(",") if args.backends else None
     if wanted:
         for b in wanted:
