@@ -1,5 +1,5 @@
 #!/bin/bash
-# Head-of-line blocking, TCP against QUIC, side by side in one run (issue 15, 3a): back-to-back
+# Head-of-line blocking, TCP against QUIC, side by side in one run: back-to-back
 # 4 KiB allreduces (p50 and p99 over SMALL iterations), alone and while a 256 MiB bulk-class
 # allreduce runs back to back on the same WAN path (`geoccl bench --background 256M`). The bulk
 # class stays on TCP in both runs (its scavenger paces it); what differs is the transport of the

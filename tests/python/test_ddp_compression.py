@@ -8,7 +8,7 @@ steps (examples/compression_convergence.py runs them in turn on one group):
 
 Each model is one DDP bucket (about 130,000 values) whose pieces, one per rank of a domain, are just
 under 65536 values, so that top-k at 1 % keeps about 1 % (k = 656 per chunk of 65536 values; a
-shorter piece keeps more): the test holds the codec to what it actually sent. Asserted (issue 14): int8 with error feedback
+shorter piece keeps more): the test holds the codec to what it actually sent. Asserted: int8 with error feedback
 within 1 % of fp32, top-k at 1 % with error feedback within 2 % (the contrast runs without error
 feedback, "int8-noef" and "topk:0.01-noef", are the example's business: docs/compression.md).
 Parameters are identical on every rank in every run, and the hook's

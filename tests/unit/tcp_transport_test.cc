@@ -699,7 +699,7 @@ TEST(TcpTransport, SendsAreDeliveredAndReceivesReportTheirSize) {
   EXPECT_EQ(p.t0->failure()->code, ErrorCode::kMismatch);
 }
 
-// Defect (a) of issue 11: after the group fails for a reason elsewhere (a third rank), a data
+// After the group fails for a reason elsewhere (a third rank), a data
 // stream from a live peer that is in the middle of a frame must not keep the I/O thread busy.
 // Before the fix the loop thread spun on EPOLLIN until teardown (~100 % of a core).
 TEST(TcpTransport, FailedGroupDoesNotSpinOnAStreamInTheMiddleOfAFrame) {
