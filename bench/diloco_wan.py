@@ -4,7 +4,8 @@
 prints one table per scenario: time to the target accuracy (training wall time, evaluation left
 out), the accuracy reached, the training wall time, and the bytes that crossed the WAN (the
 emulator's link counters: IP bytes delivered on every inter-region link over the whole job,
-start-up and rendezvous included). Needs root (network namespaces) and a built tree.
+start-up and rendezvous included: the start-up path probe alone sends 48 MiB on three domains;
+GEOCCL_EXPERIMENT=plan_probe=0 leaves it out). Needs root (network namespaces) and a built tree.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/diloco_wan.py --scenarios seed,lossy \\
         --configs ddp,ddp-int8,h10,h10-int8,h50,h50-int8 --steps 600 --json diloco.json
@@ -52,14 +53,15 @@ def wan_bytes(stderr):
     return total if seen else None
 
 
-def run_one(geoccl, scenario, name, steps, target, timeout):
+def run_one(geoccl, scenario, name, steps, target, timeout, env=None):
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "result.json")
         cmd = [geoccl, "run", "--wan", os.path.join(REPO, "bench", "scenarios", f"{scenario}.toml"),
                "--domains", "a:2,b:2,c:2", "-n", "6", "--timeout", str(timeout), "--",
                "/usr/bin/python3", SCRIPT, *CONFIGS[name], "--steps", str(steps), "--target", str(target),
                "--json", out]
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 60)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 60,
+                           env=dict(os.environ, **(env or {})))
         if p.returncode != 0 or not os.path.exists(out):
             sys.stderr.write(p.stdout[-3000:] + p.stderr[-3000:])
             return {"error": f"exit {p.returncode}"}
