@@ -26,8 +26,9 @@ Replanner::Replanner(PlanOwner& plans, transport::Router& router, Submit submit,
       rank_(rank),
       every_(static_cast<uint64_t>(replan_ops)),
       monitor_(plans.current()->paths, monitor_options(replan_persist)),
-      window_(plans.current()->paths.k) {
-  const auto& topo = plans_.current()->topo;
+      window_(monitor_.plan().k) {
+  const auto plan = plans_.current();
+  const auto& topo = plan->topo;
   const int dm = topo.domain_of[static_cast<size_t>(rank_)];
   if (topo.members[static_cast<size_t>(dm)][0] == rank_) sampler_ = std::thread([this] { sample_paths(); });
 }
