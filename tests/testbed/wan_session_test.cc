@@ -206,9 +206,11 @@ TEST_F(WanSessionTest, RoundTripTimeIsTheConfiguredRtt) {
   std::vector<double> rtts = udp_rtts(session_->netns_of_rank(0), session_->addr_of_rank(2), 7001, 30, 1000);
   ASSERT_GE(rtts.size(), 28u);
   std::sort(rtts.begin(), rtts.end());
-  const double median = rtts[rtts.size() / 2];
-  EXPECT_NEAR(median, 20.0, 2.0);
+  // The emulator's delay is a floor that the host's scheduling can only add to: a loaded CI
+  // machine moved the median of 30 pings to 22.3 ms while the fastest stayed at the configured
+  // value. So the fastest ping is the emulator's own delay, and it must be the configured one.
   EXPECT_GT(rtts.front(), 19.8);  // never faster than light (less the 2 x 50 us early window)
+  EXPECT_LT(rtts.front(), 21.0);  // and nothing systematic on top of it
 }
 
 TEST_F(WanSessionTest, IntraDomainTrafficBypassesTheEmulator) {
