@@ -97,7 +97,9 @@ struct PeerStats {
   };
   // TCP only: aggregates over the data streams (min RTT the least, the rest sums) and each one.
   struct Tcp {
-    int data_streams = 0;
+    int data_streams = 0;  // open
+    int width = 0;         // those this rank's frames are spread over now
+    uint64_t width_changes = 0;  // measured stream counts: widths settled on after a trial
     std::string congestion_control;  // of the first data stream
     double min_rtt_ms = 0;
     uint64_t cwnd_segments = 0;

@@ -40,9 +40,9 @@ std::string show(const std::string& v) { return "'" + v + "'"; }
 }  // namespace
 
 GroupParams GroupParams::from_config(const Config& cfg, int resolved_streams) {
-  if (resolved_streams < 1 || resolved_streams > kMaxDataStreams)
+  if (resolved_streams < 0 || resolved_streams > kMaxDataStreams)
     throw Error(ErrorCode::kInvalidArgument,
-                "data streams per peer must be in 1.." + std::to_string(kMaxDataStreams) + ", got " +
+                "data streams per peer must be in 0.." + std::to_string(kMaxDataStreams) + ", got " +
                     std::to_string(resolved_streams));
   GroupParams p;
   p.data_streams = static_cast<uint32_t>(resolved_streams);
@@ -90,7 +90,7 @@ std::optional<GroupParams> GroupParams::decode(std::span<const uint8_t> in, std:
     if (!bad && !get(r, &v)) bad = name;
   });
   if (bad) return fail(std::string("group parameters malformed at ") + bad);
-  if (p.data_streams < 1 || p.data_streams > static_cast<uint32_t>(kMaxDataStreams))
+  if (p.data_streams > static_cast<uint32_t>(kMaxDataStreams))
     return fail("group parameters: GEOCCL_TCP_STREAMS " + std::to_string(p.data_streams) +
                 " out of range");
   if (r.remaining() != 0) return fail("group parameters have trailing bytes");

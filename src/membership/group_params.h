@@ -26,7 +26,7 @@ inline constexpr size_t kMaxParamString = 1024;
 inline constexpr int kMaxDataStreams = 64;  // as GEOCCL_TCP_STREAMS allows
 
 struct GroupParams {
-  uint32_t data_streams = 1;                  // GEOCCL_TCP_STREAMS, resolved (auto -> 1 or 4)
+  uint32_t data_streams = 1;                  // GEOCCL_TCP_STREAMS; 0: measured per WAN peer
   uint64_t chunk_bytes = 1 << 20;             // GEOCCL_EXPERIMENT chunk
   uint64_t small_msg_bytes = 64 * 1024;       // GEOCCL_EXPERIMENT small_msg
   uint64_t wan_small_msg_bytes = 1 << 20;     // GEOCCL_EXPERIMENT wan_small_msg
@@ -41,7 +41,7 @@ struct GroupParams {
 
   bool operator==(const GroupParams&) const = default;
 
-  // `resolved_streams`: the data streams per peer after "auto" was resolved (1..kMaxDataStreams).
+  // `resolved_streams`: the data streams per peer (1..kMaxDataStreams; 0: measured per WAN peer).
   // Throws Error(kInvalidArgument) when it is out of range or a string setting is longer than
   // kMaxParamString.
   static GroupParams from_config(const Config& cfg, int resolved_streams);

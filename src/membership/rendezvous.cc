@@ -142,9 +142,8 @@ RendezvousInfo join_store(const Config& cfg) {
   const std::string base = "geoccl/" + cfg.session + "/";
   const int64_t gen = info.store->add(base + "gen/" + std::to_string(cfg.rank), 1);
   info.prefix = base + "g" + std::to_string(gen) + "/";
-  // Auto: 4 data streams, so that peers found to be across a WAN (labels or measured RTTs) can
-  // be striped; peers in the rank's own domain use one of them.
-  const GroupParams mine = GroupParams::from_config(cfg, cfg.tcp_streams > 0 ? cfg.tcp_streams : 4);
+  // Unset (0): each WAN peer's stream count is measured (TcpOptions::from_config).
+  const GroupParams mine = GroupParams::from_config(cfg, cfg.tcp_streams);
   if (cfg.rank == 0) {
     info.session_id = random_u64();
     info.params = mine;

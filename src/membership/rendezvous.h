@@ -21,7 +21,7 @@ struct RendezvousInfo {
   std::string prefix;                   // key prefix unique to this communicator
   uint64_t session_id = 0;              // random, chosen by rank 0, checked in every handshake
   GroupParams params;                   // rank 0's; params.hash() is checked in every handshake
-  int data_streams = 1;                 // params.data_streams
+  int data_streams = 1;                 // params.data_streams (0: measured)
   // The group secret (GEOCCL_SECRET / GEOCCL_SECRET_FILE) when set: store values are sealed with
   // it (SealedStore) and connections authenticated (docs/security.md).
   std::optional<security::Key> secret;

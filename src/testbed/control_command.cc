@@ -74,6 +74,7 @@ void set_key(LinkChange& c, const std::string& key, const std::string& value) {
   else if (key == "delay") c.delay_ns = parse_duration_ns(value);
   else if (key == "jitter") c.jitter_ns = parse_duration_ns(value);
   else if (key == "rate") c.rate_bps = parse_rate_bps(value);
+  else if (key == "flow_rate") c.flow_rate_bps = parse_rate_bps(value);
   else if (key == "queue") c.queue = parse_queue(value);
   else if (key == "loss") c.loss = parse_loss(value);
   else if (key == "ge") c.ge = parse_ge(value);
@@ -83,7 +84,7 @@ void set_key(LinkChange& c, const std::string& key, const std::string& value) {
     c.mtu = static_cast<std::uint32_t>(mtu);
   } else {
     throw std::runtime_error("unknown link parameter '" + key +
-                             "' (rtt, delay, jitter, rate, queue, loss, mtu, ge)");
+                             "' (rtt, delay, jitter, rate, flow_rate, queue, loss, mtu, ge)");
   }
 }
 
@@ -197,7 +198,7 @@ std::string control_help() {
   return "commands:\n"
          "  cut LINK [DURATION]        cut the link (for DURATION, else until restore)\n"
          "  restore LINK               end a cut\n"
-         "  set LINK KEY VALUE [...]   KEY: rtt delay jitter rate queue loss mtu ge\n"
+         "  set LINK KEY VALUE [...]   KEY: rtt delay jitter rate flow_rate queue loss mtu ge\n"
          "                             e.g. set a-b loss 0.01 rate 100mbit\n"
          "  tamper LINK N              flip a payload byte in each of the next N TCP segments with payload\n"
          "  replay LINK N              give the next N of them their flow's previous segment's payload\n"

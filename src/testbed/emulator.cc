@@ -208,7 +208,8 @@ void Emulator::read_port(std::size_t src) {
       pool_->release(slot);
       continue;
     }
-    const Fate fate = link(src, dst)->submit(monotonic_ns(), slot, static_cast<std::uint32_t>(len), uplink);
+    const Fate fate = link(src, dst)->submit(monotonic_ns(), slot, static_cast<std::uint32_t>(len), uplink,
+                                             flow_key(buf, static_cast<std::size_t>(len)));
     if (fate != Fate::kQueued) {
       pool_->release(slot);
       continue;
@@ -392,9 +393,9 @@ std::string Emulator::execute(const ControlCommand& command, std::int64_t now) {
 std::string Emulator::stats_text() const {
   std::string out;
   char line[512];
-  std::snprintf(line, sizeof line, "%-12s %12s %14s %12s %14s %11s %12s %12s %9s %11s\n", "link",
+  std::snprintf(line, sizeof line, "%-12s %12s %14s %12s %14s %11s %12s %12s %9s %11s %10s\n", "link",
                 "packets_in", "bytes_in", "packets_out", "bytes_out", "queue_drops", "random_drops",
-                "outage_drops", "mtu_drops", "other_drops");
+                "outage_drops", "mtu_drops", "other_drops", "flow_drops");
   out += line;
   const std::size_t n = ports_.size();
   for (std::size_t a = 0; a < n; ++a) {
@@ -403,7 +404,7 @@ std::string Emulator::stats_text() const {
       if (l == nullptr) continue;
       const LinkCounters& c = l->counters();
       const std::string name = ports_[a].domain + ">" + ports_[b].domain;
-      std::snprintf(line, sizeof line, "%-12s %12llu %14llu %12llu %14llu %11llu %12llu %12llu %9llu %11llu\n",
+      std::snprintf(line, sizeof line, "%-12s %12llu %14llu %12llu %14llu %11llu %12llu %12llu %9llu %11llu %10llu\n",
                     name.c_str(), static_cast<unsigned long long>(c.packets_in),
                     static_cast<unsigned long long>(c.bytes_in),
                     static_cast<unsigned long long>(c.packets_out),
@@ -412,7 +413,8 @@ std::string Emulator::stats_text() const {
                     static_cast<unsigned long long>(c.random_drops),
                     static_cast<unsigned long long>(c.outage_drops),
                     static_cast<unsigned long long>(c.mtu_drops),
-                    static_cast<unsigned long long>(c.other_drops));
+                    static_cast<unsigned long long>(c.other_drops),
+                    static_cast<unsigned long long>(c.flow_drops));
       out += line;
     }
   }

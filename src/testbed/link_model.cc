@@ -12,8 +12,26 @@ LinkModel::LinkModel(const LinkParams& params, std::uint64_t seed)
       // packets the loss model drops.
       jitter_rng_(seed ^ 0x9e3779b97f4a7c15ULL) {}
 
+std::uint64_t flow_key(const std::uint8_t* p, std::size_t len) {
+  if (len < 20 || (p[0] >> 4) != 4) return 0;
+  const std::size_t ihl = static_cast<std::size_t>(p[0] & 0x0F) * 4;
+  const std::uint8_t proto = p[9];
+  const bool fragment = ((p[6] & 0x3F) | p[7]) != 0;  // more-fragments or an offset
+  if ((proto != 6 && proto != 17) || fragment || ihl < 20 || len < ihl + 4) return 0;
+  std::uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a over proto, addresses and ports
+  auto mix = [&h](std::uint8_t b) { h = (h ^ b) * 0x100000001b3ULL; };
+  mix(proto);
+  for (std::size_t i = 12; i < 20; ++i) mix(p[i]);
+  for (std::size_t i = ihl; i < ihl + 4; ++i) mix(p[i]);
+  return h == 0 ? 1 : h;
+}
+
+namespace {
+bool later(const InFlight& a, const InFlight& b) { return a.deliver_at > b.deliver_at; }
+}  // namespace
+
 Fate LinkModel::submit(std::int64_t now, std::uint32_t slot, std::uint32_t len,
-                       Bottleneck* uplink) {
+                       Bottleneck* uplink, std::uint64_t flow) {
   ++counters_.packets_in;
   counters_.bytes_in += len;
   if (len > params_.mtu) {
@@ -42,6 +60,21 @@ Fate LinkModel::submit(std::int64_t now, std::uint32_t slot, std::uint32_t len,
     ++counters_.random_drops;
     return Fate::kRandomDrop;
   }
+  if (flow != 0 && params_.flow_rate_bps > 0) {
+    // The flow's own transmitter at flow_rate, behind a drop-tail queue of 20 ms at that rate.
+    FlowShaper& f = flows_[flow];
+    if (f.free_at - *departed > 20'000'000) {
+      ++counters_.flow_drops;
+      return Fate::kFlowDrop;
+    }
+    f.free_at = std::max(f.free_at, *departed) +
+                static_cast<std::int64_t>(static_cast<Int128>(len) * 8 * 1'000'000'000 / params_.flow_rate_bps);
+    const std::int64_t at = std::max(f.free_at + params_.delay_ns + jitter_sample(), f.last_deliver_at);
+    f.last_deliver_at = at;
+    shaped_.push_back(InFlight{at, slot, len});
+    std::push_heap(shaped_.begin(), shaped_.end(), later);
+    return Fate::kQueued;
+  }
   std::int64_t deliver_at = *departed + params_.delay_ns + jitter_sample();
   // Jitter never reorders: a packet cannot overtake the one before it.
   deliver_at = std::max({deliver_at, last_deliver_at_, *departed});
@@ -52,8 +85,13 @@ Fate LinkModel::submit(std::int64_t now, std::uint32_t slot, std::uint32_t len,
 
 void LinkModel::pop_delivered() {
   ++counters_.packets_out;
-  counters_.bytes_out += fifo_.front().len;
-  fifo_.pop();
+  counters_.bytes_out += front().len;
+  if (from_shaped()) {
+    std::pop_heap(shaped_.begin(), shaped_.end(), later);
+    shaped_.pop_back();
+  } else {
+    fifo_.pop();
+  }
 }
 
 void LinkModel::apply(const LinkChange& change) {
@@ -62,6 +100,7 @@ void LinkModel::apply(const LinkChange& change) {
   bottleneck_.set_queue_bytes(params_.queue.bytes_at(params_.rate_bps));
   loss_.set_bernoulli(params_.loss);
   loss_.set_gilbert_elliott(params_.ge);
+  if (params_.flow_rate_bps == 0) flows_.clear();
 }
 
 std::int64_t LinkModel::jitter_sample() {

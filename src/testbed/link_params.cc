@@ -29,6 +29,7 @@ std::string to_string(const LinkParams& p) {
   s += " rate=" + format_rate(p.rate_bps) + " queue=" + p.queue.to_string() +
        " loss=" + ratio(p.loss) + " mtu=" + std::to_string(p.mtu);
   if (p.ge.enabled) s += " ge=" + ge_string(p.ge);
+  if (p.flow_rate_bps > 0) s += " flow_rate=" + format_rate(p.flow_rate_bps);
   return s;
 }
 
@@ -42,6 +43,7 @@ std::string LinkChange::to_string() const {
   if (loss) add("loss=" + ratio(*loss));
   if (ge) add("ge=" + ge_string(*ge));
   if (mtu) add("mtu=" + std::to_string(*mtu));
+  if (flow_rate_bps) add("flow_rate=" + format_rate(*flow_rate_bps));
   return s;
 }
 

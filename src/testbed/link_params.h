@@ -31,6 +31,10 @@ struct LinkParams {
   double loss = 0;             // Bernoulli loss ratio
   GilbertElliott ge;           // optional burst loss
   std::uint32_t mtu = 1500;    // larger IP packets are dropped
+  // A per-flow shaper, as clouds cap one TCP connection or UDP flow (a 5-tuple) below the
+  // path's rate: each flow leaves at most at this rate from a drop-tail queue of 20 ms at it.
+  // 0 = none.
+  std::uint64_t flow_rate_bps = 0;
 };
 
 struct LinkChange {
@@ -41,9 +45,10 @@ struct LinkChange {
   std::optional<double> loss;
   std::optional<GilbertElliott> ge;
   std::optional<std::uint32_t> mtu;
+  std::optional<std::uint64_t> flow_rate_bps;
 
   bool empty() const {
-    return !delay_ns && !jitter_ns && !rate_bps && !queue && !loss && !ge && !mtu;
+    return !delay_ns && !jitter_ns && !rate_bps && !queue && !loss && !ge && !mtu && !flow_rate_bps;
   }
   void apply_to(LinkParams& p) const {
     if (delay_ns) p.delay_ns = *delay_ns;
@@ -53,6 +58,7 @@ struct LinkChange {
     if (loss) p.loss = *loss;
     if (ge) p.ge = *ge;
     if (mtu) p.mtu = *mtu;
+    if (flow_rate_bps) p.flow_rate_bps = *flow_rate_bps;
   }
   std::string to_string() const;
 };

@@ -122,7 +122,7 @@ GilbertElliott get_ge(const std::string& source, const toml::node& node) {
 }
 
 LinkChange parse_link_table(const std::string& source, const toml::table& t, const std::string& where) {
-  check_keys(source, t, where, {"rtt", "delay", "jitter", "rate", "queue", "loss", "gilbert_elliott"});
+  check_keys(source, t, where, {"rtt", "delay", "jitter", "rate", "queue", "loss", "gilbert_elliott", "flow_rate"});
   if (t.contains("rtt") && t.contains("delay")) {
     fail(source, *t.get("delay"), "give either 'rtt' or 'delay' in " + where + ", not both");
   }
@@ -131,6 +131,7 @@ LinkChange parse_link_table(const std::string& source, const toml::table& t, con
   if (const auto* n = t.get("delay")) c.delay_ns = get_duration(source, *n, "delay");
   if (const auto* n = t.get("jitter")) c.jitter_ns = get_duration(source, *n, "jitter");
   if (const auto* n = t.get("rate")) c.rate_bps = get_rate(source, *n, "rate");
+  if (const auto* n = t.get("flow_rate")) c.flow_rate_bps = get_rate(source, *n, "flow_rate");
   if (const auto* n = t.get("queue")) c.queue = get_queue(source, *n);
   if (const auto* n = t.get("loss")) c.loss = get_loss(source, *n, "loss");
   if (const auto* n = t.get("gilbert_elliott")) c.ge = get_ge(source, *n);

@@ -492,6 +492,47 @@ int mode_two_hop(Communicator& c) {
   return g_failures ? 1 : 0;
 }
 
+// Measured stream counts (wan_stream_width, bench/scenarios/flow-cap.toml): two domains whose
+// path caps each flow at a tenth of the uplink. With GEOCCL_TCP_STREAMS unset, 64 MiB allreduces
+// (exact) run until every rank spreads its frames to each WAN peer it sends to over 8 streams or
+// more, within 30 calls. Prints each call's time and rank 0's widths.
+int mode_stream_width(Communicator& c) {
+  const int me = c.rank();
+  const size_t count = 16u << 20;
+  std::vector<float> buf(count);
+  int32_t least = 0;
+  int calls = 0;
+  for (; calls < 30 && !g_failures; ++calls) {
+    for (size_t i = 0; i < count; ++i) buf[i] = static_cast<float>((i + static_cast<size_t>(me)) % 1000);
+    const auto t0 = std::chrono::steady_clock::now();
+    c.allreduce(buf.data(), count, DataType::kFloat32, ReduceOp::kSum).wait();
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    bool exact = true;
+    for (size_t i = 0; i < count && exact; ++i) {
+      float want = 0;
+      for (int r = 0; r < c.size(); ++r) want += static_cast<float>((i + static_cast<size_t>(r)) % 1000);
+      exact = buf[i] == want;
+    }
+    CHECK(exact, "call %d: allreduce of 64 MiB not exact", calls);
+    // The TCP peers this rank sent bulk data to (the others are in its domain: shared memory).
+    // In a ring of the two domains every rank sends across (a rank with none yet counts 0).
+    least = 64;
+    std::string widths;
+    for (const auto& ps : c.peer_stats())
+      if (ps.transport == "tcp" && ps.bytes_sent > (64u << 20)) {
+        least = std::min(least, ps.tcp.width);
+        widths += " " + std::to_string(ps.peer) + ":" + std::to_string(ps.tcp.width) + "/" + std::to_string(ps.tcp.data_streams);
+      }
+    if (widths.empty()) least = 0;
+    if (me == 0) std::printf("call %d: %.0f ms, rank 0's WAN peers (peer:used/open):%s\n", calls, ms, widths.c_str());
+    std::fflush(stdout);
+    c.allreduce(&least, 1, DataType::kInt32, ReduceOp::kMin).wait();  // every rank stops together
+    if (least >= 8) break;
+  }
+  CHECK(least >= 8, "after %d calls the least width to a WAN peer is %d, expected 8 or more", calls, least);
+  return g_failures ? 1 : 0;
+}
+
 // Callbacks run off the thread that runs collectives: a callback may issue a collective and wait
 // on it (Work::wait, or a plain future as torch's hooks do), nested three deep; a slow callback
 // holds back no other operation.
@@ -1368,6 +1409,7 @@ int main(int argc, char** argv) {
     if (mode == "channels") return mode_channels(c);
     if (mode == "relay") return mode_relay(c);
     if (mode == "two_hop") return mode_two_hop(c);
+    if (mode == "stream_width") return mode_stream_width(c);
     if (mode == "replan") return mode_replan(c);
     if (mode == "recv-any") return mode_recv_any(c);
     if (mode == "marker") return mode_marker(c);

@@ -74,6 +74,53 @@ TEST(LinkModel, IdleLinkAcceptsAPacketLargerThanTheQueue) {
   EXPECT_EQ(link.submit(0, 2, 1500), Fate::kQueueDrop);
 }
 
+TEST(LinkModel, EachFlowIsShapedToItsOwnRate) {
+  // 8 Mbit/s per flow = 1 byte per microsecond (a 1000-byte packet every ms), a queue of 20 ms
+  // per flow; the link itself is unlimited, 10 ms one way. Two flows offer 4 packets per ms
+  // each for 100 ms; a packet of no flow (key 0) rides beside them.
+  LinkParams p = params(10 * kMs);
+  p.flow_rate_bps = 8'000'000;
+  LinkModel link(p, 1);
+  int queued[2] = {0, 0};
+  std::uint32_t slot = 0;
+  for (std::int64_t t = 0; t < 100 * kMs; t += 250 * kUs)
+    for (int f = 0; f < 2; ++f)
+      queued[f] += link.submit(t, slot++, 1000, nullptr, static_cast<std::uint64_t>(f + 1)) == Fate::kQueued;
+  ASSERT_EQ(link.submit(50 * kMs, 99999, 1000), Fate::kQueued);
+  for (int n : queued) {
+    EXPECT_GE(n, 119);  // 100 ms at the rate plus the 20 ms queue, to a packet
+    EXPECT_LE(n, 122);
+  }
+  EXPECT_GT(link.counters().flow_drops, 0u);
+  // Each flow leaves one packet per ms; the unshaped packet at 50 + 10 ms, among them.
+  std::vector<std::int64_t> times = drain(link, 1000 * kMs);
+  ASSERT_EQ(times.size(), static_cast<size_t>(queued[0] + queued[1] + 1));
+  EXPECT_TRUE(std::is_sorted(times.begin(), times.end()));
+  EXPECT_EQ(times.front(), 11 * kMs);  // both flows' first packets
+  EXPECT_EQ(times[1], 11 * kMs);
+  EXPECT_NE(std::find(times.begin(), times.end(), 60 * kMs), times.end());
+  EXPECT_EQ(times.back(), (10 + queued[0]) * kMs);
+}
+
+TEST(LinkModel, FlowKeyTellsTcpAndUdpFlowsApartAndIgnoresTheRest) {
+  std::uint8_t pkt[40] = {0x45};
+  pkt[9] = 6;                                        // TCP
+  pkt[12] = 10, pkt[15] = 1, pkt[16] = 10, pkt[19] = 2;  // 10.0.0.1 -> 10.0.0.2
+  pkt[20] = 0x1f, pkt[21] = 0x90, pkt[22] = 0x30, pkt[23] = 0x39;
+  const std::uint64_t a = flow_key(pkt, sizeof pkt);
+  EXPECT_NE(a, 0u);
+  pkt[21] = 0x91;  // another source port: another flow
+  EXPECT_NE(flow_key(pkt, sizeof pkt), a);
+  pkt[9] = 17;  // UDP is keyed too
+  EXPECT_NE(flow_key(pkt, sizeof pkt), 0u);
+  pkt[9] = 1;  // ICMP is not
+  EXPECT_EQ(flow_key(pkt, sizeof pkt), 0u);
+  pkt[9] = 6;
+  pkt[7] = 8;  // a fragment (offset 64 bytes) carries no ports
+  EXPECT_EQ(flow_key(pkt, sizeof pkt), 0u);
+  EXPECT_EQ(flow_key(pkt, 22), 0u);  // truncated
+}
+
 TEST(LinkModel, LongRunThroughputEqualsTheRate) {
   // Offer 200 Mbit/s to a 100 Mbit/s link for one second.
   const std::uint64_t rate = 100'000'000;

@@ -37,7 +37,7 @@ TEST(GroupParams, FromConfigTakesTheSharedSettings) {
   EXPECT_EQ(p.security, "off");
   // The defaults of Config and GroupParams agree.
   EXPECT_EQ(GroupParams::from_config(Config{}, 1), GroupParams{});
-  EXPECT_THROW(GroupParams::from_config(Config{}, 0), Error);
+  EXPECT_THROW(GroupParams::from_config(Config{}, -1), Error);
   EXPECT_THROW(GroupParams::from_config(Config{}, 65), Error);
   Config c;
   c.algo.assign(membership::kMaxParamString + 1, 'x');
@@ -78,9 +78,10 @@ TEST(GroupParams, RoundTripAndRejectsMalformed) {
   other[0] = membership::kGroupParamsVersion + 1;
   EXPECT_FALSE(GroupParams::decode(other, &why));
   EXPECT_NE(why.find("format"), std::string::npos);
-  auto zero_streams = b;
-  zero_streams[2] = 0;
-  EXPECT_FALSE(GroupParams::decode(zero_streams, &why));
+  auto too_many_streams = b;  // 0 is valid: measured per WAN peer
+  too_many_streams[2] = 65;
+  too_many_streams[3] = too_many_streams[4] = too_many_streams[5] = 0;
+  EXPECT_FALSE(GroupParams::decode(too_many_streams, &why));
   EXPECT_NE(why.find("GEOCCL_TCP_STREAMS"), std::string::npos);
   auto huge = b;
   huge[30] = 0xff;  // length of the first string

@@ -380,9 +380,9 @@ int run_bench(const BenchSpec& spec) {
                   static_cast<unsigned long long>(s.bytes_received));
       if (s.transport != "tcp") continue;
       // TCP_INFO of the data streams (aggregate, then one line per stream).
-      std::printf("#   %d data stream(s), cc %s, rtt %.2f ms (min %.2f), cwnd %llu seg, "
+      std::printf("#   %d data stream(s), frames over %d, cc %s, rtt %.2f ms (min %.2f), cwnd %llu seg, "
                   "retrans %llu seg / %llu B, delivery %.1f Mbit/s, pacing %.1f Mbit/s\n",
-                  s.tcp.data_streams, s.tcp.congestion_control.c_str(), s.rtt_ms, s.tcp.min_rtt_ms,
+                  s.tcp.data_streams, s.tcp.width, s.tcp.congestion_control.c_str(), s.rtt_ms, s.tcp.min_rtt_ms,
                   static_cast<unsigned long long>(s.tcp.cwnd_segments),
                   static_cast<unsigned long long>(s.tcp.retransmits),
                   static_cast<unsigned long long>(s.tcp.bytes_retransmitted),

@@ -28,6 +28,10 @@ namespace {
 constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
 constexpr uint64_t kWanBufferBytes = 32ull << 20;
 constexpr uint64_t kWanNotsentLowat = 1ull << 20;
+// Measured stream counts: the streams a pair starts with, the most a WAN peer gets, and how
+// often the controller samples (stream_width.h).
+constexpr int kInitialStreams = 4, kMostStreams = 16;
+constexpr auto kWidthInterval = std::chrono::milliseconds(50);
 }  // namespace
 
 TcpOptions TcpOptions::from_config(const Config& cfg, int data_streams) {
@@ -35,7 +39,8 @@ TcpOptions TcpOptions::from_config(const Config& cfg, int data_streams) {
   // from the start. Otherwise peers found to be in other domains get them after discovery.
   const bool labelled = !cfg.domain.empty();
   TcpOptions o;
-  o.data_streams = std::max(1, data_streams);
+  o.data_streams = data_streams > 0 ? data_streams : kMostStreams;
+  o.initial_streams = data_streams > 0 ? 0 : kInitialStreams;
   if (cfg.tcp_cc == "auto") {
     o.wan_congestion_control = "bbr";
     o.congestion_control = labelled ? "bbr" : "";
@@ -78,6 +83,7 @@ TcpDevice::TcpDevice(Group& group, const std::string& bind_addr, const TcpOption
     : group_(group),
       options_(options),
       streams_(1 + std::max(1, options.data_streams)),
+      initial_streams_(1 + std::max(1, options.initial())),
       // A relay carries pairs that cannot reach each other: WAN paths, whose socket options its
       // sockets to the targets get (the requester's side inherits the listening socket's).
       relay_([this](int s) {
@@ -121,13 +127,15 @@ TcpDevice::TcpDevice(Group& group, const std::string& bind_addr, const TcpOption
 TcpDevice::~TcpDevice() {
   shutdown();
   group_.remove_failure_listener(failure_listener_);
-  // Stream re-dialers stop at their next attempt (each is bounded by a few seconds).
+  // Stream re-dialers and openers stop at their next attempt (each is bounded by a few seconds).
   for (auto& p : peers_) {
     for (auto& t : p->dialers)
       if (t.joinable()) t.join();
+    if (p->opener.joinable()) p->opener.join();
     if (p->prober.joinable()) p->prober.join();
   }
   group_.loop().run_owned([this] {
+    group_.loop().cancel_timer(width_tick_);
     if (scavenge_) {
       group_.loop().cancel_timer(scavenge_->tick);
       group_.loop().cancel_timer(scavenge_->release);
@@ -456,7 +464,7 @@ void TcpDevice::connect_through_relay(TcpPeer& p, const std::vector<int>& peers,
   }
   GEOCCL_LOG(kInfo, "rank " << p.rank << " reached through rank " << chosen << "'s relay");
   group_.set_relay(p.rank, chosen);
-  for (int stream = 1; stream < streams_; ++stream) {
+  for (int stream = 1; stream < initial_streams_; ++stream) {
     std::string swhy;
     bool rejected = false;
     security::ConnectionKeys keys;
@@ -474,6 +482,7 @@ void TcpDevice::connect_through_relay(TcpPeer& p, const std::vector<int>& peers,
 void TcpDevice::adopt(int fd, int peer_rank, int stream, const security::ConnectionKeys& keys, int via) {
   TcpPeer& p = peer(peer_rank);
   p.streams[static_cast<size_t>(stream)] = std::make_unique<TcpConnection>(*this, p, fd, stream, keys, via);
+  if (p.wan && stream != kControlStream) p.streams[static_cast<size_t>(stream)]->tune_for_wan();  // opened later
   ++connected_;
   group_.notify();
 }
@@ -507,7 +516,7 @@ void TcpDevice::connect(const std::vector<int>& peers, const AddressOf& address_
     }
     const auto direct_deadline = may_relay ? std::min(deadline, Clock::now() + options_.relay_after) : deadline;
     bool relay = false;
-    for (int stream = 0; stream < streams_ && !relay; ++stream) {
+    for (int stream = 0; stream < initial_streams_ && !relay; ++stream) {
       std::string why;
       bool rejected = false, refused = false;
       int fd = -1;
@@ -541,7 +550,7 @@ void TcpDevice::connect(const std::vector<int>& peers, const AddressOf& address_
       for (int r : peers) {
         if (r < group_.rank()) continue;
         const auto& s = peer(r).streams;
-        if (std::any_of(s.begin(), s.end(), [](const auto& c) { return !c; }))
+        if (std::any_of(s.begin(), s.begin() + initial_streams_, [](const auto& c) { return !c; }))
           missing += (missing.empty() ? "" : ",") + std::to_string(r);
       }
     });
@@ -899,12 +908,23 @@ void TcpDevice::set_wan_peer(int peer_rank, bool wan) {
     p.wan = wan;
     // Striping and stream recovery are for the WAN: a LAN peer gets one warm data stream and no
     // copies of what is sent to it.
-    p.width = wan ? streams_ - 1 : 1;
+    p.width = wan ? initial_streams_ - 1 : 1;
     p.resume = options_.resume || (wan && options_.wan_resume);
     p.session.set_keep_copies(p.resume);
     if (!wan) return;
     for (int s = 1; s < streams_; ++s)
       if (TcpConnection* c = p.streams[static_cast<size_t>(s)].get()) c->tune_for_wan();
+    if (initial_streams_ < streams_ && !p.width_control) {
+      StreamWidthOptions wo;
+      wo.start = initial_streams_ - 1;
+      wo.max = streams_ - 1;
+      p.width_control = std::make_unique<StreamWidth>(wo);
+      p.width_bytes = p.bytes_sent.load();
+      if (!width_tick_) {
+        width_at_ = Clock::now();
+        width_tick_ = group_.loop().add_timer(width_at_ + kWidthInterval, [this] { width_tick(); });
+      }
+    }
     if (scavenge_ && !p.bulk_rate) {
       p.bulk_rate = std::make_unique<ScavengerRate>(scavenge_->options);
       apply_bulk_rates();
@@ -1001,6 +1021,80 @@ void TcpDevice::apply_bulk_rates() {
       if (TcpConnection* c = p->streams[static_cast<size_t>(s)].get(); c && c->pacing_rate() != per_stream)
         c->set_pacing_rate(per_stream);
   }
+}
+
+// ---- Measured stream counts.
+
+int TcpDevice::open_prefix(const TcpPeer& p) const {
+  int n = 0;
+  while (n + 1 < streams_ && p.streams[static_cast<size_t>(n + 1)]) ++n;
+  return n;
+}
+
+void TcpDevice::width_tick() {
+  width_tick_ = 0;
+  if (closing_.load() || group_.failed()) return;
+  const auto now = Clock::now();
+  const auto span = std::chrono::duration_cast<StreamWidth::Duration>(now - width_at_);
+  width_at_ = now;
+  for (auto& pp : peers_) {
+    TcpPeer& p = *pp;
+    if (!p.width_control) continue;
+    const int open = open_prefix(p);
+    // Frames waiting in user space at both ends of the span: the path, not the sender, set
+    // what was written in it.
+    bool busy = false;
+    for (int s = 1; s <= open && !busy; ++s) busy = !p.streams[static_cast<size_t>(s)]->send_queue_empty();
+    busy = busy && !holding(p);
+    const bool busy_all = busy && p.width_busy;
+    p.width_busy = busy;
+    const uint64_t sent = p.bytes_sent.load(std::memory_order_relaxed);
+    const uint64_t bytes = sent - p.width_bytes;
+    p.width_bytes = sent;
+    const bool dialler = group_.rank() > p.rank;
+    const TcpConnection* control = p.streams[kControlStream].get();
+    const auto rtt = control ? control->srtt() : std::chrono::microseconds(0);
+    StreamWidth& w = *p.width_control;
+    const int before = w.settled();
+    w.sample(span, bytes, busy_all, open, dialler ? streams_ - 1 : open, rtt);
+    const int want = w.width();
+    if (want > open && dialler && !p.opening.exchange(true)) {
+      if (p.opener.joinable()) p.opener.join();
+      p.opener = std::thread([this, &p, open, want] { open_streams(p, open + 1, want); });
+    }
+    p.width = std::clamp(want, 1, std::max(1, open));
+    if (w.settled() != before)
+      GEOCCL_LOG(kInfo, "frames to rank " << p.rank << " now spread over " << w.settled() << " streams (were "
+                                          << before << "; " << w.last_rate() * 8 / 1e6 << " Mbit/s measured)");
+  }
+  width_tick_ = group_.loop().add_timer(now + kWidthInterval, [this] { width_tick(); });
+}
+
+void TcpDevice::open_streams(TcpPeer& p, int from, int upto) {
+  for (int s = from; s <= upto && !closing_.load() && !group_.failed(); ++s) {
+    std::string why;
+    bool rejected = false;
+    security::ConnectionKeys keys;
+    int via = -1;
+    const int fd = dial(p, true, s, Clock::now() + std::chrono::seconds(5), &why, &rejected, &keys, nullptr, &via);
+    if (fd < 0) {
+      GEOCCL_LOG(kInfo, "data stream " << s << " to rank " << p.rank << " not opened: " << why);
+      break;
+    }
+    set_nonblocking(fd, true);
+    const bool posted = group_.loop().post([this, &p, s, fd, keys, via] {
+      if (closing_.load() || group_.failed() || p.streams[static_cast<size_t>(s)]) {
+        ::close(fd);
+        return;
+      }
+      adopt(fd, p.rank, s, keys, via);
+    });
+    if (!posted) {
+      ::close(fd);
+      break;
+    }
+  }
+  p.opening.store(false);
 }
 
 void TcpDevice::scavenge_tick() {
@@ -1129,7 +1223,8 @@ RequestPtr TcpDevice::recv(int peer_rank, const FrameHeader& expect, std::span<u
     }
     const uint64_t frame = p.session.window().post(std::move(op));
     // The frame may be waiting at the head of one of the data streams already.
-    for (int s = 1; s < streams_; ++s) p.streams[static_cast<size_t>(s)]->on_recv_posted(frame);
+    for (int s = 1; s < streams_; ++s)
+      if (TcpConnection* c = p.streams[static_cast<size_t>(s)].get()) c->on_recv_posted(frame);
   });
   return req;
 }
@@ -1204,6 +1299,8 @@ void TcpDevice::stats(PeerStats* ps) const {
     for (int s = 1; s < streams_; ++s)
       if (const TcpConnection* c = p.streams[static_cast<size_t>(s)].get()) t.streams.push_back(c->info());
     t.data_streams = static_cast<int>(t.streams.size());
+    t.width = p.width;
+    if (p.width_control) t.width_changes = p.width_control->changes();
     if (ps->relay < 0 && p.two_hop_min_bytes > 0) {
       ps->two_hop_min_bytes = p.two_hop_min_bytes;
       for (const auto& st : t.streams)

@@ -30,6 +30,7 @@
 // until the receive is posted.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -46,6 +47,7 @@
 #include "transport/scavenger.h"
 #include "transport/tcp/connection.h"
 #include "transport/tcp/relay.h"
+#include "transport/tcp/stream_width.h"
 
 namespace geoccl::transport::tcp {
 
@@ -53,6 +55,11 @@ namespace geoccl::transport::tcp {
 // Zero values leave the kernel's defaults.
 struct TcpOptions {
   int data_streams = 1;  // S >= 1, equal on every rank (rank 0's choice)
+  // Measured stream counts (GEOCCL_TCP_STREAMS unset): the pair connects `initial_streams` data
+  // streams, and each end spreads its frames to a WAN peer over as many of the S as pay
+  // (stream_width.h); the dialling end opens more on demand. 0: all S, always.
+  int initial_streams = 0;
+  int initial() const { return initial_streams > 0 ? std::min(initial_streams, data_streams) : data_streams; }
   // Congestion control requested on every socket from the start ("" = the system's), and the
   // one a WAN peer's sockets get (set_wan_peer).
   std::string congestion_control;
@@ -119,6 +126,13 @@ struct TcpPeer {
   bool control_stalled = false;
   // Bulk class (TcpDevice::yield_to), WAN peers: the scavenger's rate on the path to this peer.
   std::unique_ptr<ScavengerRate> bulk_rate;
+  // Measured stream counts (TcpOptions::initial_streams), WAN peers: the controller, what it saw
+  // at the last sample, and the thread that opens the streams it asks for (the dialling end).
+  std::unique_ptr<StreamWidth> width_control;
+  uint64_t width_bytes = 0;
+  bool width_busy = false;
+  std::thread opener;
+  std::atomic<bool> opening{false};
 };
 
 class TcpDevice final : public Device {
@@ -273,7 +287,8 @@ class TcpDevice final : public Device {
   Group& group_;
   Group::ListenerId failure_listener_ = 0;
   const TcpOptions options_;
-  const int streams_;  // per peer: control + data streams
+  const int streams_;  // per peer: control + data streams (the most)
+  const int initial_streams_;  // per peer: control + data streams connect() opens
   int listen_fd_ = -1;
   std::string endpoint_;
   // By global rank, every rank (a higher rank dials us only if it chose TCP for the pair too).
@@ -309,6 +324,16 @@ class TcpDevice final : public Device {
   void higher_class_busy(bool busy);
   // Sets every WAN data socket's pacing rate: the path's controller rate split over its streams.
   void apply_bulk_rates();
+
+  // Measured stream counts (loop thread): every kWidthInterval, each WAN peer's controller gets
+  // what was written to it, and its streams are opened (dialling end) and used as it says.
+  runtime::EventLoop::TimerId width_tick_ = 0;
+  Clock::time_point width_at_{};  // the last sample
+  void width_tick();
+  // Data streams open from the first on, without a gap: the most frames may use.
+  int open_prefix(const TcpPeer& p) const;
+  // Dialling end, own thread: opens data streams `from` .. `upto` to the peer.
+  void open_streams(TcpPeer& p, int from, int upto);
 };
 
 }  // namespace geoccl::transport::tcp

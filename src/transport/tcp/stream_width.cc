@@ -1,0 +1,77 @@
+#include "transport/tcp/stream_width.h"
+
+#include <algorithm>
+
+namespace geoccl::transport::tcp {
+
+StreamWidth::StreamWidth(const StreamWidthOptions& o)
+    : o_(o), width_(std::max(1, o.start)), hold_len_(std::max(1, o.first_hold)) {
+  o_.start = width_;
+  o_.max = std::max(o_.max, width_);
+}
+
+void StreamWidth::sample(Duration span, uint64_t bytes, bool busy, int open, int can_open, Duration rtt) {
+  if (!busy || span <= Duration{0}) return;
+  const Duration window = std::max<Duration>(o_.min_window, o_.window_rtts * rtt);
+  if (trial_ && open < trial_width_) {
+    // Waiting for the trial's streams: a few windows, then the trial is given up.
+    waited_ += span;
+    if (waited_ > 4 * window) finish_trial(0);
+    return;
+  }
+  acc_bytes_ += bytes;
+  acc_time_ += span;
+  if (acc_time_ < window) return;
+  const double rate = static_cast<double>(acc_bytes_) * 1e6 / static_cast<double>(acc_time_.count());
+  last_rate_ = rate;
+  reset_window();
+  if (trial_) {
+    if (warming_) {
+      warming_ = false;  // the new streams left slow start: the next window counts
+      return;
+    }
+    finish_trial(rate);
+    return;
+  }
+  base_rate_ = rate;
+  if (hold_ > 0) {
+    --hold_;
+    return;
+  }
+  start_trial(can_open);
+}
+
+void StreamWidth::start_trial(int can_open) {
+  const int ceiling = std::min(o_.max, std::max(can_open, width_));
+  const bool can_widen = width_ < ceiling, can_narrow = width_ > o_.start;
+  if (!can_widen && !can_narrow) return;
+  up_ = can_widen && (next_up_ || !can_narrow);
+  trial_width_ = up_ ? std::min(2 * width_, ceiling) : std::max(width_ / 2, o_.start);
+  trial_ = true;
+  warming_ = up_;
+  waited_ = Duration{0};
+  reset_window();
+  ++trials_;
+}
+
+void StreamWidth::finish_trial(double rate) {
+  trial_ = false;
+  warming_ = false;
+  reset_window();
+  const bool kept = up_ ? rate >= o_.gain * base_rate_ : rate >= o_.keep * base_rate_;
+  if (kept) {
+    // Go on in the same direction at once: the next step may pay too.
+    width_ = trial_width_;
+    base_rate_ = rate;
+    ++changes_;
+    hold_ = 0;
+    hold_len_ = std::max(1, o_.first_hold);
+    next_up_ = up_;
+    return;
+  }
+  hold_len_ = std::min(2 * hold_len_, std::max(o_.max_hold, 1));
+  hold_ = hold_len_;
+  next_up_ = !up_;
+}
+
+}  // namespace geoccl::transport::tcp
