@@ -586,11 +586,13 @@ void through_leaders(OpContext& c, const topology::Topology& topo, void* buf, si
       auto slot = [&](int d) { return all.subspan(static_cast<size_t>(d) * bytes, bytes); };
       auto mine = std::span<const uint8_t>(static_cast<const uint8_t*>(buf), bytes);
       std::memcpy(slot(wan.rank()).data(), buf, bytes);
+      // In chunks: a large buffer is spread over the transport's streams, where one frame
+      // would take one stream (a path that caps each flow held a 16 MiB frame to its one flow).
       std::vector<RequestPtr> reqs;
       for (int d = 0; d < k; ++d) {
         if (d == wan.rank()) continue;
-        reqs.push_back(wan.send(d, mine));
-        reqs.push_back(wan.recv(d, slot(d)));
+        wan.send_chunked(d, mine, &reqs);
+        wan.recv_chunked(d, slot(d), &reqs);
       }
       wan.wait_all(reqs);
       for (int d = 1; d < k; ++d) core::reduce_into(slot(0).data(), slot(d).data(), count, t, inner);

@@ -108,7 +108,7 @@ TEST(StreamWidth, TheWarmUpWindowOfNewStreamsIsNotCounted) {
     const int width = w.width();
     if (width != last_width) last_width = width, elapsed = 0;
     elapsed += 0.05;
-    const double rate = elapsed <= 0.32 ? capped(1000, 100)(std::min(width, 4)) : capped(1000, 100)(width);
+    const double rate = elapsed <= 0.16 ? capped(1000, 100)(std::min(width, 4)) : capped(1000, 100)(width);
     w.sample(kSpan, static_cast<uint64_t>(rate * 1e6 / 8 * 0.05), true, width, 16, kRtt);
   }
   EXPECT_EQ(w.settled(), 16);

@@ -29,8 +29,8 @@ struct StreamWidthOptions {
   double gain = 1.2;  // a wider trial is kept when at least this much faster
   double keep = 0.9;  // a narrower trial is kept when at least this fraction of the rate
   // A measurement window: this many RTTs of busy time, at least `min_window`.
-  int window_rtts = 8;
-  std::chrono::milliseconds min_window{200};
+  int window_rtts = 4;
+  std::chrono::milliseconds min_window{100};
   int first_hold = 4, max_hold = 256;  // windows between trials after one that did not pay
 };
 
