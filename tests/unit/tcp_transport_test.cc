@@ -382,6 +382,10 @@ TEST(TcpTransport, ResumeOptionFromEnvironment) {
 // A NAT forgets the flow of a data stream: the higher rank (which dials) loses it without the
 // lower rank noticing. The lower rank takes the new connection for that stream as its replacement
 // (closing a socket that still looked healthy), and everything arrives exactly once.
+// The dialler re-establishes each stream once. The lower rank may count one more replacement of
+// a stream: a dial attempt has a time limit (300 ms on loopback), and an attempt that a loaded
+// host slowed past it is given up by the dialler, yet may still reach the lower rank, which takes
+// it, sees it end, and takes the next attempt in its place.
 TEST(TcpTransport, SilentlyForgottenStreamIsReplacedByThePeer) {
   TcpOptions o;
   o.resume = true;
@@ -394,10 +398,12 @@ TEST(TcpTransport, SilentlyForgottenStreamIsReplacedByThePeer) {
   });
   expect_delivered(up);
   expect_delivered(down);
-  uint64_t replaced = 0;
-  for (const auto& ps : p.t0->stats())  // the lower rank saw its streams replaced
-    for (const auto& st : ps.tcp.streams) replaced += st.reconnects;
-  EXPECT_EQ(replaced, 2u);
+  const auto dialler = p.t1->stats(), lower = p.t0->stats();
+  ASSERT_EQ(dialler[0].tcp.streams.size(), 2u);
+  ASSERT_EQ(lower[0].tcp.streams.size(), 2u);
+  for (const auto& st : dialler[0].tcp.streams) EXPECT_EQ(st.reconnects, 1u) << "rank 1, stream " << st.index;
+  // The lower rank saw both streams replaced.
+  for (const auto& st : lower[0].tcp.streams) EXPECT_GE(st.reconnects, 1u) << "rank 0, stream " << st.index;
 }
 
 // The control stream (acks, heartbeats, aborts) breaks while both ranks are alive: reset by

@@ -331,7 +331,7 @@ void QuicConnection::close(const std::string& reason, bool error) {
 // ---- Receiving.
 
 void QuicConnection::on_packet(const Endpoint& from, std::span<const uint8_t> pkt) {
-  if (state_ == State::kClosed) return;
+  if (state_ == State::kClosed || deaf_) return;
   ngtcp2_path path = make_path(dev_.socket().local(), from);
   ngtcp2_pkt_info pi{};
   in_read_ = true;

@@ -88,6 +88,8 @@ class QuicConnection {
 
   // A packet from the connection's peer.
   void on_packet(const Endpoint& from, std::span<const uint8_t> pkt);
+  // Fault injection: every packet from now on is dropped on arrival (QuicDevice::deafen_for_test).
+  void deafen_for_test() { deaf_ = true; }
   // Writes what ngtcp2 has to send (stream data, acks, retransmissions) as the congestion
   // controller and pacer allow, and re-arms the timer.
   void write();
@@ -216,6 +218,7 @@ class QuicConnection {
   std::vector<std::string> cids_;
   std::string close_reason_;
   bool rejected_ = false;
+  bool deaf_ = false;  // deafen_for_test()
   ngtcp2_connection_close_error ccerr_{};
   bool closing_sent_ = false;
 

@@ -313,6 +313,12 @@ void QuicDevice::redial_now(int peer_rank) {
   });
 }
 
+void QuicDevice::deafen_for_test(int peer_rank) {
+  group_.loop().run_owned([&] {
+    if (QuicConnection* c = peer(peer_rank).conn) c->deafen_for_test();
+  });
+}
+
 void QuicDevice::measure(QuicPeer& p, Clock::time_point now) {
   const ngtcp2_conn_stat st = p.conn->conn_stat();
   const uint64_t rx = p.bytes_received.load(std::memory_order_relaxed);

@@ -160,6 +160,11 @@ class QuicDevice final : public Device {
   // Dials a replacement of the connection to lower rank `peer` now, as a silence past
   // redial_after would (tests; any thread).
   void redial_now(int peer);
+  // Fault injection (tests; any thread): the established connection to `peer` hears nothing
+  // from now on (its packets are dropped on arrival, as on a path that loses everything coming
+  // in), so nothing this side sent on it is acknowledged and nothing the peer sent on it
+  // arrives; a connection dialled or accepted later hears normally.
+  void deafen_for_test(int peer);
   // Whether the connection to `peer` is established (any thread).
   bool connected_to(int peer) const;
 
