@@ -1,5 +1,5 @@
-// The test bed's decoders: packets the emulator's adversary parses (testbed/adversary.h) and the
-// control language its socket and scenario events speak (testbed/control_command.h). Never a
+// The test bed's decoders: packets the emulator's adversary parses (testbed/adversary.h), the
+// flow key its per-flow shaper reads from every packet (testbed/link_model.h), and the control language its socket and scenario events speak (testbed/control_command.h). Never a
 // crash or an out-of-bounds access; a parsed segment lies inside the packet; flipping a payload
 // byte twice restores the packet exactly (checksum included); overwriting a payload with itself
 // changes nothing; a bad command is a std::runtime_error, nothing else.
@@ -11,6 +11,7 @@
 
 #include "testbed/adversary.h"
 #include "testbed/control_command.h"
+#include "testbed/link_model.h"
 
 using namespace geoccl::testbed;
 
@@ -35,6 +36,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } else if (size > 0 && (flip_payload_byte(packet, 0) || overwrite_payload(packet, packet) != 0)) {
     std::abort();  // nothing to change in what does not parse
   }
+  // A TCP segment the adversary parses has the flow key of a TCP flow; a key is never 0 for a flow.
+  if (parse_tcp_segment(std::vector<uint8_t>(data, data + size)) && flow_key(data, size) == 0) std::abort();
   try {
     (void)parse_control_command(std::string_view(reinterpret_cast<const char*>(data), size));
   } catch (const std::runtime_error&) {
