@@ -62,14 +62,13 @@ Fate LinkModel::submit(std::int64_t now, std::uint32_t slot, std::uint32_t len,
   }
   if (flow != 0 && params_.flow_rate_bps > 0) {
     // The flow's own transmitter at flow_rate, behind a drop-tail queue of 20 ms at that rate.
-    FlowShaper& f = flows_[flow];
-    if (f.free_at - *departed > 20'000'000) {
+    FlowShaper& f = flows_.try_emplace(flow, FlowShaper{Bottleneck(params_.flow_rate_bps, flow_queue_bytes())}).first->second;
+    const auto shaped = f.out.admit(*departed, len);
+    if (!shaped) {
       ++counters_.flow_drops;
       return Fate::kFlowDrop;
     }
-    f.free_at = std::max(f.free_at, *departed) +
-                static_cast<std::int64_t>(static_cast<Int128>(len) * 8 * 1'000'000'000 / params_.flow_rate_bps);
-    const std::int64_t at = std::max(f.free_at + params_.delay_ns + jitter_sample(), f.last_deliver_at);
+    const std::int64_t at = std::max(*shaped + params_.delay_ns + jitter_sample(), f.last_deliver_at);
     f.last_deliver_at = at;
     shaped_.push_back(InFlight{at, slot, len});
     std::push_heap(shaped_.begin(), shaped_.end(), later);
@@ -101,6 +100,10 @@ void LinkModel::apply(const LinkChange& change) {
   loss_.set_bernoulli(params_.loss);
   loss_.set_gilbert_elliott(params_.ge);
   if (params_.flow_rate_bps == 0) flows_.clear();
+  for (auto& [key, f] : flows_) {
+    f.out.set_rate(params_.flow_rate_bps);
+    f.out.set_queue_bytes(flow_queue_bytes());
+  }
 }
 
 std::int64_t LinkModel::jitter_sample() {

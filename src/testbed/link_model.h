@@ -98,12 +98,13 @@ class LinkModel {
 
  private:
   std::int64_t jitter_sample();
+  std::uint64_t flow_queue_bytes() const { return QueueLimit{0, 20'000'000}.bytes_at(params_.flow_rate_bps); }
   bool from_shaped() const {
     return !shaped_.empty() && (fifo_.empty() || shaped_.front().deliver_at < fifo_.front().deliver_at);
   }
-  // Each flow's shaper: when its transmitter is free, and its latest delivery (never passed).
+  // Each flow's shaper: its own bottleneck at flow_rate, and its latest delivery (never passed).
   struct FlowShaper {
-    std::int64_t free_at = 0;
+    Bottleneck out;
     std::int64_t last_deliver_at = 0;
   };
   std::unordered_map<std::uint64_t, FlowShaper> flows_;
