@@ -6,31 +6,34 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 bash scripts/install-deps.sh
 jobs=$(nproc)
+# Each phase prints its start as seconds since the script began, so a slow phase shows in CI logs.
+start=$SECONDS
+phase() { echo "== $1 (t+$((SECONDS - start)) s)"; }
 
-echo "== build (RelWithDebInfo)"
+phase "build (RelWithDebInfo)"
 bash scripts/build.sh build
-echo "== ctest (RelWithDebInfo)"
+phase "ctest (RelWithDebInfo)"
 ctest --test-dir build --output-on-failure --timeout 600 -j "$jobs"
 
-echo "== pytest (Python module and torch backend, release build)"
+phase "pytest (Python module and torch backend, release build)"
 if [ ! -f build/python/geoccl/__init__.py ]; then
   echo "build/python/geoccl is missing: the Python module was not built (see cmake's 'geoccl python' message)" >&2
   exit 1
 fi
 PYTHONPATH="$root/build/python${PYTHONPATH:+:$PYTHONPATH}" /usr/bin/python3 -m pytest -q tests/python
 
-echo "== build (ASan+UBSan, clang)"
+phase "build (ASan+UBSan, clang)"
 # -O1: the sanitizers' own advice; the mp tests run about twice as fast as at -O0. clang: the
 # same tree builds in 6.0 min on 2 cores where g++ takes 8.2 (and the release build stays g++).
 CC=clang CXX=clang++ bash scripts/build.sh build-asan -DGEOCCL_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug -DGEOCCL_BUILD_BENCH=OFF \
   "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1"
-echo "== ctest (ASan+UBSan)"
+phase "ctest (ASan+UBSan)"
 # Everything but the WAN tests (real namespaces and rate measurements, meaningless under ASan).
 # On 2 cores the whole run takes about 4 min (228 s with another build beside it).
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure --timeout 900 -j "$jobs" -LE wan
 
-echo "== fuzzers (clang, libFuzzer, 3 s each)"
+phase "fuzzers (clang, libFuzzer, 3 s each)"
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DGEOCCL_BUILD_FUZZERS=ON \
   -DGEOCCL_BUILD_TESTS=OFF -DGEOCCL_BUILD_BENCH=OFF -DGEOCCL_WERROR=ON >/dev/null
 fuzzers=(fuzz_frame fuzz_handshake fuzz_store_codec fuzz_group_params fuzz_transport_address fuzz_shm_hello fuzz_blob_descriptor fuzz_blob_resume_state fuzz_quorum fuzz_etcd_response fuzz_compression fuzz_exposition fuzz_trace_merge fuzz_auth fuzz_sealed_frame fuzz_testbed)
@@ -42,4 +45,4 @@ for name in "${fuzzers[@]}"; do
   echo "$name:"
   "build-fuzz/fuzz/$name" -max_total_time=3 -print_final_stats=0 "build-fuzz/corpus/$name" "${seeds[@]}" 2>&1 | tail -1
 done
-echo "all test suites passed"
+echo "all test suites passed in $((SECONDS - start)) s"
