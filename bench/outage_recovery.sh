@@ -36,7 +36,7 @@ for cut in $CUTS; do
     for mode in $modes; do
       hb=${mode%%:*} redial=${mode##*:}
       GEOCCL_TRANSPORT=$([ "$t" = quic ] && echo host=shm,remote=quic || echo auto) \
-      GEOCCL_HEARTBEAT_MS=$hb GEOCCL_EXPERIMENT=quic_redial_ms=$redial GEOCCL_TCP_RESUME_TIMEOUT_MS=$(((cut + 30) * 1000)) \
+      GEOCCL_HEARTBEAT_MS=$hb GEOCCL_EXPERIMENT=quic_redial_ms=$redial \
       GEOCCL_TEST_RUN_S=$run_s \
         "$G" run --wan "bench/scenarios/outage-${cut}s.toml" --domains a:2,b:2,c:2 -n 6 --timeout $((run_s + 120)) \
         -- "$CHECK" outage >"$out" 2>&1 || { echo "run failed:"; tail -20 "$out"; exit 1; }

@@ -43,6 +43,9 @@ def parse_args(argv=None):
     p.add_argument("--restart-delay", type=float, default=1.0, help="seconds before the killed worker restarts")
     p.add_argument("--step-sleep", type=float, default=0.0, help="extra seconds per step (stands in for compute)")
     p.add_argument("--join-window", type=float, default=3.0, help="seconds survivors wait for each other")
+    p.add_argument("--hold-at-step", type=int, default=-1,
+                   help="at this step the members wait (up to 120 s) until the group is back to its launch size, "
+                        "so that a restarted worker rejoins before the end however slowly it starts (-1: never)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per operation")
     p.add_argument("--target", type=float, default=0.9, help="test accuracy the run must reach")
     p.add_argument("--json", default=None, help="write this rank's result to JSON (rank suffix added)")
@@ -87,8 +90,16 @@ def train(args):
                                  join_timeout=120.0, log=lambda s: print(f"[rank {rank0}] {s}", flush=True))
     skipped = 0
     last_report = 0
+    launch_size = int(os.environ.get("WORLD_SIZE", "1"))
+    holds = 0
     while mgr.step < args.steps:
         mgr.start_step()
+        # Every member decides alike (the step, the size and the count are the same everywhere),
+        # so the boundary checks of start_step() stay collective while they wait.
+        if mgr.step == args.hold_at_step and mgr.size < launch_size and holds < 2400:
+            holds += 1
+            time.sleep(0.05)
+            continue
         if incarnation == 0 and rank0 == args.kill_rank and mgr.step == args.kill_at_step:
             print(f"[rank {rank0}] killed at step {mgr.step} (epoch {mgr.epoch})", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)

@@ -104,9 +104,10 @@ struct Config {
   // Costs one copy of every sent byte until the peer acknowledges it. "auto" = on for WAN jobs
   // (GEOCCL_DOMAIN set), off on a single site; on; off.
   std::string tcp_resume = "auto";
-  // GEOCCL_TCP_RESUME_TIMEOUT_MS: how long a broken data stream may take to come back before
-  // the group fails with peer-lost.
-  std::chrono::milliseconds tcp_resume_timeout{std::chrono::seconds(30)};
+  // GEOCCL_TCP_RESUME_TIMEOUT_MS: how long a broken stream or a cut link may take to come back
+  // before the group fails with peer-unreachable; 0 = the operation deadline (op_timeout), so an
+  // outage shorter than the deadline is ridden out. Read it through resume_timeout().
+  std::chrono::milliseconds tcp_resume_timeout{0};
   // GEOCCL_EXPERIMENT stall_ms: a resumable connection (key resume) with data unacknowledged for
   // this long is replaced by a fresh one instead of waiting out TCP's retransmission backoff
   // after an outage; 0 = never.
@@ -136,6 +137,10 @@ struct Config {
   // Deadlines.
   std::chrono::milliseconds op_timeout{std::chrono::minutes(5)};       // GEOCCL_TIMEOUT_MS
   std::chrono::milliseconds connect_timeout{std::chrono::minutes(2)};  // GEOCCL_CONNECT_TIMEOUT_MS
+  // The resume timeout in force: tcp_resume_timeout if set, else op_timeout.
+  std::chrono::milliseconds resume_timeout() const {
+    return tcp_resume_timeout.count() > 0 ? tcp_resume_timeout : op_timeout;
+  }
 
   // Algorithms.
   std::string algo = "auto";                // GEOCCL_ALGO: auto|ring|rd|tree|hier[-ring|-small|-direct]|flat

@@ -263,7 +263,8 @@ void Config::validate() const {
     bad("GEOCCL_EXPERIMENT stripe must be backlog, wide or rr, got '" + tcp_stripe + "'");
   if (tcp_resume != "auto" && tcp_resume != "on" && tcp_resume != "off")
     bad("GEOCCL_EXPERIMENT resume must be auto, on or off, got '" + tcp_resume + "'");
-  if (tcp_resume_timeout.count() <= 0) bad("GEOCCL_TCP_RESUME_TIMEOUT_MS must be > 0");
+  if (tcp_resume_timeout.count() < 0)
+    bad("GEOCCL_TCP_RESUME_TIMEOUT_MS must be >= 0 (0: the operation deadline, GEOCCL_TIMEOUT_MS)");
   if (relay_after.count() < 0)
     bad("GEOCCL_EXPERIMENT relay_after_ms must be >= 0 (0: never relay)");
   if (tcp_stall_timeout.count() < 0)

@@ -164,7 +164,7 @@ Router::Router(Group& group, const Config& cfg, int data_streams, const std::str
     protocol::LivenessOptions lo;
     lo.interval = cfg.heartbeat_interval;
     lo.window = cfg.liveness_window;
-    lo.link_bound = cfg.tcp_resume_timeout;
+    lo.link_bound = cfg.resume_timeout();
     std::vector<Device*> every;
     for (auto& ch : channels_)
       for (auto& d : ch.devices) every.push_back(d.get());

@@ -1,6 +1,7 @@
 """examples/elastic_ddp.py in a shortened form on loopback: 3 real ranks, rank 2's worker killed
 mid-training, the survivors skip that step, shrink to 2 and go on; the restarted worker rejoins
-(grow to 3) and catches up from a live member; every rank ends with the same parameters and the
+(grow to 3; the survivors hold at step 100 until it has, however slowly it restarts) and catches
+up from a live member; every rank ends with the same parameters and the
 accuracy target. (docs/elastic.md runs the same script on the emulated 3-region WAN.)"""
 
 import os
@@ -18,7 +19,7 @@ def test_killed_rank_is_survived_and_rejoins(tmp_path):
     pytest.importorskip("sklearn")
     out = str(tmp_path / "result")
     argv = [SCRIPT, "--steps", str(STEPS), "--kill-rank", "2", "--kill-at-step", "60", "--step-sleep", "0.02",
-            "--join-window", "1.0", "--timeout", "30", "--json", out]
+            "--join-window", "1.0", "--timeout", "30", "--hold-at-step", "100", "--json", out]
     results = run_ranks(WORLD, argv, timeout=240, tmp_path=tmp_path, extra_env={"GEOCCL_SESSION": "pytest-elastic"})
     log = format_outputs(results)
     assert all(rc == 0 for rc, _ in results), log

@@ -28,6 +28,25 @@ TEST(Config, EnvironmentOverridesDefaultsAndGeocclOverridesTorchrun) {
     unsetenv(v);
 }
 
+// An outage shorter than the operation deadline is ridden out unless the user bounds it: the
+// resume timeout follows GEOCCL_TIMEOUT_MS until GEOCCL_TCP_RESUME_TIMEOUT_MS is set.
+TEST(Config, ResumeTimeoutFollowsTheOperationDeadlineUnlessSet) {
+  Config c;
+  EXPECT_EQ(c.resume_timeout(), c.op_timeout);
+  setenv("GEOCCL_TIMEOUT_MS", "90000", 1);
+  c = Config::from_env();
+  EXPECT_EQ(c.resume_timeout().count(), 90000);
+  setenv("GEOCCL_TCP_RESUME_TIMEOUT_MS", "8000", 1);
+  c = Config::from_env();
+  EXPECT_EQ(c.resume_timeout().count(), 8000);
+  EXPECT_EQ(c.op_timeout.count(), 90000);
+  setenv("GEOCCL_TCP_RESUME_TIMEOUT_MS", "-1", 1);
+  c = Config::from_env();
+  EXPECT_THROW(c.validate(), Error);
+  unsetenv("GEOCCL_TCP_RESUME_TIMEOUT_MS");
+  unsetenv("GEOCCL_TIMEOUT_MS");
+}
+
 TEST(Config, MalformedValuesAreInvalidArguments) {
   setenv("WORLD_SIZE", "four", 1);
   EXPECT_THROW(Config::from_env(), Error);

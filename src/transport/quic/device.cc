@@ -25,7 +25,7 @@ QuicOptions QuicOptions::from_config(const Config& cfg) {
   QuicOptions o;
   o.congestion_control = cfg.quic_cc;
   o.window_bytes = cfg.quic_window_bytes;
-  o.idle_timeout = cfg.tcp_resume_timeout;
+  o.idle_timeout = cfg.resume_timeout();
   o.duplicate_bytes = cfg.quic_duplicate_bytes;
   o.redial_after = cfg.quic_redial_after;
   o.zero_rtt = cfg.quic_zero_rtt;

@@ -59,10 +59,10 @@ TcpOptions TcpOptions::from_config(const Config& cfg, int data_streams) {
   o.narrow_fan_out = cfg.tcp_stripe == "backlog";
   o.resume = cfg.tcp_resume == "on";
   o.wan_resume = cfg.tcp_resume == "on" || cfg.tcp_resume == "auto";
-  o.resume_timeout = cfg.tcp_resume_timeout;
+  o.resume_timeout = cfg.resume_timeout();
   o.stall_timeout = cfg.tcp_stall_timeout;
   o.relay_after = cfg.relay_after;
-  o.user_timeout = cfg.tcp_resume_timeout;
+  o.user_timeout = cfg.resume_timeout();
   o.keepalive_idle = cfg.liveness_window;
   o.keepalive_interval = cfg.heartbeat_interval;
   return o;
