@@ -1,7 +1,8 @@
-// Frame header, abort and heartbeat payload decoders: never crash, and what decodes re-encodes identically
-// (including the data frame number at offset 40; control frames must carry zero there). A
-// control frame of a newer minor (kUnknownControl) is bounded in length; its reserved bytes are
-// not kept, so it re-encodes identically but for them.
+// Frame header, abort and heartbeat payload decoders: never crash, and what decodes re-encodes
+// identically (including the data frame number at offset 40; control frames must carry zero there;
+// an abort payload's ranks, within their bound and non-negative). A control frame of a newer minor
+// (kUnknownControl) is bounded in length; its reserved bytes are not kept, so it re-encodes
+// identically but for them.
 #include <cstdlib>
 #include <cstring>
 
@@ -37,8 +38,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   uint8_t code = 0;
   std::string msg;
-  if (decode_abort({data, size}, &code, &msg)) {
-    const auto again = encode_abort(code, msg);
+  std::vector<int> ranks;
+  if (decode_abort({data, size}, &code, &msg, &ranks)) {
+    if (size > kMaxAbortPayload || ranks.size() > kMaxAbortRanks) std::abort();
+    for (int r : ranks)
+      if (r < 0) std::abort();
+    const auto again = encode_abort(code, msg, ranks);
     if (again.size() != size || std::memcmp(again.data(), data, size) != 0) std::abort();
   }
   return 0;

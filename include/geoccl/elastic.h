@@ -37,7 +37,8 @@ namespace geoccl {
 
 struct ElasticOptions {
   // After the first survivor arrives at a new epoch: how long the others may take. A transition
-  // in which every member of the previous epoch arrives (a grow, or nobody died) does not wait.
+  // in which every member of the previous epoch arrives or was reported dead by a survivor (a
+  // grow, nobody died, or the failure named every dead rank) does not wait.
   std::chrono::milliseconds join_window{3000};
   // A joiner (join(), or a member that came after a decision): the longest it waits to be
   // admitted (the members admit joiners at their next maybe_grow()).
@@ -87,7 +88,11 @@ class ElasticGroup {
 
   // After a failure of the current epoch (any Error of its communicator): forms the next epoch
   // among the members that arrive within the join window, plus waiting joiners, and returns its
-  // number. Throws Error(kTimeout) when no epoch could be formed within the options' bounds.
+  // number. The ranks the communicator's failure names with kPeerLost (Error::ranks()) are
+  // reported dead, so the epoch is formed as soon as every other member has arrived rather than
+  // when the window ends. Called on an epoch that has not failed, it aborts that epoch's
+  // communicator (its peers' operations end with kAborted). Throws Error(kTimeout) when no epoch
+  // could be formed within the options' bounds.
   uint32_t next_epoch();
   // At a step boundary, on every member of the epoch: true when processes wait to join, in which
   // case the next epoch has been formed with them and the caller calls it again (the first

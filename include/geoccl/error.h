@@ -1,8 +1,10 @@
 // Typed errors. Every failed operation ends with exactly one of these codes on every rank.
 #pragma once
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace geoccl {
 
@@ -30,12 +32,22 @@ std::string_view error_code_name(ErrorCode c);
 // The exception thrown by Work::wait() and by synchronous setup calls.
 class Error : public std::runtime_error {
  public:
-  Error(ErrorCode code, const std::string& what)
-      : std::runtime_error(std::string(error_code_name(code)) + ": " + what), code_(code) {}
+  Error(ErrorCode code, const std::string& what) : Error(code, what, {}) {}
+  // `ranks`: the ranks of the communicator the failure is about (see ranks()).
+  Error(ErrorCode code, const std::string& what, std::vector<int> ranks)
+      : std::runtime_error(std::string(error_code_name(code)) + ": " + what),
+        code_(code),
+        ranks_(std::move(ranks)) {}
   ErrorCode code() const noexcept { return code_; }
+  // The ranks the failure is about: with kPeerLost, kPeerUnresponsive and kPeerUnreachable the
+  // peer that was lost, stopped answering or could not be reached, on every rank of the group
+  // (a rank that heard of the failure from another one names the same peer). Empty when the
+  // failure is not about a peer (a mismatch, a timeout, an abort(), a local error).
+  const std::vector<int>& ranks() const noexcept { return ranks_; }
 
  private:
   ErrorCode code_;
+  std::vector<int> ranks_;
 };
 
 }  // namespace geoccl

@@ -108,11 +108,15 @@ class ElasticGroupImpl {
     form(latest + 1, -1, 0);
   }
 
-  uint32_t next_epoch() {
+  // `after_failure`: the current epoch failed (ElasticGroup::next_epoch), and this member reports
+  // the ranks its failure says are dead; else a grow at a step boundary, where the epoch is
+  // healthy and nobody is dead.
+  uint32_t next_epoch(bool after_failure) {
     const int prev_rank = comm_ ? comm_->rank() : -1;
     const int prev_size = static_cast<int>(decision_.members.size());
+    auto dead = comm_ && after_failure ? lost_ranks(*comm_) : std::vector<int32_t>{};
     comm_.reset();  // the old epoch's connections go (kept alive by whoever still holds it)
-    form(decision_.epoch + 1, prev_rank, prev_size);
+    form(decision_.epoch + 1, prev_rank, prev_size, std::move(dead));
     return decision_.epoch;
   }
 
@@ -121,7 +125,7 @@ class ElasticGroupImpl {
     if (comm_->rank() == 0) waiting = store_->check(epoch_key(decision_.epoch + 1) + "count") ? 1 : 0;
     if (comm_->size() > 1) comm_->broadcast(&waiting, 1, DataType::kInt64, 0).wait();
     if (!waiting) return false;
-    next_epoch();
+    next_epoch(/*after_failure=*/false);
     return true;
   }
 
@@ -132,6 +136,28 @@ class ElasticGroupImpl {
 
  private:
   std::string epoch_key(uint32_t n) const { return keys_ + "e" + std::to_string(n) + "/"; }
+
+  // The ranks whose process is gone according to `e`: those it names with kPeerLost (an
+  // unreachable or unresponsive peer may be alive and on its way to the next epoch).
+  static std::vector<int32_t> dead_in(const Error& e) {
+    if (e.code() != ErrorCode::kPeerLost) return {};
+    return std::vector<int32_t>(e.ranks().begin(), e.ranks().end());
+  }
+
+  // The ranks of `c`'s epoch that its failure reports dead, for this member's candidate record.
+  // A failed communicator ends every operation issued on it at once with its first failure, so a
+  // barrier returns that failure; abort() before it keeps an earlier failure and fails a healthy
+  // communicator (next_epoch() is for an epoch that failed; one called on a healthy epoch leaves
+  // it anyway, and its peers then fail with kAborted), so the barrier never waits for peers.
+  static std::vector<int32_t> lost_ranks(Communicator& c) {
+    c.abort("forming the next membership epoch");
+    try {
+      c.barrier().wait(std::chrono::seconds(5));
+    } catch (const Error& e) {
+      return dead_in(e);
+    }
+    return {};
+  }
 
   void sync_members() {
     members_.clear();
@@ -150,8 +176,10 @@ class ElasticGroupImpl {
   }
 
   // Takes part in epochs from `first` on until one is formed with this process in it:
-  // `prev_rank` is its rank in the last formed epoch (of `prev_size` members), -1 for a joiner.
-  void form(uint32_t first, int prev_rank, int prev_size) {
+  // `prev_rank` is its rank in the last formed epoch (of `prev_size` members), -1 for a joiner;
+  // `dead`: the ranks of that epoch this process knows to be dead (its candidate reports them, so
+  // the decider need not wait out the join window for them).
+  void form(uint32_t first, int prev_rank, int prev_size, std::vector<int32_t> dead = {}) {
     auto deadline = Clock::now() + (prev_rank >= 0 ? o_.join_window + o_.give_up + o_.connect_timeout
                                                    : o_.join_timeout);
     for (uint32_t n = first;; ++n) {
@@ -160,7 +188,8 @@ class ElasticGroupImpl {
                                              ") by epoch " + std::to_string(n));
       const std::string e = epoch_key(n);
       const int64_t index = store_->add(e + "count", 1);
-      store_->set(e + "c/" + std::to_string(index), membership::encode_candidate({uid_, prev_rank, label_}));
+      store_->set(e + "c/" + std::to_string(index),
+                  membership::encode_candidate({uid_, prev_rank, label_, dead}));
       if (prev_rank >= 0 && store_->add(e + "decider", 1) == 1) decide(n, prev_size);
       std::optional<Decision> d = await_decision(n, prev_rank >= 0 ? o_.join_window + o_.give_up + std::chrono::seconds(5) : left(deadline));
       if (!d) continue;  // the decider went away: the next epoch number, elected anew
@@ -169,6 +198,7 @@ class ElasticGroupImpl {
         // Came after the decision: a joiner of the next one.
         GEOCCL_LOG(kInfo, "elastic: arrived after epoch " << n << " was decided; waiting for the next");
         prev_rank = -1;
+        dead.clear();
         deadline = Clock::now() + o_.join_timeout;
         continue;
       }
@@ -183,6 +213,7 @@ class ElasticGroupImpl {
         GEOCCL_LOG(kWarn, "elastic: epoch " << n << " could not connect (" << err.what() << "); forming the next");
         prev_rank = rank;
         prev_size = static_cast<int>(d->members.size());
+        dead = dead_in(err);
         deadline = Clock::now() + o_.join_window + o_.give_up + o_.connect_timeout;
       }
     }
@@ -298,7 +329,7 @@ bool ElasticGroup::joined() const {
   return impl_->my_rank_ >= 0 && impl_->members_[static_cast<size_t>(impl_->my_rank_)].prev_rank < 0;
 }
 int ElasticGroup::state_source() const { return impl_->decision_.first_survivor(); }
-uint32_t ElasticGroup::next_epoch() { return impl_->next_epoch(); }
+uint32_t ElasticGroup::next_epoch() { return impl_->next_epoch(/*after_failure=*/true); }
 bool ElasticGroup::maybe_grow() { return impl_->maybe_grow(); }
 
 }  // namespace geoccl

@@ -170,7 +170,7 @@ void OpEngine::start(Channel& ch, Op& op) {
   // A failed group (an abort, a lost peer) runs nothing more: the operation ends with the
   // group's failure at once, in issue order, instead of posting requests that fail one by one.
   if (const auto failure = router_.failure()) {
-    f.error = std::make_exception_ptr(Error(failure->code, failure->message));
+    f.error = std::make_exception_ptr(Error(failure->code, failure->message, failure->ranks));
     f.what = protocol::op_kind_name(op.header.kind);
     ch.inflight.push_back(std::move(f));
     return;
@@ -178,8 +178,10 @@ void OpEngine::start(Channel& ch, Op& op) {
   if (op.p2p && !op.is_send) {
     if (op.any_source && !find_source(ch, op, f.deadline)) {
       const auto failure = router_.failure();
-      f.error = std::make_exception_ptr(Error(failure ? failure->code : ErrorCode::kAborted,
-                                              failure ? failure->message : "recv from any source failed"));
+      f.error =
+          std::make_exception_ptr(Error(failure ? failure->code : ErrorCode::kAborted,
+                                        failure ? failure->message : "recv from any source failed",
+                                        failure ? failure->ranks : std::vector<int>{}));
       f.what = "recv_any";
       ch.inflight.push_back(std::move(f));
       return;
@@ -221,7 +223,8 @@ void OpEngine::retire(Channel& ch) {
     if (!f.error)
       for (auto& r : f.reqs)
         if (!r->ok()) {
-          f.error = std::make_exception_ptr(Error(r->failure.code, r->failure.message));
+          f.error =
+              std::make_exception_ptr(Error(r->failure.code, r->failure.message, r->failure.ranks));
           break;
         }
     if (f.algo) record_completion(f);

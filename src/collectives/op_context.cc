@@ -167,7 +167,7 @@ void OpContext::wait(const RequestPtr& r) {
                          Clock::now() + std::chrono::seconds(5));
   if (!r->done.load(std::memory_order_acquire))
     throw Error(ErrorCode::kInternal, "request did not complete after abort");
-  if (!r->ok()) throw Error(r->failure.code, r->failure.message);
+  if (!r->ok()) throw Error(r->failure.code, r->failure.message, r->failure.ranks);
   if (trace_) trace_done(r.get());
   finish(r);
 }

@@ -28,6 +28,45 @@ bool get_fields(protocol::Reader& r, Candidate* c, std::string* why) {
   return true;
 }
 
+void put_dead(protocol::Writer& w, const std::vector<int32_t>& dead) {
+  w.u32(static_cast<uint32_t>(dead.size()));
+  for (int32_t d : dead) w.u32(static_cast<uint32_t>(d));
+}
+
+bool get_dead(protocol::Reader& r, std::vector<int32_t>* dead, std::string* why) {
+  uint32_t n = 0;
+  if (!r.u32(&n)) {
+    *why = "truncated dead ranks";
+    return false;
+  }
+  if (n > kMaxMembers) {
+    *why = std::to_string(n) + " dead ranks, more than " + std::to_string(kMaxMembers);
+    return false;
+  }
+  // Each takes 4 bytes: a count larger than the input allows is rejected before anything is
+  // reserved.
+  if (n > r.remaining() / 4) {
+    *why = "truncated dead ranks";
+    return false;
+  }
+  std::unordered_set<int32_t> seen;
+  for (uint32_t i = 0; i < n; ++i) {
+    uint32_t v = 0;
+    r.u32(&v);
+    const auto d = static_cast<int32_t>(v);
+    if (d < 0) {
+      *why = "dead rank " + std::to_string(d) + " below 0";
+      return false;
+    }
+    if (!seen.insert(d).second) {
+      *why = "dead rank " + std::to_string(d) + " listed twice";
+      return false;
+    }
+    dead->push_back(d);
+  }
+  return true;
+}
+
 bool get_version(protocol::Reader& r, std::string* why) {
   uint16_t v = 0;
   if (!r.u16(&v)) {
@@ -71,6 +110,7 @@ std::vector<uint8_t> encode_candidate(const Candidate& c) {
   protocol::Writer w(&out);
   w.u16(kQuorumVersion);
   put_fields(w, c);
+  put_dead(w, c.dead);
   return out;
 }
 
@@ -78,7 +118,7 @@ std::optional<Candidate> decode_candidate(std::span<const uint8_t> in, std::stri
   protocol::Reader r(in);
   Candidate c;
   std::string mine;
-  if (get_version(r, &mine)) get_fields(r, &c, &mine);
+  if (get_version(r, &mine) && get_fields(r, &c, &mine)) get_dead(r, &c.dead, &mine);
   return finish(r, std::move(c), why, mine);
 }
 
@@ -117,19 +157,30 @@ std::optional<Decision> decode_decision(std::span<const uint8_t> in, std::string
 }
 
 QuorumDecider::QuorumDecider(uint32_t epoch, QuorumParams p, Clock::time_point now)
-    : epoch_(epoch), p_(p), start_(now), prev_seen_(static_cast<size_t>(std::max(p.prev_size, 0)), false) {}
+    : epoch_(epoch), p_(p), start_(now), prev_(static_cast<size_t>(std::max(p.prev_size, 0))) {}
 
 bool QuorumDecider::observe(const Candidate& c) {
   if (decided_) return false;
   for (const auto& s : seen_)
     if (s.uid == c.uid) return false;
   if (c.prev_rank >= 0) {
-    if (c.prev_rank >= p_.prev_size || prev_seen_[static_cast<size_t>(c.prev_rank)]) return false;
-    prev_seen_[static_cast<size_t>(c.prev_rank)] = true;
+    if (c.prev_rank >= p_.prev_size || prev_[static_cast<size_t>(c.prev_rank)].arrived)
+      return false;
+    prev_[static_cast<size_t>(c.prev_rank)].arrived = true;
     ++survivors_;
+    // Only a member of the previous epoch saw its failure; a rank outside it names nobody.
+    for (int32_t d : c.dead)
+      if (d >= 0 && d < p_.prev_size && d != c.prev_rank)
+        prev_[static_cast<size_t>(d)].reported_dead = true;
   }
   seen_.push_back(c);
   return true;
+}
+
+int QuorumDecider::reported_dead() const {
+  return static_cast<int>(std::count_if(prev_.begin(), prev_.end(), [](const PrevMember& m) {
+    return m.reported_dead && !m.arrived;
+  }));
 }
 
 Decision QuorumDecider::decide() const {
@@ -141,6 +192,7 @@ Decision QuorumDecider::decide() const {
             [](const Candidate& a, const Candidate& b) { return a.prev_rank < b.prev_rank; });
   for (const auto& c : seen_)
     if (c.prev_rank < 0) d.members.push_back(c);
+  for (auto& m : d.members) m.dead.clear();  // a candidate's report, not part of the member
   return d;
 }
 
@@ -149,8 +201,12 @@ QuorumDecider::Action QuorumDecider::poll(Clock::time_point now) {
   Action a;
   const int have = static_cast<int>(seen_.size());
   const auto window_end = start_ + p_.join_window;
+  const int dead = reported_dead();
   if (survivors_ == p_.prev_size && have >= p_.min_members) {
     a.why = "every member of the previous epoch arrived";
+  } else if (survivors_ + dead == p_.prev_size && have >= p_.min_members) {
+    a.why = "every member of the previous epoch arrived or was reported dead (" +
+            std::to_string(survivors_) + " arrived, " + std::to_string(dead) + " dead)";
   } else if (now >= window_end && have >= p_.min_members) {
     a.why = "join window closed with " + std::to_string(survivors_) + " of " +
             std::to_string(p_.prev_size) + " previous members";

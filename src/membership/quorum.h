@@ -8,17 +8,25 @@
 // previous decision) never decide: a group whose old members are all gone cannot be continued.
 // Nothing depends on any particular old rank being alive, rank 0 included.
 //
-// The rule: the decider closes the epoch as soon as every member of N-1 has arrived (a grow at a
-// step boundary, or a transition nobody died in), or `join_window` after its own arrival,
-// whichever is first, with every candidate it has seen by then: survivors (shrink) and joiners
-// (grow). Below `min_members` it keeps waiting until `give_up`, then fails. New ranks: the
-// survivors in the order of their old ranks, then the joiners in arrival order. A candidate that
-// arrives after the decision is not in it and waits for the next epoch.
+// The rule: the decider closes the epoch as soon as every member of N-1 is accounted for: it has
+// arrived, or a candidate that continues from N-1 reported it dead (a grow at a step boundary, a
+// transition nobody died in, or one whose dead were all named by the failure the survivors saw);
+// else `join_window` after its own arrival; whichever is first, with every candidate it has seen
+// by then: survivors (shrink) and joiners (grow). Below `min_members` it keeps waiting until
+// `give_up`, then fails. New ranks: the survivors in the order of their old ranks, then the
+// joiners in arrival order. A candidate that arrives after the decision is not in it and waits
+// for the next epoch; one reported dead that arrives before the decision is in it like any other.
+//
+// A candidate reports dead only the ranks of N-1 whose process is gone: those its last failure
+// named with kPeerLost. An unreachable or unresponsive peer may be alive and on its way, so it is
+// waited for (up to the join window) like any member that has not arrived.
 //
 // Wire format of the records (little-endian, protocol/wire.h):
-//   candidate: u16 version | u64 uid | i32 prev_rank | str label (<= kMaxLabel)
-//   decision:  u16 version | u32 epoch | u32 count (<= kMaxMembers) | count x candidate fields
-//              (u64 uid | i32 prev_rank | str label)
+//   candidate: u16 version | u64 uid | i32 prev_rank | str label (<= kMaxLabel) |
+//              u32 count (<= kMaxMembers) | count x i32 dead rank (>= 0, each once)
+//   decision:  u16 version | u32 epoch | u32 count (<= kMaxMembers) | count x member fields
+//              (u64 uid | i32 prev_rank | str label: a candidate without its dead ranks)
+// Version 2 added the candidate's dead ranks.
 #pragma once
 
 #include <chrono>
@@ -30,7 +38,7 @@
 
 namespace geoccl::membership {
 
-inline constexpr uint16_t kQuorumVersion = 1;
+inline constexpr uint16_t kQuorumVersion = 2;
 inline constexpr size_t kMaxLabel = 256;
 inline constexpr uint32_t kMaxMembers = 1 << 16;
 
@@ -39,6 +47,9 @@ struct Candidate {
   uint64_t uid = 0;        // random, chosen once per process
   int32_t prev_rank = -1;  // its rank in the previous epoch; -1: a joiner
   std::string label;       // "host:pid", for logs and error messages
+  // Ranks of the previous epoch this candidate knows to be dead (its failure said kPeerLost).
+  // Not part of a decision's members.
+  std::vector<int32_t> dead;
 
   bool operator==(const Candidate&) const = default;
 };
@@ -57,8 +68,9 @@ struct Decision {
 };
 
 std::vector<uint8_t> encode_candidate(const Candidate& c);
-// nullopt for truncated input, trailing bytes, an over-long label, a prev_rank below -1 or
-// another version; *why (if given) says which.
+// nullopt for truncated input, trailing bytes, an over-long label, a prev_rank below -1, more
+// than kMaxMembers dead ranks, a negative one or one listed twice, or another version; *why (if
+// given) says which. Dead ranks are checked against the previous epoch by the decider.
 std::optional<Candidate> decode_candidate(std::span<const uint8_t> in, std::string* why = nullptr);
 std::vector<uint8_t> encode_decision(const Decision& d);
 // As decode_candidate; also more than kMaxMembers members, or two with one uid.
@@ -86,13 +98,16 @@ class QuorumDecider {
 
   // A candidate read from the store, in arrival order. Ignored (false): a second record of one
   // uid or of one previous rank, a previous rank outside the previous epoch, or anything after
-  // the decision.
+  // the decision. Its dead ranks count when it continues from the previous epoch; a rank outside
+  // that epoch, or its own, is not counted.
   bool observe(const Candidate& c);
   // What to do at `now`. Once it has returned kDecide, it returns the same decision again.
   [[nodiscard]] Action poll(Clock::time_point now);
 
   int survivors() const { return survivors_; }
   size_t candidates() const { return seen_.size(); }
+  // Members of the previous epoch that have not arrived but were reported dead.
+  int reported_dead() const;
 
  private:
   Decision decide() const;
@@ -101,7 +116,11 @@ class QuorumDecider {
   QuorumParams p_;
   Clock::time_point start_;
   std::vector<Candidate> seen_;
-  std::vector<bool> prev_seen_;
+  struct PrevMember {
+    bool arrived = false;
+    bool reported_dead = false;
+  };
+  std::vector<PrevMember> prev_;  // by rank in the previous epoch
   int survivors_ = 0;
   std::optional<Action> decided_;
 };

@@ -1,5 +1,7 @@
 #include "protocol/frame.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "protocol/liveness.h"
@@ -105,7 +107,7 @@ DecodeStatus decode_frame_header(std::span<const uint8_t, kFrameHeaderSize> in, 
   if (!is_known(type)) return DecodeStatus::kBadType;
   if (kind > static_cast<uint8_t>(OpKind::kSendRecv)) return DecodeStatus::kBadType;
   if (h.payload_len > kMaxPayload) return DecodeStatus::kBadLength;
-  if (h.type == FrameType::kAbort && h.payload_len > kMaxAbortMessage + 5)
+  if (h.type == FrameType::kAbort && h.payload_len > kMaxAbortPayload)
     return DecodeStatus::kBadLength;
   if ((h.type == FrameType::kGoodbye || h.type == FrameType::kAck) && h.payload_len != 0)
     return DecodeStatus::kBadLength;
@@ -141,17 +143,35 @@ std::string describe_mismatch(const FrameHeader& want, const FrameHeader& got) {
   return "";
 }
 
-std::vector<uint8_t> encode_abort(uint8_t code, const std::string& message) {
+std::vector<uint8_t> encode_abort(uint8_t code, const std::string& message,
+                                  std::span<const int> ranks) {
   std::vector<uint8_t> v;
   Writer w(&v);
   w.u8(code);
   w.str(message.substr(0, kMaxAbortMessage));
+  const auto n = std::min<size_t>(ranks.size(), kMaxAbortRanks);
+  w.u16(static_cast<uint16_t>(n));
+  for (size_t i = 0; i < n; ++i) w.u32(static_cast<uint32_t>(ranks[i]));
   return v;
 }
 
-bool decode_abort(std::span<const uint8_t> in, uint8_t* code, std::string* message) {
+bool decode_abort(std::span<const uint8_t> in, uint8_t* code, std::string* message,
+                  std::vector<int>* ranks) {
   Reader r(in);
-  return r.u8(code) && r.str(message, kMaxAbortMessage) && r.remaining() == 0;
+  uint16_t n = 0;
+  if (!r.u8(code) || !r.str(message, kMaxAbortMessage) || !r.u16(&n) || n > kMaxAbortRanks ||
+      r.remaining() != size_t{n} * 4)
+    return false;
+  ranks->clear();
+  for (uint16_t i = 0; i < n; ++i) {
+    uint32_t rank = 0;
+    r.u32(&rank);
+    if (rank > static_cast<uint32_t>(INT32_MAX)) return false;
+    if (std::find(ranks->begin(), ranks->end(), static_cast<int>(rank)) != ranks->end())
+      return false;
+    ranks->push_back(static_cast<int>(rank));
+  }
+  return true;
 }
 
 }  // namespace geoccl::protocol

@@ -55,6 +55,9 @@ inline constexpr size_t kFrameTypeOffset = 4;
 inline constexpr size_t kFrameNumberOffset = 40;
 inline constexpr uint32_t kMaxPayload = 1u << 30;
 inline constexpr uint32_t kMaxAbortMessage = 4096;
+inline constexpr uint32_t kMaxAbortRanks = 256;
+// The largest abort payload (see encode_abort).
+inline constexpr uint32_t kMaxAbortPayload = 1 + 4 + kMaxAbortMessage + 2 + 4 * kMaxAbortRanks;
 inline constexpr uint8_t kFrameFlagsKnown = 0;  // flag bits this version defines
 inline constexpr uint8_t kFirstUnknownControlType = 16;
 inline constexpr uint8_t kLastUnknownControlType = 127;
@@ -62,7 +65,7 @@ inline constexpr uint32_t kMaxUnknownControlPayload = 64u << 10;
 
 enum class FrameType : uint8_t {
   kData = 1,   // payload is operation data
-  kAbort = 2,    // payload: u8 ErrorCode, then UTF-8 message; the group is failing
+  kAbort = 2,  // payload: encode_abort (code, message, the ranks it is about); the group is failing
   kGoodbye = 3,  // no payload: the sender is shutting down cleanly; its EOF is not a failure
   kAck = 4,      // no payload: `frame` = data frames of this pair received in full, in order. The
                  // sender may forget them; until then it keeps a copy to re-send if a stream breaks
@@ -119,8 +122,18 @@ DecodeStatus decode_frame_header(std::span<const uint8_t, kFrameHeaderSize> in, 
 // receiver checks: everything but type, payload_len, offset, frame and flags).
 std::string describe_mismatch(const FrameHeader& want, const FrameHeader& got);
 
-// Abort payload helpers.
-std::vector<uint8_t> encode_abort(uint8_t code, const std::string& message);
-bool decode_abort(std::span<const uint8_t> in, uint8_t* code, std::string* message);
+// Abort payload (at most kMaxAbortPayload bytes):
+//   u8 code (ErrorCode) | u32 length + UTF-8 message (<= kMaxAbortMessage) |
+//   u16 count (<= kMaxAbortRanks) | count x u32 rank
+// The ranks are the peers the failure is about (transport::Failure::ranks): a rank that learns of
+// a failure from a peer's abort knows which peer was lost as well as the one that found it. The
+// encoder cuts the message and the ranks to their bounds.
+std::vector<uint8_t> encode_abort(uint8_t code, const std::string& message,
+                                  std::span<const int> ranks = {});
+// False for truncated input, trailing bytes, an over-long message, more than kMaxAbortRanks ranks,
+// a rank above INT32_MAX or one listed twice. Ranks are not checked against the group's size
+// (the caller knows it). *ranks is replaced.
+bool decode_abort(std::span<const uint8_t> in, uint8_t* code, std::string* message,
+                  std::vector<int>* ranks);
 
 }  // namespace geoccl::protocol

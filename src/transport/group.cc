@@ -1,18 +1,21 @@
 #include "transport/group.h"
 
+#include <algorithm>
+
 #include "core/logging.h"
 
 namespace geoccl::transport {
 
-void Group::fail(ErrorCode code, const std::string& message, bool tell_peers) {
+void Group::fail(ErrorCode code, const std::string& message, bool tell_peers,
+                 std::vector<int> ranks) {
+  const Failure f{code, message, std::move(ranks)};
   {
     std::lock_guard lk(mu_);
     if (failure_) return;
-    failure_ = Failure{code, message};
+    failure_ = f;
   }
   failed_.store(true, std::memory_order_release);
   GEOCCL_LOG(kError, "group failed: " << error_code_name(code) << ": " << message);
-  const Failure f{code, message};
   std::vector<FailureListener> ls;
   {
     std::lock_guard lk(listeners_mu_);
@@ -36,12 +39,15 @@ void Group::remove_failure_listener(ListenerId id) {
 void Group::peer_aborted(int peer, std::span<const uint8_t> payload) {
   uint8_t code = 0;
   std::string msg;
-  if (!protocol::decode_abort(payload, &code, &msg) || code == 0 ||
-      code > kLastErrorCode) {
+  std::vector<int> ranks;
+  if (!protocol::decode_abort(payload, &code, &msg, &ranks) || code == 0 || code > kLastErrorCode ||
+      std::any_of(ranks.begin(), ranks.end(), [&](int r) { return r >= size_; })) {
     code = static_cast<uint8_t>(ErrorCode::kAborted);
     msg = "malformed abort frame";
+    ranks.clear();
   }
-  fail(static_cast<ErrorCode>(code), "rank " + std::to_string(peer) + " reports: " + msg, true);
+  fail(static_cast<ErrorCode>(code), "rank " + std::to_string(peer) + " reports: " + msg, true,
+       std::move(ranks));
 }
 
 void Group::heartbeat(int peer, std::span<const uint8_t> payload) {

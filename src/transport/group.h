@@ -56,11 +56,12 @@ class Group {
   void remove_failure_listener(ListenerId id);
 
   // Loop thread: records the first failure and hands it to every listener; later calls do
-  // nothing.
-  void fail(ErrorCode code, const std::string& message, bool tell_peers);
+  // nothing. `ranks`: the peers it is about (Failure::ranks).
+  void fail(ErrorCode code, const std::string& message, bool tell_peers,
+            std::vector<int> ranks = {});
   // Loop thread: `peer` sent an abort frame with `payload` (protocol::encode_abort): the group
-  // fails with its code and message (a malformed one with kAborted), and this rank passes it on
-  // to every peer: after a partition, the ranks that cannot hear the one that found the failure
+  // fails with its code, message and ranks (a malformed one with kAborted), and this rank passes it
+  // on to every peer: after a partition, the ranks that cannot hear the one that found the failure
   // hear it from the others (each rank forwards only its first failure, once).
   void peer_aborted(int peer, std::span<const uint8_t> payload);
   std::optional<Failure> failure() const;

@@ -55,7 +55,7 @@ void LivenessMonitor::tick() {
     if (a.kind == Kind::kRecovered) GEOCCL_LOG(kWarn, a.message);
     if (a.kind == Kind::kFail) {
       GEOCCL_LOG(kError, a.message);
-      group_.fail(a.code, a.message, /*tell_peers=*/true);
+      group_.fail(a.code, a.message, /*tell_peers=*/true, {a.peer});
       return;
     }
   }

@@ -24,7 +24,20 @@ namespace geoccl::transport {
 struct Failure {
   ErrorCode code = ErrorCode::kOk;
   std::string message;
+  // The peers the failure is about: the one lost, unresponsive or unreachable, whether this rank
+  // found it or a peer's abort frame named it. Empty when the failure is not about a peer (a
+  // mismatch, a local error, abort()).
+  std::vector<int> ranks;
 };
+
+// Failure::ranks of a failure with `code` found on the link to `peer`: {peer} when the code says
+// the peer is lost, unresponsive or unreachable, else none (a protocol error, a local error).
+inline std::vector<int> failed_peers(ErrorCode code, int peer) {
+  if (code == ErrorCode::kPeerLost || code == ErrorCode::kPeerUnresponsive ||
+      code == ErrorCode::kPeerUnreachable)
+    return {peer};
+  return {};
+}
 
 // One queued send or receive. Completes in up to two steps, each published with release order
 // after `failure` and `bytes` are written:

@@ -8,6 +8,11 @@
 //   D: 3 members again; after 5 steps every process exits 0.
 // A survivor must see kPeerLost (printing how long after the kill, from GEOCCL_TEST_KILL_STAMP),
 // then form the next epoch; each transition's duration is printed.
+//
+// Mode "dead-reported": 4 members with a join window of 20 s; at step 3 rank 2 kills itself.
+// Every survivor's Error must be kPeerLost naming rank 2, and the next epoch (3 members) must be
+// formed in less than half the join window: the survivors' candidates report rank 2 dead, so the
+// decider does not wait for it. Then 3 steps in the new epoch, and every survivor exits 0.
 #include <signal.h>
 #include <unistd.h>
 
@@ -56,14 +61,20 @@ void step(Communicator& c, size_t count) {
   for (auto x : all) CHECK(x == all[0], "epoch %u: results differ between ranks", c.epoch());
 }
 
+// The members' bounds: the join window the mode needs, the others well inside the test's limit.
+ElasticOptions options(std::chrono::milliseconds join_window, std::chrono::seconds give_up) {
+  ElasticOptions o;
+  o.join_window = join_window;
+  o.connect_timeout = std::chrono::seconds(15);
+  o.give_up = give_up;
+  o.join_timeout = std::chrono::seconds(60);
+  return o;
+}
+
 int mode_member() {
   Config cfg = Config::from_env();
   cfg.op_timeout = std::chrono::seconds(20);
-  ElasticOptions o;
-  o.join_window = std::chrono::milliseconds(1000);
-  o.connect_timeout = std::chrono::seconds(15);
-  o.give_up = std::chrono::seconds(15);
-  o.join_timeout = std::chrono::seconds(60);
+  const ElasticOptions o = options(std::chrono::milliseconds(1000), std::chrono::seconds(15));
   const char* stamp = std::getenv("GEOCCL_TEST_KILL_STAMP");
   const auto t_start = Clock::now();
   ElasticGroup g(cfg, o);
@@ -128,12 +139,68 @@ int mode_member() {
   return 1;
 }
 
+int mode_dead_reported() {
+  constexpr int kVictim = 2;
+  Config cfg = Config::from_env();
+  cfg.op_timeout = std::chrono::seconds(30);
+  const ElasticOptions o = options(std::chrono::seconds(20), std::chrono::seconds(30));
+  ElasticGroup g(cfg, o);
+  CHECK(g.size() == 4 && g.epoch() == 0, "epoch %u with %d members, wanted epoch 0 with 4",
+        g.epoch(), g.size());
+  const int epoch0_rank = g.rank();
+  int steps = 0;
+  bool shrunk = false;
+  const auto deadline = Clock::now() + std::chrono::seconds(90);
+  while (Clock::now() < deadline) {
+    if (!shrunk && steps == 3 && g.rank() == kVictim) {
+      std::printf("epoch %u: rank %d kills itself\n", g.epoch(), kVictim);
+      std::fflush(stdout);
+      raise(SIGKILL);
+    }
+    try {
+      step(g.comm(), 1000 + static_cast<size_t>(steps) * 4099);
+      ++steps;
+      if (shrunk && steps == 3) {
+        std::printf("done: epoch %u, rank %d of %d (epoch 0 rank %d)\n", g.epoch(), g.rank(),
+                    g.size(), epoch0_rank);
+        return g_failures ? 1 : 0;
+      }
+    } catch (const Error& e) {
+      std::string ranks;
+      for (int r : e.ranks()) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+      std::printf("epoch %u rank %d: %s (ranks [%s])\n", g.epoch(), g.rank(), e.what(),
+                  ranks.c_str());
+      CHECK(!shrunk, "a failure after the shrink: %s", e.what());
+      CHECK(e.code() == ErrorCode::kPeerLost, "wanted kPeerLost, got %s", e.what());
+      CHECK(e.ranks() == std::vector<int>{kVictim}, "the error names ranks [%s], wanted [%d]",
+            ranks.c_str(), kVictim);
+      const auto t0 = Clock::now();
+      g.next_epoch();
+      const double took = ms_since(t0);
+      std::printf(
+          "shrink: epoch %u with %d members formed in %.0f ms (join window %lld ms; rank %d)\n",
+          g.epoch(), g.size(), took, static_cast<long long>(o.join_window.count()), g.rank());
+      CHECK(took < static_cast<double>(o.join_window.count()) / 2,
+            "the transition took %.0f ms, not less than half the %lld ms join window", took,
+            static_cast<long long>(o.join_window.count()));
+      CHECK(g.size() == 3 && g.epoch() == 1, "epoch %u with %d members, wanted epoch 1 with 3",
+            g.epoch(), g.size());
+      CHECK(!g.joined(), "a survivor counted as a joiner");
+      shrunk = true;
+      steps = 0;
+    }
+  }
+  std::fprintf(stderr, "not finished in time (shrunk: %d, steps %d)\n", shrunk, steps);
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "member";
   try {
     if (mode == "member") return mode_member();
+    if (mode == "dead-reported") return mode_dead_reported();
     std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
     return 2;
   } catch (const std::exception& e) {

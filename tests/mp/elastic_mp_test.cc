@@ -1,7 +1,8 @@
 // Elastic membership between real processes: a standalone store hosted by the test (so the death
 // of rank 0 takes nothing down), 4 members, two deaths of the current rank 0 and a joiner started
-// while the group runs (elastic_check.cc describes the phases). Bounded: everything left is
-// killed after 120 s.
+// while the group runs (elastic_check.cc describes the phases); and a death the survivors' errors
+// name, after which the next epoch forms without waiting out a long join window. Bounded:
+// everything left is killed after 120 s.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -22,8 +23,8 @@
 
 namespace {
 
-pid_t start(int rank, int world, uint16_t port, const std::string& session, const std::string& stamp,
-            const char* transport) {
+pid_t start(int rank, int world, uint16_t port, const std::string& session,
+            const std::string& stamp, const char* transport, const char* mode = "member") {
   const pid_t pid = fork();
   if (pid == 0) {
     setenv("RANK", std::to_string(rank).c_str(), 1);
@@ -33,7 +34,7 @@ pid_t start(int rank, int world, uint16_t port, const std::string& session, cons
     setenv("GEOCCL_SESSION", session.c_str(), 1);
     setenv("GEOCCL_TRANSPORT", transport, 1);
     setenv("GEOCCL_TEST_KILL_STAMP", stamp.c_str(), 1);
-    execl(MP_CHECK_PATH, MP_CHECK_PATH, "member", nullptr);
+    execl(MP_CHECK_PATH, MP_CHECK_PATH, mode, nullptr);
     _exit(127);
   }
   return pid;
@@ -99,5 +100,43 @@ void shrink_and_grow(const char* transport) {
 
 TEST(Elastic, ShrinkGrowShrinkWithRankZeroDyingTwiceOverSharedMemory) { shrink_and_grow("auto"); }
 TEST(Elastic, ShrinkGrowShrinkWithRankZeroDyingTwiceOverTcp) { shrink_and_grow("tcp"); }
+
+// Rank 2 of 4 is killed (SIGKILL) with a join window of 20 s: every survivor's Error names it
+// (kPeerLost, ranks [2]) and the survivors form epoch 1 in less than half the window
+// (elastic_check.cc, mode "dead-reported", checks both and exits 0).
+void dead_reported(const char* transport) {
+  geoccl::StoreServer server("127.0.0.1", 0);
+  const std::string session = "elastic-dead-" + std::to_string(getpid()) + "-" + transport;
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 4; ++r)
+    pids.push_back(start(r, 4, server.port(), session, "", transport, "dead-reported"));
+  std::vector<int> codes(pids.size(), -1);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  for (size_t left = pids.size(); left > 0;) {
+    left = 0;
+    for (size_t i = 0; i < pids.size(); ++i) {
+      if (codes[i] != -1) continue;
+      int st = 0;
+      if (waitpid(pids[i], &st, WNOHANG) == pids[i])
+        codes[i] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      else if (std::chrono::steady_clock::now() > deadline) {
+        kill(pids[i], SIGKILL);
+        waitpid(pids[i], nullptr, 0);
+        codes[i] = 999;
+      } else {
+        ++left;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(codes[2], 128 + SIGKILL) << "rank 2, the one killed";
+  for (int r : {0, 1, 3})
+    EXPECT_EQ(codes[static_cast<size_t>(r)], 0) << "survivor, epoch 0 rank " << r;
+}
+
+TEST(Elastic, DeadRankNamedByTheFailureEndsTheJoinWindowEarlyOverSharedMemory) {
+  dead_reported("auto");
+}
+TEST(Elastic, DeadRankNamedByTheFailureEndsTheJoinWindowEarlyOverTcp) { dead_reported("tcp"); }
 
 }  // namespace

@@ -163,12 +163,63 @@ TEST(Frame, AbortPayload) {
   const auto p = encode_abort(3, "rank 2 died");
   uint8_t code = 0;
   std::string msg;
-  ASSERT_TRUE(decode_abort(p, &code, &msg));
+  std::vector<int> ranks{9};
+  ASSERT_TRUE(decode_abort(p, &code, &msg, &ranks));
   EXPECT_EQ(code, 3);
   EXPECT_EQ(msg, "rank 2 died");
+  EXPECT_TRUE(ranks.empty());
   auto q = p;
   q.push_back(0);
-  EXPECT_FALSE(decode_abort(q, &code, &msg));
+  EXPECT_FALSE(decode_abort(q, &code, &msg, &ranks));
+}
+
+TEST(Frame, AbortPayloadNamesTheRanksItIsAbout) {
+  const std::vector<int> lost{2, 7};
+  const auto p = encode_abort(3, "rank 2 died", lost);
+  // u8 code | u32 length + message | u16 count | count x u32 rank
+  ASSERT_EQ(p.size(), 1u + 4 + 11 + 2 + 2 * 4);
+  EXPECT_EQ(p[16], 2);  // the count
+  EXPECT_EQ(p[18], 2);
+  EXPECT_EQ(p[22], 7);
+  uint8_t code = 0;
+  std::string msg;
+  std::vector<int> ranks;
+  ASSERT_TRUE(decode_abort(p, &code, &msg, &ranks));
+  EXPECT_EQ(ranks, lost);
+  // Truncated, trailing bytes, a count beyond the ranks present, a rank listed twice, a rank
+  // that is no int: refused.
+  for (size_t n = 0; n < p.size(); ++n)
+    EXPECT_FALSE(decode_abort(std::span(p).first(n), &code, &msg, &ranks)) << n;
+  auto q = p;
+  q.push_back(0);
+  EXPECT_FALSE(decode_abort(q, &code, &msg, &ranks));
+  q = p;
+  q[16] = 3;
+  EXPECT_FALSE(decode_abort(q, &code, &msg, &ranks));
+  EXPECT_FALSE(decode_abort(encode_abort(3, "", std::vector<int>{4, 4}), &code, &msg, &ranks));
+  q = encode_abort(3, "", std::vector<int>{4});
+  q.back() = 0x80;  // 0x80000004
+  EXPECT_FALSE(decode_abort(q, &code, &msg, &ranks));
+  // The count is bounded; the encoder keeps to the bound.
+  std::vector<int> many(kMaxAbortRanks + 1);
+  for (size_t i = 0; i < many.size(); ++i) many[i] = static_cast<int>(i);
+  const auto capped = encode_abort(3, "", many);
+  ASSERT_TRUE(decode_abort(capped, &code, &msg, &ranks));
+  EXPECT_EQ(ranks.size(), kMaxAbortRanks);
+  q = capped;
+  q[5] = static_cast<uint8_t>((kMaxAbortRanks + 1) & 0xff);
+  q[6] = static_cast<uint8_t>((kMaxAbortRanks + 1) >> 8);
+  for (int i = 0; i < 4; ++i) q.push_back(0xff);
+  EXPECT_FALSE(decode_abort(q, &code, &msg, &ranks));
+  // The largest payload fits the header's bound for abort frames, and nothing larger does.
+  const auto largest = encode_abort(3, std::string(kMaxAbortMessage + 10, 'x'), many);
+  EXPECT_EQ(largest.size(), kMaxAbortPayload);
+  FrameHeader h, d;
+  h.type = FrameType::kAbort;
+  h.payload_len = kMaxAbortPayload;
+  EXPECT_EQ(decode_frame_header(encode_frame_header(h), &d), DecodeStatus::kOk);
+  h.payload_len = kMaxAbortPayload + 1;
+  EXPECT_EQ(decode_frame_header(encode_frame_header(h), &d), DecodeStatus::kBadLength);
 }
 
 TEST(Handshake, HelloRoundTripAndChecks) {

@@ -15,6 +15,12 @@ Candidate member(int prev_rank) {
   return {static_cast<uint64_t>(1000 + prev_rank), prev_rank, "m" + std::to_string(prev_rank)};
 }
 Candidate joiner(int k) { return {static_cast<uint64_t>(5000 + k), -1, "j" + std::to_string(k)}; }
+// A survivor whose failure named `dead` with kPeerLost.
+Candidate reporting(int prev_rank, std::vector<int32_t> dead) {
+  Candidate c = member(prev_rank);
+  c.dead = std::move(dead);
+  return c;
+}
 
 QuorumParams params(int prev_size, int min_members = 1) {
   QuorumParams p;
@@ -132,6 +138,117 @@ TEST(Quorum, RecordsRoundTripAndMalformedOnesAreRejectedWithAReason) {
   EXPECT_NE(why.find("version 9"), std::string::npos) << why;
   EXPECT_FALSE(decode_candidate(encode_candidate({1, -2, ""}), &why));
   // A member count far beyond the bytes present is refused before anything is allocated.
-  std::vector<uint8_t> huge = {1, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0};
+  std::vector<uint8_t> huge = {kQuorumVersion, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0};
   EXPECT_FALSE(decode_decision(huge, &why));
+  EXPECT_NE(why.find("truncated member list"), std::string::npos) << why;
+}
+
+TEST(Quorum, ShrinkClosesAsSoonAsTheMissingMemberIsReportedDead) {
+  const auto t0 = Clock::now();
+  QuorumDecider q(4, params(4), t0);
+  ASSERT_TRUE(q.observe(member(3)));
+  ASSERT_TRUE(q.observe(member(0)));
+  EXPECT_EQ(q.poll(t0 + 1ms).kind, Action::kWait);
+  // Rank 2 saw rank 1 lost; everyone of epoch 3 is now accounted for, long before the window.
+  ASSERT_TRUE(q.observe(reporting(2, {1})));
+  EXPECT_EQ(q.reported_dead(), 1);
+  const auto a = q.poll(t0 + 2ms);
+  ASSERT_EQ(a.kind, Action::kDecide) << a.why;
+  EXPECT_NE(a.why.find("reported dead (3 arrived, 1 dead)"), std::string::npos) << a.why;
+  EXPECT_EQ(prev_ranks(a.decision), (std::vector<int>{0, 2, 3}));
+  // The report is the candidate's, not the member's: the decision carries none.
+  for (const auto& m : a.decision.members) EXPECT_TRUE(m.dead.empty());
+  EXPECT_EQ(decode_decision(encode_decision(a.decision)), a.decision);
+  // Rank 1 arriving after the decision waits for the next epoch.
+  EXPECT_FALSE(q.observe(member(1)));
+}
+
+TEST(Quorum, ADeadReportForSomeoneElseOrOutsideTheEpochDoesNotCloseEarly) {
+  const auto t0 = Clock::now();
+  // Rank 1 is missing; the survivors report rank 0 (who arrived), themselves, and ranks that
+  // epoch 6 never had: nobody accounts for rank 1.
+  QuorumDecider q(7, params(3), t0);
+  ASSERT_TRUE(q.observe(reporting(0, {0, 3, 1000})));
+  ASSERT_TRUE(q.observe(reporting(2, {0, 2})));
+  EXPECT_EQ(q.reported_dead(), 0);
+  auto a = q.poll(t0 + 10ms);
+  ASSERT_EQ(a.kind, Action::kWait);
+  EXPECT_EQ(a.until, t0 + 2s);
+  // A joiner has no previous epoch: what it reports counts for nothing.
+  Candidate j = joiner(1);
+  j.dead = {1};
+  ASSERT_TRUE(q.observe(j));
+  EXPECT_EQ(q.reported_dead(), 0);
+  EXPECT_EQ(q.poll(t0 + 1999ms).kind, Action::kWait);
+  a = q.poll(t0 + 2s);
+  ASSERT_EQ(a.kind, Action::kDecide);
+  EXPECT_NE(a.why.find("join window closed with 2 of 3"), std::string::npos) << a.why;
+  EXPECT_EQ(prev_ranks(a.decision), (std::vector<int>{0, 2, -1}));
+}
+
+TEST(Quorum, AMemberReportedDeadThatArrivesBeforeTheDecisionIsAdmitted) {
+  const auto t0 = Clock::now();
+  QuorumDecider q(2, params(3), t0);
+  ASSERT_TRUE(q.observe(reporting(0, {1, 2})));  // rank 0 believes 1 and 2 are gone
+  EXPECT_EQ(q.reported_dead(), 2);
+  ASSERT_TRUE(q.observe(member(1)));  // but rank 1 comes anyway, before anyone polls
+  EXPECT_EQ(q.reported_dead(), 1);
+  const auto a = q.poll(t0 + 5ms);
+  ASSERT_EQ(a.kind, Action::kDecide) << a.why;
+  EXPECT_NE(a.why.find("(2 arrived, 1 dead)"), std::string::npos) << a.why;
+  EXPECT_EQ(prev_ranks(a.decision), (std::vector<int>{0, 1}));
+}
+
+TEST(Quorum, ReportedDeadStillNeedsTheMinimum) {
+  const auto t0 = Clock::now();
+  QuorumDecider q(2, params(3, 2), t0);
+  ASSERT_TRUE(q.observe(reporting(0, {1, 2})));
+  // Everyone is accounted for, but one member is below the minimum of 2: the window rule and
+  // give-up apply as before.
+  auto a = q.poll(t0 + 5ms);
+  ASSERT_EQ(a.kind, Action::kWait);
+  EXPECT_EQ(a.until, t0 + 2s);
+  ASSERT_TRUE(q.observe(joiner(0)));
+  a = q.poll(t0 + 6ms);
+  ASSERT_EQ(a.kind, Action::kDecide) << a.why;
+  EXPECT_EQ(prev_ranks(a.decision), (std::vector<int>{0, -1}));
+}
+
+TEST(Quorum, CandidateDeadRanksRoundTripAndMalformedListsAreRejected) {
+  Candidate c{0x1122334455667788ull, 3, "host:123", {0, 5, 2}};
+  EXPECT_EQ(decode_candidate(encode_candidate(c)), c);
+  std::string why;
+  // Layout: version, uid, prev_rank, label, then the count and the ranks.
+  const auto bytes = encode_candidate(c);
+  ASSERT_EQ(bytes.size(), 2u + 8 + 4 + 4 + 8 + 4 + 3 * 4);
+  EXPECT_EQ(bytes[26], 3);  // count, little-endian
+  EXPECT_EQ(bytes[34], 5);  // the second rank
+  auto truncated = bytes;
+  truncated.pop_back();
+  EXPECT_FALSE(decode_candidate(truncated, &why));
+  EXPECT_NE(why.find("truncated dead ranks"), std::string::npos) << why;
+  auto trailing = bytes;
+  trailing.push_back(0);
+  EXPECT_FALSE(decode_candidate(trailing, &why));
+  EXPECT_NE(why.find("trailing"), std::string::npos) << why;
+  EXPECT_FALSE(decode_candidate(encode_candidate({1, 0, "", {-1}}), &why));
+  EXPECT_NE(why.find("below 0"), std::string::npos) << why;
+  EXPECT_FALSE(decode_candidate(encode_candidate({1, 0, "", {4, 4}}), &why));
+  EXPECT_NE(why.find("listed twice"), std::string::npos) << why;
+  // A count beyond the bound, and one beyond the bytes present, are refused before anything
+  // is allocated.
+  auto huge = encode_candidate({1, 0, "", {}});
+  huge.resize(huge.size() - 4);
+  for (uint32_t n : {kMaxMembers + 1, kMaxMembers}) {
+    auto b = huge;
+    for (int i = 0; i < 4; ++i) b.push_back(static_cast<uint8_t>(n >> (8 * i)));
+    EXPECT_FALSE(decode_candidate(b, &why));
+    EXPECT_FALSE(why.empty());
+  }
+  // A record of version 1 (no dead ranks) is another version.
+  auto v1 = encode_candidate({1, 0, "", {}});
+  v1[0] = 1;
+  v1.resize(v1.size() - 4);
+  EXPECT_FALSE(decode_candidate(v1, &why));
+  EXPECT_NE(why.find("version 1"), std::string::npos) << why;
 }

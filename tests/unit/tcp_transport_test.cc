@@ -457,10 +457,15 @@ TEST(TcpTransport, StreamNotReestablishedInTimeFailsBothRanks) {
   // to it stayed down past the bound.
   EXPECT_EQ(r->failure.code, ErrorCode::kPeerUnreachable);
   EXPECT_NE(r->failure.message.find("did not re-establish"), std::string::npos) << r->failure.message;
+  EXPECT_EQ(r->failure.ranks, std::vector<int>{1});  // the peer it is about
   EXPECT_GE(waited, 250ms);
   EXPECT_LT(waited, 5s);
   for (int i = 0; i < 500 && !p.t1->failure(); ++i) std::this_thread::sleep_for(10ms);
   ASSERT_TRUE(p.t1->failure().has_value());  // told through the control stream
+  // Rank 1 learnt it from rank 0's abort frame, which names the peer too.
+  EXPECT_EQ(p.t1->failure()->code, ErrorCode::kPeerUnreachable);
+  EXPECT_EQ(p.t1->failure()->ranks, std::vector<int>{1});
+  EXPECT_EQ(p.t1->failure()->message.rfind("rank 0 reports: ", 0), 0u) << p.t1->failure()->message;
 }
 
 // ---- The stall detector on real sockets: a path that is busy is told from one that is down.

@@ -65,7 +65,7 @@ Detours take_detours(const Context& c, const topology::Topology& topo, const col
                                                     << " is not up after 10 s; its bulk data go direct until it is");
       break;
     }
-    if (const auto f = c.router.failure()) throw Error(f->code, f->message);
+    if (const auto f = c.router.failure()) throw Error(f->code, f->message, f->ranks);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   // Every rank plans with the same figures.

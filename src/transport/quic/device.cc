@@ -562,7 +562,7 @@ void QuicDevice::connection_lost(QuicPeer& p, ErrorCode code, const std::string&
   if (p.conn) p.conn = nullptr;
   if (closing_.load()) return;
   if (p.goodbye && !p.session.window().pending()) return;
-  group_.fail(code, why, true);
+  group_.fail(code, why, true, failed_peers(code, p.rank));
 }
 
 void QuicDevice::on_group_failure(const Failure& f, bool tell_peers) {
@@ -572,7 +572,7 @@ void QuicDevice::on_group_failure(const Failure& f, bool tell_peers) {
     p->unacked.clear();
   }
   if (!tell_peers) return;
-  const auto payload = protocol::encode_abort(static_cast<uint8_t>(f.code), f.message);
+  const auto payload = protocol::encode_abort(static_cast<uint8_t>(f.code), f.message, f.ranks);
   for (auto& p : peers_)
     if (p->conn) p->conn->post_control(protocol::FrameType::kAbort, payload);
 }

@@ -32,7 +32,8 @@ constexpr size_t kPiece = 256 << 10;
 constexpr size_t kBudget = 8 << 20;
 // The largest control packet: an abort, or a control frame of a newer minor version to skip.
 constexpr size_t kMaxControl =
-    kFrameHeaderSize + std::max<size_t>(8 + protocol::kMaxAbortMessage, protocol::kMaxUnknownControlPayload);
+    kFrameHeaderSize +
+    std::max<size_t>(protocol::kMaxAbortPayload, protocol::kMaxUnknownControlPayload);
 
 RingControl* control_block(const Segment& seg, int ring) {
   return reinterpret_cast<RingControl*>(seg.data() + kControlOffset +
@@ -228,9 +229,10 @@ void Connection::progress() {
       return;
     }
     if (peer_left_ && (!sendq_.empty() || session_.window().pending())) {
-      group_.fail(ErrorCode::kPeerLost,
-                  "rank " + std::to_string(peer_) + " left the group while operations with it were pending",
-                  true);
+      group_.fail(
+          ErrorCode::kPeerLost,
+          "rank " + std::to_string(peer_) + " left the group while operations with it were pending",
+          true, {peer_});
       return;
     }
     if (wrote || read) continue;
@@ -476,9 +478,9 @@ void Connection::on_closed(const std::string& why) {
   if (closing_ || group_.failed()) return;
   if (!goodbye_) {
     group_.fail(ErrorCode::kPeerLost,
-                "rank " + std::to_string(peer_) + " closed its shared-memory link without a goodbye (" +
-                    why + "); process died?",
-                true);
+                "rank " + std::to_string(peer_) +
+                    " closed its shared-memory link without a goodbye (" + why + "); process died?",
+                true, {peer_});
     return;
   }
   // What the peer wrote before its goodbye is still in the ring: receives may still be served.

@@ -90,7 +90,7 @@ ShmDevice::ShmDevice(Group& group, const ShmOptions& options)
     loop_.add_fd(listen_fd_.get(), EPOLLIN, [this](uint32_t) { on_accept(); });
     failure_listener_ = group_.on_failure([this, alive = alive_](const Failure& f, bool tell_peers) {
       if (!*alive) return;
-      const auto abort = protocol::encode_abort(static_cast<uint8_t>(f.code), f.message);
+      const auto abort = protocol::encode_abort(static_cast<uint8_t>(f.code), f.message, f.ranks);
       for (auto& c : conns_) {
         if (!c) continue;
         c->fail_requests(f);

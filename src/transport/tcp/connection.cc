@@ -161,9 +161,10 @@ void TcpConnection::enter_reconnecting(const std::string& why, bool recover) {
   for (auto& k : peer_.session.take_kept(stream_)) {
     if (!k.copy) {  // written before copies were kept (cannot happen when copies start on)
       owner_.group().fail(ErrorCode::kPeerLost,
-                          "data stream " + std::to_string(stream_) + " to rank " + std::to_string(peer_.rank) +
+                          "data stream " + std::to_string(stream_) + " to rank " +
+                              std::to_string(peer_.rank) +
                               " broke with frames that were sent without a copy to re-send",
-                          true);
+                          true, {peer_.rank});
       return;
     }
     SendOp op;
@@ -263,10 +264,11 @@ void TcpConnection::await_resume(std::chrono::milliseconds timeout) {
     resume_timer_ = 0;
     if (!reconnecting_) return;
     owner_.group().fail(ErrorCode::kPeerUnreachable,
-                "stream " + std::to_string(stream_) + " to rank " + std::to_string(peer_.rank) +
-                    " broke and the peer did not re-establish it within " +
-                    std::to_string(timeout.count()) + " ms",
-                true);
+                        "stream " + std::to_string(stream_) + " to rank " +
+                            std::to_string(peer_.rank) +
+                            " broke and the peer did not re-establish it within " +
+                            std::to_string(timeout.count()) + " ms",
+                        true, {peer_.rank});
   });
 }
 
@@ -462,7 +464,7 @@ void TcpConnection::on_closed(const std::string& why) {
   const std::string msg = "rank " + std::to_string(peer_.rank) + " " +
                           (goodbye_ ? "left the group while operations with it were pending"
                                     : "closed its connection (" + why + "); process died?");
-  owner_.group().fail(ErrorCode::kPeerLost, msg, /*tell_peers=*/true);
+  owner_.group().fail(ErrorCode::kPeerLost, msg, /*tell_peers=*/true, {peer_.rank});
 }
 
 // Returns false when the connection failed.

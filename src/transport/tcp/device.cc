@@ -727,8 +727,9 @@ void TcpDevice::peer_gone(TcpPeer& p, const std::string& why) {
   group_.loop().post([this, &p, why] {
     if (closing_.load() || group_.failed()) return;
     group_.fail(ErrorCode::kPeerLost,
-                "rank " + std::to_string(p.rank) + " closed its connections and " + why + ": its process is gone",
-                true);
+                "rank " + std::to_string(p.rank) + " closed its connections and " + why +
+                    ": its process is gone",
+                true, {p.rank});
   });
 }
 
@@ -832,13 +833,14 @@ void TcpDevice::redial(TcpPeer& p, bool wan, int stream, std::chrono::millisecon
     if (Clock::now() - started < attempt / 2) std::this_thread::sleep_for(std::chrono::milliseconds(rejected ? 200 : 100));
   }
   if (closing_.load() || group_.failed()) return;
-  group_.loop().post([this, &p, stream, why, rejected_last = why.find("rejected") != std::string::npos] {
-    group_.fail(rejected_last ? ErrorCode::kPeerLost : ErrorCode::kPeerUnreachable,
-                "stream " + std::to_string(stream) + " to rank " + std::to_string(p.rank) +
-                    " broke and could not be re-established within " +
-                    std::to_string(options_.resume_timeout.count()) + " ms: " + why,
-                true);
-  });
+  group_.loop().post(
+      [this, &p, stream, why, rejected_last = why.find("rejected") != std::string::npos] {
+        group_.fail(rejected_last ? ErrorCode::kPeerLost : ErrorCode::kPeerUnreachable,
+                    "stream " + std::to_string(stream) + " to rank " + std::to_string(p.rank) +
+                        " broke and could not be re-established within " +
+                        std::to_string(options_.resume_timeout.count()) + " ms: " + why,
+                    true, {p.rank});
+      });
 }
 
 void TcpDevice::received(TcpPeer& p, uint64_t bytes) {
@@ -1243,7 +1245,7 @@ void TcpDevice::on_group_failure(const Failure& f, bool tell_peers) {
       if (c) c->fail_requests(f);
   }
   if (!tell_peers) return;
-  const auto payload = protocol::encode_abort(static_cast<uint8_t>(f.code), f.message);
+  const auto payload = protocol::encode_abort(static_cast<uint8_t>(f.code), f.message, f.ranks);
   for (auto& p : peers_)
     if (TcpConnection* c = p->streams[kControlStream].get())
       c->post_control(protocol::FrameType::kAbort, payload);
