@@ -71,7 +71,8 @@ class DiLoCo:
     sync_every: H, inner steps between two syncs of a fragment (paper: 500; 10-50 here).
     outer_lr, outer_momentum, nesterov: the outer SGD (paper: 0.7, 0.9, Nesterov).
     group: the "geoccl" process group the outer sync runs on (None = default group).
-    compression: codec on the hops between domains ("int8", "int4", "fp16", "topk:0.01", ...;
+    compression: codec on the hops between domains ("int8", "int4", "int2-sr", "fp16", "topk:0.01",
+        "topk-int8:0.01", ...;
         None = the group's GEOCCL_WAN_COMPRESSION), error_feedback: keep its residual per fragment.
     weight: this rank's weight in the average, a number or a function of no arguments called at
         every sync (for example the samples seen since the last one).

@@ -244,8 +244,18 @@ std::optional<collectives::WanCompression> CommunicatorImpl::wan_compression(con
     return std::nullopt;
   }
   collectives::WanCompression w;
+  // The public Codec and the format's CodecId number the codecs alike.
+  constexpr auto same = [](Codec a, compression::CodecId b) { return int(a) == int(b); };
+  using compression::CodecId;
+  static_assert(
+      same(Codec::kFp16, CodecId::kFp16) && same(Codec::kBf16, CodecId::kBf16) &&
+      same(Codec::kInt8, CodecId::kInt8) && same(Codec::kInt4, CodecId::kInt4) &&
+      same(Codec::kTopK, CodecId::kTopK) && same(Codec::kInt2, CodecId::kInt2) &&
+      same(Codec::kInt2Sr, CodecId::kInt2Sr) && same(Codec::kTopKInt8, CodecId::kTopKInt8) &&
+      same(Codec::kTopKInt4, CodecId::kTopKInt4) && same(Codec::kTopKInt2, CodecId::kTopKInt2) &&
+      same(Codec::kTopKInt2, compression::kLastCodec));
   w.spec.codec = static_cast<compression::CodecId>(z.codec);
-  if (z.codec == Codec::kTopK) w.spec.k = compression::topk_k_for_ratio(z.topk_ratio);
+  if (z.is_topk()) w.spec.k = compression::topk_k_for_ratio(z.topk_ratio);
   w.algo = z.algo;
   w.name = z.name();
   w.feedback = &feedback_;
