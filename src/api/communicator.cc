@@ -12,6 +12,7 @@
 #include "collectives/planner.h"
 #include "collectives/wan_codec.h"
 #include "compression/error_feedback.h"
+#include "compression/sparse_piece.h"
 #include "core/logging.h"
 #include "geoccl/communicator.h"
 #include "membership/rendezvous.h"
@@ -434,6 +435,23 @@ Work Communicator::alltoall(const void* send, void* recv, size_t count, DataType
 Work Communicator::barrier(const OpOptions& o) {
   return impl_->submit(header(OpKind::kBarrier, DataType::kUInt8, 0), o,
                        [](OpContext& c) { collectives::dissemination_barrier(c); }, "dissemination");
+}
+
+Work Communicator::sparse_allgather(const int64_t* indices, float* values, size_t nnz, float* out, size_t count,
+                                    uint32_t value_bits, SparseResult* result, const OpOptions& o) {
+  check_buf(indices, nnz, "indices");
+  check_buf(values, nnz, "values");
+  check_buf(out, count, "out");
+  const size_t bytes = checked_bytes(count, DataType::kFloat32);
+  // Encoded here, so that a bad index is this call's error, before anything is sent.
+  auto piece = std::make_shared<const std::vector<uint8_t>>(compression::sparse_encode(
+      value_bits, count, {indices, nnz}, {values, nnz}, {values, nnz}));
+  return impl_->submit(header(OpKind::kSparseAllgather, DataType::kFloat32, bytes, 0, value_bits), o,
+                       [=](OpContext& c) {
+                         const auto t = collectives::sparse_allgather(c, *piece, {out, count});
+                         if (result) *result = {piece->size(), t.bytes_sent, t.bytes_received};
+                       },
+                       "direct");
 }
 
 Work Communicator::send(const void* buf, size_t count, DataType t, int peer, uint32_t tag,

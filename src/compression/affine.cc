@@ -156,6 +156,38 @@ void unpack(uint32_t bits, const uint8_t* in, size_t n, uint8_t* codes) {
   unpack_bits<2>(in, n, codes);
 }
 
+void store_signed(uint32_t bits, float* v, size_t m, uint8_t* codes, uint8_t* mag_codes, uint8_t* out) {
+  const uint32_t sign_shift = bits - 1;
+  float* __restrict mv = v;
+  uint8_t* __restrict c = codes;
+  for (size_t j = 0; j < m; ++j) {  // must vectorize
+    const uint32_t b = std::bit_cast<uint32_t>(mv[j]);
+    c[j] = static_cast<uint8_t>((b >> 31) << sign_shift);
+    mv[j] = std::bit_cast<float>(b & 0x7fffffffu);
+  }
+  uint8_t* __restrict mc = mag_codes;
+  const Fit fit = quantize(mv, m, (1u << sign_shift) - 1, Rounding::kNearest, 0, mc);
+  for (size_t j = 0; j < m; ++j) c[j] |= mc[j];  // must vectorize
+  std::memcpy(out, &fit.min, 4);
+  std::memcpy(out + 4, &fit.step, 4);
+  pack(bits, codes, m, out + kSignedFitBytes);
+}
+
+void load_signed(uint32_t bits, const uint8_t* in, size_t m, uint8_t* codes, float* v) {
+  const uint32_t sign_shift = bits - 1, mag_mask = (1u << sign_shift) - 1;
+  float mn, step;
+  std::memcpy(&mn, in, 4);
+  std::memcpy(&step, in + 4, 4);
+  unpack(bits, in + kSignedFitBytes, m, codes);
+  const uint8_t* __restrict c = codes;
+  float* __restrict out = v;
+  for (size_t j = 0; j < m; ++j) {  // must vectorize
+    const float mag = mn + static_cast<float>(c[j] & mag_mask) * step;
+    const uint32_t sign = uint32_t{c[j]} >> sign_shift << 31;
+    out[j] = std::bit_cast<float>(std::bit_cast<uint32_t>(mag) | sign);
+  }
+}
+
 bool padding_is_zero(uint32_t bits, const uint8_t* in, size_t n) {
   const size_t used = n * bits % 8;
   return used == 0 || (in[n * bits / 8] >> used) == 0;

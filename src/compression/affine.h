@@ -68,4 +68,16 @@ void unpack(uint32_t bits, const uint8_t* in, size_t n, uint8_t* codes);
 // Whether the unused bits of the last byte of n packed codes are zero.
 bool padding_is_zero(uint32_t bits, const uint8_t* in, size_t n);
 
+// Sign + magnitude codes, for values that keep their sign exactly (top-k's quantized values,
+// sparse pieces): code = sign << (bits - 1) | magnitude code, the magnitudes fitted over the run
+// with L = 2^(bits-1) - 1 levels, round to nearest. Stored as an f32 min and an f32 step (the
+// magnitudes' fit), then the m codes packed: kSignedFitBytes + packed_bytes(bits, m) bytes.
+inline constexpr size_t kSignedFitBytes = 8;
+// Encodes v[0, m) (1 <= m < 2^32; bits 2, 4 or 8) into out; overwrites v with the magnitudes.
+// codes and mag_codes: scratch of m bytes each.
+void store_signed(uint32_t bits, float* v, size_t m, uint8_t* codes, uint8_t* mag_codes, uint8_t* out);
+// Decodes m values stored by store_signed into v; codes: scratch of m bytes. The caller checks
+// padding_is_zero() of the packed codes (at in + kSignedFitBytes) first.
+void load_signed(uint32_t bits, const uint8_t* in, size_t m, uint8_t* codes, float* v);
+
 }  // namespace geoccl::compression::affine

@@ -37,7 +37,7 @@ uint32_t value_bits(CodecId codec) {
   throw Error(ErrorCode::kInvalidArgument, "top-k: not a top-k codec");
 }
 
-constexpr size_t kFitBytes = 8;  // f32 min, f32 step of a quantized chunk's magnitudes
+constexpr size_t kFitBytes = affine::kSignedFitBytes;
 
 // Bytes of one chunk of n elements: kept u16 indices, then the values.
 size_t chunk_bytes(uint32_t bits, size_t n, uint32_t k) {
@@ -87,26 +87,6 @@ struct Work {
   explicit Work(size_t n) : mag(n), scratch(n), vals(n), codes(n), mag_codes(n) {}
 };
 
-// Writes the m kept values in w->vals as a fit of their magnitudes and sign + magnitude codes
-// of `bits` bits. Overwrites w->vals with the magnitudes.
-void store_quantized(uint32_t bits, size_t m, Work* w, uint8_t* out) {
-  const uint32_t sign_shift = bits - 1;
-  float* __restrict v = w->vals.data();
-  uint8_t* __restrict codes = w->codes.data();
-  for (size_t j = 0; j < m; ++j) {  // must vectorize
-    const uint32_t b = std::bit_cast<uint32_t>(v[j]);
-    codes[j] = static_cast<uint8_t>((b >> 31) << sign_shift);
-    v[j] = std::bit_cast<float>(b & 0x7fffffffu);
-  }
-  uint8_t* __restrict mc = w->mag_codes.data();
-  const affine::Fit fit =
-      affine::quantize(v, m, (1u << sign_shift) - 1, affine::Rounding::kNearest, 0, mc);
-  for (size_t j = 0; j < m; ++j) codes[j] |= mc[j];  // must vectorize
-  store_f32(out, fit.min);
-  store_f32(out + 4, fit.step);
-  affine::pack(bits, codes, m, out + kFitBytes);
-}
-
 // Keeps the `kept` largest magnitudes of x[0, n), ties to the lower index, writing ascending
 // indices then the values in the codec's form (`bits`: value_bits()).
 void encode_chunk(uint32_t bits, const float* x, size_t n, size_t kept, Work* w, uint8_t* out) {
@@ -131,21 +111,13 @@ void encode_chunk(uint32_t bits, const float* x, size_t n, size_t kept, Work* w,
   if (bits == 0)
     fp16_store(w->vals.data(), kept, out + 2 * kept);
   else
-    store_quantized(bits, kept, w, out + 2 * kept);
+    affine::store_signed(bits, w->vals.data(), kept, w->codes.data(), w->mag_codes.data(), out + 2 * kept);
 }
 
 // The m values of a chunk, decoded into v.
-void load_values(uint32_t bits, const uint8_t* in, size_t m, uint8_t* codes, float* __restrict v) {
+void load_values(uint32_t bits, const uint8_t* in, size_t m, uint8_t* codes, float* v) {
   if (bits == 0) return fp16_load(in, m, v);
-  const uint32_t sign_shift = bits - 1, mag_mask = (1u << sign_shift) - 1;
-  const float mn = load_f32(in), step = load_f32(in + 4);
-  affine::unpack(bits, in + kFitBytes, m, codes);
-  const uint8_t* __restrict c = codes;
-  for (size_t j = 0; j < m; ++j) {  // must vectorize
-    const float mag = mn + static_cast<float>(c[j] & mag_mask) * step;
-    const uint32_t sign = uint32_t{c[j]} >> sign_shift << 31;
-    v[j] = std::bit_cast<float>(std::bit_cast<uint32_t>(mag) | sign);
-  }
+  affine::load_signed(bits, in, m, codes, v);
 }
 
 template <bool kAdd>

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "check.h"
+#include "rank_checks.h"
 #include "geoccl/geoccl.h"
 
 using namespace geoccl;
@@ -65,16 +65,6 @@ double rel_rms(const std::vector<float>& got, const std::vector<double>& want, d
     w += want[i] * scale * want[i] * scale;
   }
   return std::sqrt(e / std::max(w, 1e-300));
-}
-
-// All ranks' results byte for byte equal.
-bool bit_identical(Communicator& c, const std::vector<float>& buf) {
-  const size_t bytes = buf.size() * 4;
-  std::vector<uint8_t> all(bytes * static_cast<size_t>(c.size()));
-  c.allgather(buf.data(), all.data(), bytes, DataType::kUInt8).wait();
-  for (int r = 1; r < c.size(); ++r)
-    if (std::memcmp(all.data(), all.data() + bytes * static_cast<size_t>(r), bytes) != 0) return false;
-  return true;
 }
 
 int domains_of(Communicator& c) {
@@ -203,18 +193,6 @@ int mode_feedback(Communicator& c) {
   c.forget_feedback();
   CHECK(c.compression_stats().feedback_bytes == 0, "forget() left residuals");
   return g_failures ? 1 : 0;
-}
-
-template <class F>
-int expect_code(F&& f, ErrorCode code, const char* what) {
-  try {
-    f();
-  } catch (const Error& e) {
-    CHECK(e.code() == code, "%s: got %s: %s", what, std::string(error_code_name(e.code())).c_str(), e.what());
-    return 0;
-  }
-  CHECK(false, "%s: no error", what);
-  return 1;
 }
 
 int mode_invalid(Communicator& c) {
