@@ -32,12 +32,13 @@ one-way delay between two of the domains used (a small allreduce needs one messa
 other domain, and all can be sent at once), and each backend's time as a multiple of that. --train resnet50 replays a ResNet-50 data-parallel
 step (bench/train_step.cc, bench/train_step_torch.py) on each backend, alternately.
 
---compression CODEC (none|fp16|bf16|int8|int4|topk:RATIO[@allgather|@ring]) compresses geoccl's
+--compression CODEC (none|fp16|bf16|int8|int4|int2|int2-sr|topk[-int8|-int4|-int2]:RATIO
+[@allgather|@ring]) compresses geoccl's
 hops between domains (`geoccl bench --compression`, `train_step --compression`) and runs
 torch-gloo through torch's closest built-in DDP comm hook (bench/torch_gloo_bench.py --hook):
 fp16_compress_hook for fp16 and bf16 (torch 1.13's gloo has no bfloat16 allreduce), powerSGD_hook
-(rank --powersgd-rank) for int8, int4 and top-k, for which torch has no quantizing or sparsifying
-hook: a low-rank approximation at another compression ratio stands in, and the table says so.
+(rank --powersgd-rank) for int8, int4, int2 and top-k, for which torch has no quantizing or
+sparsifying hook: a low-rank approximation at another compression ratio stands in, and the table says so.
 Gloo itself (gloo_bench, train_step --backend gloo) has no compression and stays fp32. Sizes,
 placement, launcher and rounds are the same for every backend.
 
@@ -130,22 +131,25 @@ def parse_domains(text):
     return out
 
 
-CODECS = ("none", "fp16", "bf16", "int8", "int4")
+CODECS = ("none", "fp16", "bf16", "int8", "int4", "int2", "int2-sr")
+TOPK_FORMS = ("topk", "topk-int8", "topk-int4", "topk-int2")
 
 
 def parse_compression(text):
     """A codec spelling of geoccl's Compression::parse (checked here without importing geoccl)."""
     codec, _, algo = text.partition("@")
     ok = codec in CODECS
-    if codec.startswith("topk:"):
+    form, colon, ratio_text = codec.partition(":")
+    if form in TOPK_FORMS and colon:
         try:
-            ratio = float(codec[5:])
+            ratio = float(ratio_text)
             ok = 0 < ratio <= 1
         except ValueError:
             ok = False
     if not ok or (algo and algo not in ("allgather", "ring")):
         raise argparse.ArgumentTypeError(
-            "bad compression '%s' (want none|fp16|bf16|int8|int4|topk:RATIO, optionally "
+            "bad compression '%s' (want none|fp16|bf16|int8|int4|int2|int2-sr|topk:RATIO|"
+            "topk-int8:RATIO|topk-int4:RATIO|topk-int2:RATIO, optionally "
             "@allgather or @ring)" % text)
     return text
 

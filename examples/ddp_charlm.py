@@ -13,6 +13,11 @@ MASTER_PORT (PYTHONPATH=<build>/python):
 
 --compression, --no-error-feedback, --label-domains, --hook, --bucket-mb, --json and --quiet are
 those of examples/ddp_digits.py. Rank 0 prints the held-out loss every --eval-every steps and a final line.
+
+--recipe diloco|sparseloco trains with geoccl.diloco instead of DDP: the same inner optimizer,
+schedule, seeds and steps on each rank's own batches, synchronised every --sync-every steps
+(sparseloco: top-k --sparse-k of 4096 with 2-bit values and error feedback, --sparse-no-ef
+without it; the result records the bytes its sparse allgathers reported).
 """
 
 import argparse
@@ -48,6 +53,11 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--eval-every", type=int, default=100, help="held-out loss every N steps (rank 0 prints)")
     p.add_argument("--eval-batches", type=int, default=16, help="held-out batches of 64 sequences")
+    p.add_argument("--recipe", choices=["ddp", "diloco", "sparseloco"], default="ddp")
+    p.add_argument("--sync-every", type=int, default=10, help="diloco/sparseloco: H")
+    p.add_argument("--outer-lr", type=float, default=None, help="diloco/sparseloco outer lr (their default)")
+    p.add_argument("--sparse-k", type=int, default=64, help="sparseloco: kept per 4096-element chunk")
+    p.add_argument("--sparse-no-ef", action="store_true", help="sparseloco without error feedback")
     ddp_digits.add_ddp_args(p, bucket_mb=0.25)
     args = p.parse_args(argv)
     ddp_digits.check_compression_args(p, args)
@@ -132,10 +142,19 @@ def train(args):
     train_ids, val_ids, vocab = load_text()
     torch.manual_seed(args.seed)
     ddp_digits.set_first_bucket(args)
-    model = DDP(CharLM(vocab, args.context, args.d_model, args.layers, args.heads),
-                bucket_cap_mb=args.bucket_mb)
-    state = ddp_digits.register_hook(model, args)
+    net = CharLM(vocab, args.context, args.d_model, args.layers, args.heads)
+    diloco, state = None, None
+    if args.recipe == "ddp":
+        model = DDP(net, bucket_cap_mb=args.bucket_mb)
+        state = ddp_digits.register_hook(model, args)
+    else:
+        model = net
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    if args.recipe != "ddp":
+        import geoccl.diloco
+        diloco = geoccl.diloco.DiLoCo(net, opt, sync_every=args.sync_every, recipe=args.recipe,
+                                      outer_lr=args.outer_lr, error_feedback=not args.sparse_no_ef,
+                                      sparse_k=args.sparse_k, timeout=args.timeout)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / args.warmup_steps) * 0.5 * (1 + math.cos(math.pi * s / args.steps)))
     # Each rank draws its own sequences of every global batch.
@@ -150,12 +169,17 @@ def train(args):
         loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
         loss.backward()  # DDP allreduces the gradient buckets here
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        if diloco is not None:
+            diloco.step()  # opt.step(), and every H steps the outer sync
+        else:
+            opt.step()
         sched.step()
         loss_sum += loss.item()
         n_sum += 1
         if step % args.eval_every == 0 or step == args.steps:
-            val = held_out_loss(model.module, val_ids, args)
+            if diloco is not None and step == args.steps:
+                diloco.sync_now()
+            val = held_out_loss(net, val_ids, args)
             curve.append({"step": step, "train_loss": loss_sum / n_sum, "val_loss": val})
             if rank == 0 and not args.quiet:
                 print(f"step {step:5d}  train loss {loss_sum / n_sum:.4f}  held-out loss {val:.4f}  "
@@ -175,12 +199,19 @@ def train(args):
         "val_loss": val,
         "val_ppl": math.exp(val),
         "curve": curve,
-        "param_sha256": ddp_digits.param_checksum(model.module),
+        "param_sha256": ddp_digits.param_checksum(net),
+        "recipe": args.recipe,
+        "sync_every": args.sync_every if diloco else 1,
+        "sparse_error_feedback": not args.sparse_no_ef if args.recipe == "sparseloco" else None,
+        "outer_syncs": diloco.syncs if diloco else None,
+        "outer_wire_bytes_sent": diloco.wire_bytes_sent if diloco else None,
+        "outer_dense_bytes_equivalent": diloco.dense_bytes_equivalent if diloco else None,
         "seconds": total,
     }
     result.update(ddp_digits.compression_result(args, state))
     if rank == 0:
-        print(f"final: charlm backend {args.backend}{ddp_digits.codec_label(args)}  world {world}  "
+        print(f"final: charlm backend {args.backend}{ddp_digits.codec_label(args)}  recipe {args.recipe}  "
+              f"world {world}  "
               f"steps {args.steps}  held-out loss {val:.4f} (ppl {math.exp(val):.2f})  "
               f"{result['params']} params  total {total:.1f} s", flush=True)
     return result

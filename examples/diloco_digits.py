@@ -47,8 +47,12 @@ def parse_args(argv=None):
     p.add_argument("--augment", action="store_true", help="shifted, noisy digits (ddp_digits.py)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sync-every", type=int, default=20, help="DiLoCo's H")
-    p.add_argument("--outer-lr", type=float, default=0.7)
+    p.add_argument("--outer-lr", type=float, default=None, help="default 0.7 (diloco), 1.0 (sparseloco)")
     p.add_argument("--outer-momentum", type=float, default=0.9)
+    p.add_argument("--recipe", choices=["diloco", "sparseloco"], default="diloco",
+                   help="sparseloco: top-k 2-bit pseudo-gradients with error feedback (geoccl.diloco)")
+    p.add_argument("--no-error-feedback", action="store_true", help="sparseloco without its accumulator")
+    p.add_argument("--sparse-k", type=int, default=64, help="sparseloco: kept per 4096-element chunk")
     p.add_argument("--compression", default=None, help="codec between domains (int8, int4, fp16, ...)")
     p.add_argument("--fragments", type=int, default=1, help="streaming DiLoCo: fragments")
     p.add_argument("--overlap", type=int, default=0, help="streaming DiLoCo: overlap steps")
@@ -105,7 +109,9 @@ def main(argv=None):
         diloco = geoccl.diloco.DiLoCo(net, opt, sync_every=args.sync_every, outer_lr=args.outer_lr,
                                       outer_momentum=args.outer_momentum, compression=args.compression,
                                       weight=weights[rank], robust=args.robust, fragments=args.fragments,
-                                      overlap_steps=args.overlap, pseudo_gradient_hook=hook)
+                                      overlap_steps=args.overlap, pseudo_gradient_hook=hook,
+                                      recipe=args.recipe, error_feedback=not args.no_error_feedback,
+                                      sparse_k=args.sparse_k)
     eval_every = args.eval_every
     if diloco is not None and args.fragments == 1:
         eval_every = args.sync_every  # the synced model, the same on every rank
@@ -157,6 +163,9 @@ def main(argv=None):
         "excluded": {str(k): v for k, v in diloco.excluded.items()} if diloco else None,
         "downweighted": {str(k): v for k, v in diloco.downweighted.items()} if diloco else None,
         "outer_bytes_per_rank": diloco.bytes_reduced if diloco else None,
+        "recipe": args.recipe if diloco else None, "error_feedback": not args.no_error_feedback,
+        "wire_bytes_sent": diloco.wire_bytes_sent if diloco else None,
+        "dense_bytes_equivalent": diloco.dense_bytes_equivalent if diloco else None,
     }
     if rank == 0:
         tt = f"{reached[1]:.1f} s (step {reached[0]})" if reached else "not reached"

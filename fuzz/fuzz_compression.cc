@@ -1,4 +1,5 @@
-// Every codec decoder (fp16, bf16, int8, int4, top-k) on arbitrary bytes: never read out of
+// Every codec decoder (fp16, bf16, int8, int4, int2, int2-sr, top-k with fp16, int8, 4- and
+// 2-bit values) on arbitrary bytes: never read out of
 // bounds or crash, refuse with a typed error, and when a buffer decodes, decode_add into zeros
 // gives the same values. The first byte picks the destination size (the decoders must refuse a
 // wrong one as kMismatch, not overrun it); the rest is the encoded buffer.

@@ -36,7 +36,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 phase "fuzzers (clang, libFuzzer, 3 s each)"
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DGEOCCL_BUILD_FUZZERS=ON \
   -DGEOCCL_BUILD_TESTS=OFF -DGEOCCL_BUILD_BENCH=OFF -DGEOCCL_WERROR=ON >/dev/null
-fuzzers=(fuzz_frame fuzz_handshake fuzz_store_codec fuzz_group_params fuzz_transport_address fuzz_shm_hello fuzz_blob_descriptor fuzz_blob_resume_state fuzz_quorum fuzz_etcd_response fuzz_compression fuzz_exposition fuzz_trace_merge fuzz_auth fuzz_sealed_frame fuzz_testbed)
+fuzzers=(fuzz_frame fuzz_handshake fuzz_store_codec fuzz_group_params fuzz_transport_address fuzz_shm_hello fuzz_blob_descriptor fuzz_blob_resume_state fuzz_quorum fuzz_etcd_response fuzz_compression fuzz_sparse_piece fuzz_exposition fuzz_trace_merge fuzz_auth fuzz_sealed_frame fuzz_testbed)
 ninja -C build-fuzz "${fuzzers[@]}"
 for name in "${fuzzers[@]}"; do
   mkdir -p "build-fuzz/corpus/$name"

@@ -169,6 +169,13 @@ struct AllreducePlan {
   double predicted_ms = -1;
 };
 
+// What a sparse allgather moved on this rank (Communicator::sparse_allgather).
+struct SparseResult {
+  uint64_t piece_bytes = 0;     // this rank's encoded piece
+  uint64_t bytes_sent = 0;      // to all peers: each piece copy and its 8-byte length
+  uint64_t bytes_received = 0;  // from all peers, likewise
+};
+
 // All operations are asynchronous and return a Work. Buffers are raw memory with a count of
 // elements of `dtype`; every rank must call the same operations in the same order with matching
 // counts, dtypes and roots, or every rank gets Error(kMismatch). Invalid arguments throw
@@ -222,6 +229,19 @@ class Communicator {
   Work alltoall(const void* send, void* recv, size_t count, DataType dtype,
                 const OpOptions& o = {});
   Work barrier(const OpOptions& o = {});
+  // Sparse allgather: this rank contributes `nnz` pairs (indices[i], values[i]) of a float32
+  // vector of `count` elements (indices distinct, in [0, count), any order), and every rank's
+  // `out` (count elements) becomes the sum of all ranks' pairs, zero elsewhere, bit-identical on
+  // every rank. On the wire each rank's pairs stay sparse: indices delta-coded, values as
+  // float32 (value_bits 32) or sign + magnitude codes of 8, 4 or 2 bits per block of 4096
+  // (docs/compression.md, "Sparse allgather"); the dense vector is built once, at the end, from
+  // the pieces in rank order. `values` is replaced, before the call returns, by the values as
+  // every rank decodes them (the quantized ones below 32 bits): what this rank actually
+  // contributed, for error feedback. `result` (may be null) is filled before the Work completes.
+  // Every rank must pass the same count and value_bits (kMismatch otherwise).
+  // Error(kInvalidArgument) from the call for a bad index, a repeated one, or a bad width.
+  Work sparse_allgather(const int64_t* indices, float* values, size_t nnz, float* out, size_t count,
+                        uint32_t value_bits = 32, SparseResult* result = nullptr, const OpOptions& o = {});
   // Point to point; matched by (peer, tag) in issue order.
   Work send(const void* buf, size_t count, DataType dtype, int peer, uint32_t tag = 0,
             const OpOptions& o = {});

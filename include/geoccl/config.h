@@ -174,7 +174,8 @@ struct Config {
   double two_hop_gain = 2.0;
   size_t chunk_bytes = 1 << 20;  // GEOCCL_EXPERIMENT chunk: pipelining unit
   // GEOCCL_WAN_COMPRESSION: the codec of the WAN hops of float32 sum/avg allreduces that do not
-  // name one (OpOptions::compression): none|fp16|bf16|int8|int4|topk:RATIO, optionally
+  // name one (OpOptions::compression): none|fp16|bf16|int8|int4|int2|int2-sr|topk:RATIO|
+  // topk-int8:RATIO|topk-int4:RATIO|topk-int2:RATIO, optionally
   // "@allgather" or "@ring" (geoccl/compression.h). A group parameter: every rank must agree.
   std::string wan_compression = "none";
   // GEOCCL_EXPERIMENT compression_min: the config default compresses only buffers at least this

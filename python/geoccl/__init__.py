@@ -41,7 +41,7 @@ from .torch_backend import (  # noqa: F401
     new_bulk_group,
     register,
 )
-from . import diloco, elastic, hooks, weighted  # noqa: F401
+from . import diloco, elastic, hooks, sparse, weighted  # noqa: F401
 from ._C import ElasticGroup  # noqa: F401
 from .hooks import GeocclHookState, allreduce_hook, compression_hook  # noqa: F401
 

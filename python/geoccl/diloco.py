@@ -21,6 +21,18 @@ groups of about equal size, synchronised in turn (fragment p at steps p*H/P + kH
 overlap_steps=tau > 0 lets a fragment's allreduce run on a background thread during the next
 tau inner steps; its result is then merged as local = mix * local + (1 - mix) * global.
 
+SparseLoCo (Sarfi et al., "Communication Efficient LLM Pre-training with SparseLoCo", 2025,
+arXiv 2508.15706): recipe="sparseloco" replaces the dense average by sparse, low-bit
+pseudo-gradients. At each sync of a fragment every rank folds its pseudo-gradient into the
+fragment's error-feedback accumulator, e = ef_decay * e + delta; sends the top-k of e (the
+sparse_k largest magnitudes of every chunk of sparse_chunk elements of the fragment's flat
+vector, 64 of 4096 = 1.6 % by default) with sparse_bits-bit values (2: sign + one bit of
+magnitude) through the sparse allgather (geoccl.sparse); and keeps in e what it did not send,
+e -= what every rank decoded. The outer step is the paper's: the global parameters move by
+outer_lr (1.0 by default) times the mean of the ranks' sparse contributions, with no outer
+momentum; the decayed accumulator takes its place. error_feedback=False sends the top-k of each
+round's pseudo-gradient alone and drops the rest.
+
 Hierarchical: ranks of one domain can run DDP every step on a group of their own
 (:func:`domain_group`) while DiLoCo's outer sync goes over the whole group: only it crosses the
 WAN, and the hierarchical allreduce carries each domain's share once.
@@ -33,6 +45,7 @@ import threading
 import torch
 import torch.distributed as dist
 
+from . import sparse as _sparse
 from . import weighted as _weighted
 
 log = logging.getLogger("geoccl.diloco")
@@ -54,14 +67,35 @@ def _split(params, parts):
     return groups
 
 
+def chunked_topk(x, chunk, k):
+    """Indices (int64) of the k largest magnitudes of every `chunk` elements of the 1-D tensor
+    x, and a shorter last chunk's share round(k * len / chunk) (at least 1); ascending within
+    each chunk's selection is not promised."""
+    n = x.numel()
+    full = n // chunk * chunk
+    parts = []
+    if full:
+        k_full = min(k, chunk)
+        _, i = x[:full].view(-1, chunk).abs().topk(k_full, dim=1, sorted=False)
+        parts.append((i + torch.arange(0, full, chunk, dtype=torch.int64).unsqueeze(1)).reshape(-1))
+    rest = n - full
+    if rest:
+        k_rest = min(rest, max(1, int(k * rest / chunk + 0.5)))
+        _, i = x[full:].abs().topk(k_rest, sorted=False)
+        parts.append(i + full)
+    return torch.cat(parts)
+
+
 class _Fragment:
-    def __init__(self, index, params, offset, outer_lr, momentum, nesterov):
+    def __init__(self, index, params, offset, outer_lr, momentum, nesterov, residual):
         self.index = index
         self.params = params
         self.offset = offset  # first inner step of its sync schedule
         self.global_params = [p.detach().clone() for p in params]
         self.outer = torch.optim.SGD(self.global_params, lr=outer_lr, momentum=momentum, nesterov=nesterov)
         self.numel = sum(p.numel() for p in params)
+        # SparseLoCo with error feedback: what this rank has not sent yet (flat float32).
+        self.residual = torch.zeros(self.numel) if residual else None
         self.pending = None  # (finish_step, thread, buffer, box) while its allreduce runs
 
 
@@ -69,9 +103,16 @@ class DiLoCo:
     """Wraps `model` and its inner optimizer; call :meth:`step` instead of ``inner.step()``.
 
     sync_every: H, inner steps between two syncs of a fragment (paper: 500; 10-50 here).
-    outer_lr, outer_momentum, nesterov: the outer SGD (paper: 0.7, 0.9, Nesterov).
+    outer_lr, outer_momentum, nesterov: the outer SGD (paper: 0.7, 0.9, Nesterov; outer_lr None:
+        0.7, or 1.0 with recipe="sparseloco", which has no outer momentum).
+    recipe: "diloco" (the dense, weighted average) or "sparseloco" (see the module's doc);
+        sparse_k, sparse_chunk: top-k kept per chunk (64 of 4096), sparse_bits: the values'
+        width on the wire (2, 4, 8 or 32), ef_decay: the accumulator's decay (0.95);
+        error_feedback: keep the accumulator per fragment (False: send each round's top-k alone).
+        SparseLoCo takes no compression, weight, or robust mode (ValueError).
     group: the "geoccl" process group the outer sync runs on (None = default group).
-    compression: codec on the hops between domains ("int8", "int4", "fp16", "topk:0.01", ...;
+    compression: codec on the hops between domains ("int8", "int4", "int2-sr", "fp16", "topk:0.01",
+        "topk-int8:0.01", ...;
         None = the group's GEOCCL_WAN_COMPRESSION), error_feedback: keep its residual per fragment.
     weight: this rank's weight in the average, a number or a function of no arguments called at
         every sync (for example the samples seen since the last one).
@@ -88,12 +129,31 @@ class DiLoCo:
 
     _made = 0
 
-    def __init__(self, model, inner_optimizer, *, sync_every=500, outer_lr=0.7, outer_momentum=0.9,
+    def __init__(self, model, inner_optimizer, *, sync_every=500, outer_lr=None, outer_momentum=0.9,
                  nesterov=True, group=None, compression=None, error_feedback=True, weight=1.0,
                  robust="none", statistic="norm", threshold=3.0, fragments=1, overlap_steps=0,
-                 mix=None, pseudo_gradient_hook=None, timeout=None):
+                 mix=None, pseudo_gradient_hook=None, timeout=None, recipe="diloco", sparse_k=64,
+                 sparse_chunk=4096, sparse_bits=2, ef_decay=0.95):
         if sync_every < 1:
             raise ValueError("geoccl.diloco: sync_every must be >= 1")
+        if recipe not in ("diloco", "sparseloco"):
+            raise ValueError(f"geoccl.diloco: recipe must be 'diloco' or 'sparseloco', got {recipe!r}")
+        self.sparse = recipe == "sparseloco"
+        if self.sparse:
+            if compression is not None or robust != "none" or weight != 1.0:
+                raise ValueError("geoccl.diloco: recipe='sparseloco' takes no compression, weight or robust mode")
+            if not 1 <= int(sparse_k) <= int(sparse_chunk):
+                raise ValueError("geoccl.diloco: sparse_k must be in [1, sparse_chunk]")
+            if int(sparse_bits) not in (2, 4, 8, 32):
+                raise ValueError("geoccl.diloco: sparse_bits must be 2, 4, 8 or 32")
+            if not 0.0 <= float(ef_decay) <= 1.0:
+                raise ValueError("geoccl.diloco: ef_decay must be in [0, 1]")
+            outer_momentum, nesterov = 0.0, False
+        if outer_lr is None:
+            outer_lr = 1.0 if self.sparse else 0.7
+        self.sparse_k, self.sparse_chunk = int(sparse_k), int(sparse_chunk)
+        self.sparse_bits, self.ef_decay = int(sparse_bits), float(ef_decay)
+        self.error_feedback = bool(error_feedback)
         if overlap_steps < 0 or overlap_steps >= sync_every:
             raise ValueError("geoccl.diloco: overlap_steps must be in [0, sync_every)")
         self.model = model
@@ -115,15 +175,21 @@ class DiLoCo:
         self._broadcast(params)
         groups = _split(params, int(fragments))
         self.fragments = [
-            _Fragment(i, g, (i * self.sync_every) // len(groups), outer_lr, outer_momentum, nesterov)
+            _Fragment(i, g, (i * self.sync_every) // len(groups), outer_lr, outer_momentum, nesterov,
+                      self.sparse and self.error_feedback)
             for i, g in enumerate(groups)
         ]
         self.inner_steps = 0
         self.syncs = 0  # fragment syncs completed
         self.bytes_reduced = 0  # float32 bytes handed to the outer allreduces on this rank
+        # SparseLoCo: bytes the sparse allgathers reported sending from this rank (pieces and
+        # their lengths to every peer), and what dense float32 pseudo-gradients sent the same way
+        # (4 bytes per element to every peer) would have been.
+        self.wire_bytes_sent = 0
+        self.dense_bytes_equivalent = 0
         self.excluded = {}  # rank -> times left out (outlier or stale)
         self.downweighted = {}  # rank -> times its weight was reduced (robust="downweight")
-        self.last_result = None  # geoccl.weighted.WeightedResult of the last sync
+        self.last_result = None  # WeightedResult of the last sync (sparseloco: the sparse allgather's info)
         self._loss = None
 
     def _broadcast(self, params):
@@ -169,6 +235,15 @@ class DiLoCo:
         except BaseException as e:  # noqa: BLE001  (re-raised on the training thread)
             box["error"] = e
 
+    def _sparse_average(self, f, idx, values, box):
+        try:
+            out, info = _sparse.sparse_allgather(idx, values, f.numel, value_bits=self.sparse_bits,
+                                                 group=self.group, timeout=self.timeout)
+            world = dist.get_world_size(self.group)
+            box["result"] = (out.div_(world), info)
+        except BaseException as e:  # noqa: BLE001  (re-raised on the training thread)
+            box["error"] = e
+
     def _start(self, f, t):
         with torch.no_grad():
             delta = torch.cat([(g - p.detach()).reshape(-1).float() for g, p in zip(f.global_params, f.params)])
@@ -176,12 +251,22 @@ class DiLoCo:
             self.pseudo_gradient_hook(f.index, delta)
         box = {}
         self.bytes_reduced += delta.numel() * 4
+        if self.sparse:
+            # e = decay * e + delta; the top-k of e goes out (its values replaced by what every
+            # rank decodes), and _finish keeps the rest in e.
+            acc = f.residual.mul_(self.ef_decay).add_(delta) if f.residual is not None else delta
+            idx = chunked_topk(acc, self.sparse_chunk, self.sparse_k)
+            values = acc[idx]
+            box["sent"] = (idx, values)
+            target, args = self._sparse_average, (f, idx, values, box)
+        else:
+            target, args = self._average, (f, delta, box)
         if self.overlap_steps == 0:
-            self._average(f, delta, box)
+            target(*args)
             f.pending = (t, None, delta, box)
             self._finish(f)
             return
-        th = threading.Thread(target=self._average, args=(f, delta, box), name=f"diloco-sync-{f.index}", daemon=True)
+        th = threading.Thread(target=target, args=args, name=f"diloco-sync-{f.index}", daemon=True)
         th.start()
         f.pending = (t + self.overlap_steps, th, delta, box)
 
@@ -192,12 +277,22 @@ class DiLoCo:
             th.join()
         if "error" in box:
             raise box["error"]
-        res = box["result"]
-        self.last_result = res
-        for r in res.excluded:
-            self.excluded[r] = self.excluded.get(r, 0) + 1
-        for r in res.downweighted:
-            self.downweighted[r] = self.downweighted.get(r, 0) + 1
+        if self.sparse:
+            delta, info = box["result"]
+            idx, sent = box["sent"]
+            if f.residual is not None:
+                f.residual[idx] -= sent
+            self.wire_bytes_sent += info["bytes_sent"]
+            peers = dist.get_world_size(self.group) - 1
+            self.dense_bytes_equivalent += f.numel * 4 * peers
+            self.last_result = info
+        else:
+            res = box["result"]
+            self.last_result = res
+            for r in res.excluded:
+                self.excluded[r] = self.excluded.get(r, 0) + 1
+            for r in res.downweighted:
+                self.downweighted[r] = self.downweighted.get(r, 0) + 1
         with torch.no_grad():
             offset = 0
             for g in f.global_params:
@@ -229,4 +324,4 @@ def domain_group(backend="geoccl", domain=None):
     return mine_group, mine
 
 
-__all__ = ["DiLoCo", "domain_group"]
+__all__ = ["DiLoCo", "chunked_topk", "domain_group"]

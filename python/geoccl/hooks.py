@@ -37,7 +37,8 @@ class GeocclHookState:
 
     process_group: a "geoccl" group; None = the default group.
     compression: for :func:`compression_hook`: a codec spelling (``"int8"``, ``"int4"``,
-        ``"fp16"``, ``"bf16"``, ``"topk:0.01"``, optionally ``"@allgather"``/``"@ring"``), or
+        ``"int2"``, ``"int2-sr"``, ``"fp16"``, ``"bf16"``, ``"topk:0.01"``, ``"topk-int8:0.01"``,
+        ``"topk-int4:0.01"``, ``"topk-int2:0.01"``, optionally ``"@allgather"``/``"@ring"``), or
         None for the group's GEOCCL_WAN_COMPRESSION (applied to buckets of 64 KiB and up).
         A bad spelling is a ValueError here.
     error_feedback: keep each bucket's residual on this rank and add it to the bucket's next

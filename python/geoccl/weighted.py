@@ -59,7 +59,7 @@ def _target(group, comm):
         return comm
     pg = group if group is not None else dist.distributed_c10d._get_default_group()
     if not isinstance(pg, _C.ProcessGroupGeoccl):
-        raise ValueError(f"geoccl.weighted needs a 'geoccl' process group, got {type(pg).__name__}")
+        raise ValueError(f"geoccl: needs a 'geoccl' process group, got {type(pg).__name__}")
     return pg
 
 

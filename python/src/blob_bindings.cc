@@ -33,17 +33,6 @@ std::function<void(const BlobProgress&)> progress_callback(py::object progress) 
   };
 }
 
-// The communicator behind a geoccl.Communicator or a ProcessGroupGeoccl (what torch.distributed
-// hands out for backend "geoccl"). Throws TypeError for anything else.
-Communicator& communicator_of(const py::object& target) {
-  if (py::isinstance<Communicator>(target)) return target.cast<Communicator&>();
-  if (py::isinstance<ProcessGroupGeoccl>(target))
-    return target.cast<ProcessGroupGeoccl&>().communicator();
-  throw py::type_error(
-      "geoccl: expected a geoccl.Communicator or a process group of backend \"geoccl\", got " +
-      std::string(py::str(target.get_type())));
-}
-
 // BlobOptions from keyword arguments: chunk_bytes, window, codec, zstd_level, resume,
 // expected_size, timeout (seconds), progress (a callable taking a dict). TypeError for others.
 BlobOptions options(const py::kwargs& kw) {

@@ -277,7 +277,9 @@ void bind_communicator(py::module_& m) {
            }, py::arg("buf"), py::arg("op") = "sum", py::arg("timeout") = py::none(), py::arg("algo") = "", py::arg("priority") = "gradient",
            py::arg("compression") = py::none(), py::arg("feedback_key") = "",
            "In place. compression: a codec for the hops that cross domains (\"none\", \"fp16\", "
-           "\"bf16\", \"int8\", \"int4\", \"topk:RATIO\", optionally \"@allgather\" or \"@ring\"); "
+           "\"bf16\", \"int8\", \"int4\", \"int2\", \"int2-sr\", \"topk:RATIO\", "
+           "\"topk-int8:RATIO\", \"topk-int4:RATIO\", \"topk-int2:RATIO\", optionally "
+           "\"@allgather\" or \"@ring\"); "
            "None = GEOCCL_WAN_COMPRESSION for float32 sum/avg buffers of 64 KiB and up. An "
            "explicit codec on another dtype or op is a "
            "ValueError. feedback_key: keep what the codec dropped on this rank under this key and "

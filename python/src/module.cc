@@ -14,6 +14,7 @@ namespace geoccl::python {
 void bind_blob(py::module_& m);     // blob_bindings.cc
 void bind_elastic(py::module_& m);  // elastic_bindings.cc
 void bind_weighted(py::module_& m);  // weighted_bindings.cc
+void bind_sparse(py::module_& m);    // sparse_bindings.cc
 
 std::optional<DataType> to_geoccl_dtype(at::ScalarType t) {
   switch (t) {
@@ -97,4 +98,5 @@ PYBIND11_MODULE(_C, m) {
   geoccl::python::bind_blob(m);
   geoccl::python::bind_elastic(m);
   geoccl::python::bind_weighted(m);
+  geoccl::python::bind_sparse(m);
 }

@@ -727,4 +727,13 @@ void bind_process_group(py::module_& m) {
           "member, with GeocclError (aborted, naming this rank and the reason).");
 }
 
+Communicator& communicator_of(const py::object& target) {
+  if (py::isinstance<Communicator>(target)) return target.cast<Communicator&>();
+  if (py::isinstance<ProcessGroupGeoccl>(target))
+    return target.cast<ProcessGroupGeoccl&>().communicator();
+  throw py::type_error(
+      "geoccl: expected a geoccl.Communicator or a process group of backend \"geoccl\", got " +
+      std::string(py::str(target.get_type())));
+}
+
 }  // namespace geoccl::python

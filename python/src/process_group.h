@@ -16,6 +16,10 @@
 
 #include "geoccl/geoccl.h"
 
+namespace pybind11 {
+class object;
+}  // namespace pybind11
+
 namespace geoccl::python {
 
 // One torch operation; it may be carried by several geoccl operations (alltoall with uneven
@@ -133,5 +137,9 @@ class ProcessGroupGeoccl : public c10d::ProcessGroup {
   std::chrono::milliseconds timeout_;
   Priority priority_;
 };
+
+// The communicator behind a geoccl.Communicator or a ProcessGroupGeoccl (what torch.distributed
+// hands out for backend "geoccl"). Throws TypeError for anything else.
+Communicator& communicator_of(const pybind11::object& target);
 
 }  // namespace geoccl::python

@@ -33,15 +33,6 @@ RobustStatistic parse_statistic(const std::string& s) {
                               s + "'");
 }
 
-Communicator& communicator_of(const py::object& target) {
-  if (py::isinstance<ProcessGroupGeoccl>(target))
-    return target.cast<ProcessGroupGeoccl&>().communicator();
-  if (py::isinstance<Communicator>(target)) return target.cast<Communicator&>();
-  throw py::type_error(
-      "geoccl: weighted_allreduce needs a geoccl.Communicator or a geoccl process group, got " +
-      std::string(py::str(target.get_type())));
-}
-
 py::dict result_dict(const WeightedResult& r) {
   using namespace pybind11::literals;
   return py::dict("weights"_a = r.weights, "applied"_a = r.applied, "steps"_a = r.steps,

@@ -12,6 +12,7 @@
 #include "collectives/planner.h"
 #include "collectives/wan_codec.h"
 #include "compression/error_feedback.h"
+#include "compression/sparse_piece.h"
 #include "core/logging.h"
 #include "geoccl/communicator.h"
 #include "membership/rendezvous.h"
@@ -244,8 +245,18 @@ std::optional<collectives::WanCompression> CommunicatorImpl::wan_compression(con
     return std::nullopt;
   }
   collectives::WanCompression w;
+  // The public Codec and the format's CodecId number the codecs alike.
+  constexpr auto same = [](Codec a, compression::CodecId b) { return int(a) == int(b); };
+  using compression::CodecId;
+  static_assert(
+      same(Codec::kFp16, CodecId::kFp16) && same(Codec::kBf16, CodecId::kBf16) &&
+      same(Codec::kInt8, CodecId::kInt8) && same(Codec::kInt4, CodecId::kInt4) &&
+      same(Codec::kTopK, CodecId::kTopK) && same(Codec::kInt2, CodecId::kInt2) &&
+      same(Codec::kInt2Sr, CodecId::kInt2Sr) && same(Codec::kTopKInt8, CodecId::kTopKInt8) &&
+      same(Codec::kTopKInt4, CodecId::kTopKInt4) && same(Codec::kTopKInt2, CodecId::kTopKInt2) &&
+      same(Codec::kTopKInt2, compression::kLastCodec));
   w.spec.codec = static_cast<compression::CodecId>(z.codec);
-  if (z.codec == Codec::kTopK) w.spec.k = compression::topk_k_for_ratio(z.topk_ratio);
+  if (z.is_topk()) w.spec.k = compression::topk_k_for_ratio(z.topk_ratio);
   w.algo = z.algo;
   w.name = z.name();
   w.feedback = &feedback_;
@@ -424,6 +435,23 @@ Work Communicator::alltoall(const void* send, void* recv, size_t count, DataType
 Work Communicator::barrier(const OpOptions& o) {
   return impl_->submit(header(OpKind::kBarrier, DataType::kUInt8, 0), o,
                        [](OpContext& c) { collectives::dissemination_barrier(c); }, "dissemination");
+}
+
+Work Communicator::sparse_allgather(const int64_t* indices, float* values, size_t nnz, float* out, size_t count,
+                                    uint32_t value_bits, SparseResult* result, const OpOptions& o) {
+  check_buf(indices, nnz, "indices");
+  check_buf(values, nnz, "values");
+  check_buf(out, count, "out");
+  const size_t bytes = checked_bytes(count, DataType::kFloat32);
+  // Encoded here, so that a bad index is this call's error, before anything is sent.
+  auto piece = std::make_shared<const std::vector<uint8_t>>(compression::sparse_encode(
+      value_bits, count, {indices, nnz}, {values, nnz}, {values, nnz}));
+  return impl_->submit(header(OpKind::kSparseAllgather, DataType::kFloat32, bytes, 0, value_bits), o,
+                       [=](OpContext& c) {
+                         const auto t = collectives::sparse_allgather(c, *piece, {out, count});
+                         if (result) *result = {piece->size(), t.bytes_sent, t.bytes_received};
+                       },
+                       "direct");
 }
 
 Work Communicator::send(const void* buf, size_t count, DataType t, int peer, uint32_t tag,

@@ -116,6 +116,18 @@ void hierarchical_broadcast(OpContext& c, const topology::Topology& topo, void* 
 void hierarchical_allgather(OpContext& c, const topology::Topology& topo, const void* send,
                             void* recv, size_t block_bytes, size_t small_bytes);
 
+// Sparse allgather (sparse_allgather.cc): `mine` is this rank's piece (compression/sparse_piece.h)
+// of a dense vector of out.size() elements; every member's piece goes to every other member as
+// is, and `out` becomes the sum of all pieces, densified in member order: bit-identical on every
+// member. Throws (after failing the group) Error(kProtocol) for a malformed piece or an
+// implausible length, Error(kMismatch) for a piece of another dense length. Returns the bytes
+// this rank sent and received (lengths and pieces, frame headers not counted).
+struct SparseTraffic {
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+};
+SparseTraffic sparse_allgather(OpContext& c, std::span<const uint8_t> mine, std::span<float> out);
+
 // Round-trip times between every pair of ranks, in ms (row-major n*n, same on every rank).
 std::vector<double> measure_rtt_matrix(OpContext& c, int pings);
 

@@ -49,10 +49,11 @@ void compressed_allgather_allreduce(OpContext& c, const compression::CodecSpec& 
     const auto& piece = pieces[p];
     for (const auto& ch : chunks[p]) {
       auto out = enc(me, p, ch);
-      wan_codec::encode_chunk(spec, piece.data.subspan(ch.begin, ch.len),
-                              piece.residual.empty() ? std::span<float>{}
-                                                     : piece.residual.subspan(ch.begin, ch.len),
-                              out, counters);
+      wan_codec::encode_chunk(
+          wan_codec::seeded(spec, c.seq(), c.global(me), base[p] + ch.enc_off),
+          piece.data.subspan(ch.begin, ch.len),
+          piece.residual.empty() ? std::span<float>{} : piece.residual.subspan(ch.begin, ch.len),
+          out, counters);
       // Each member starts with its right-hand neighbour, so that not every member's first
       // chunk heads for member 0.
       for (int i = 1; i < k; ++i) sends.push_back(c.send((me + i) % k, out, base[p] + ch.enc_off));

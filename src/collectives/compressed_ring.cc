@@ -83,6 +83,9 @@ void compressed_ring_allreduce(OpContext& c, const compression::CodecSpec& spec,
     for (; announced <= piece; ++announced)
       if (before_local) before_local(announced);
   };
+  auto seeded = [&](uint64_t offset) {
+    return wan_codec::seeded(spec, c.seq(), c.global(r), offset);
+  };
   std::vector<RequestPtr> sends;
 
   // Reduce-scatter. After step s this member has added its values into segment r-s-1.
@@ -97,7 +100,8 @@ void compressed_ring_allreduce(OpContext& c, const compression::CodecSpec& spec,
     ready(part.piece);
     for (const auto& ch : part.chunks) {
       auto out = at(rs_enc, seg_base[seg_index(r)], part, ch);
-      wan_codec::encode_chunk(spec, values(part, ch), feedback(part, ch), out, counters);
+      wan_codec::encode_chunk(seeded(static_cast<size_t>(out.data() - rs_enc.data())),
+                              values(part, ch), feedback(part, ch), out, counters);
       sends.push_back(c.send(right, out, part.enc_off + ch.enc_off));
     }
   }
@@ -114,7 +118,8 @@ void compressed_ring_allreduce(OpContext& c, const compression::CodecSpec& spec,
         wan_codec::decode_chunk(c, left, at(staging[step % 2], 0, part, ch), values(part, ch), true);
         if (!forward) continue;  // segment r+1 is complete here; the allgather sends it
         auto out = at(rs_enc, seg_base[seg_index(q)], part, ch);
-        wan_codec::encode_chunk(spec, values(part, ch), feedback(part, ch), out, counters);
+        wan_codec::encode_chunk(seeded(static_cast<size_t>(out.data() - rs_enc.data())),
+                                values(part, ch), feedback(part, ch), out, counters);
         sends.push_back(c.send(right, out, part.enc_off + ch.enc_off));
       }
       ready(part.piece);  // a part without chunks still counts as read
@@ -126,7 +131,9 @@ void compressed_ring_allreduce(OpContext& c, const compression::CodecSpec& spec,
   for (const auto& part : seg(r + 1)) {
     for (const auto& ch : part.chunks) {
       auto out = at(ag_enc, seg_base[seg_index(r + 1)], part, ch);
-      wan_codec::encode_chunk(spec, values(part, ch), feedback(part, ch), out, counters);
+      // Offsets past `total`: the allgather's encodings are seeded apart from the reduce-scatter's.
+      wan_codec::encode_chunk(seeded(total + static_cast<size_t>(out.data() - ag_enc.data())),
+                              values(part, ch), feedback(part, ch), out, counters);
       wan_codec::decode_chunk(c, r, out, values(part, ch), false);
       sends.push_back(c.send(right, out, part.enc_off + ch.enc_off));
     }

@@ -77,6 +77,8 @@ class OpContext {
   // after another may share them.
   OpContext sub(std::vector<int> members, int scratch_base = 0);
   size_t chunk_bytes() const { return chunk_bytes_; }
+  // The operation's sequence number on its channel: the same in every run of the same program.
+  uint64_t seq() const { return header_.seq; }
   // GEOCCL_TRACE: the rank's trace (null: off). Sub-contexts share it; with it, every send and
   // receive becomes a span on its peer's track (from posting to completion), with its bytes.
   void set_trace(metrics::TraceWriter* w) { trace_ = w; }

@@ -3,17 +3,38 @@
 #include <algorithm>
 
 #include "compression/error_feedback.h"
+#include "compression/topk.h"
 #include "geoccl/error.h"
 
 namespace geoccl::collectives {
 
 CompressedAlgo WanCompression::resolve(int k) const {
   if (algo != CompressedAlgo::kAuto) return algo;
-  if (spec.codec == compression::CodecId::kTopK || k <= 2) return CompressedAlgo::kAllgather;
+  if (compression::is_topk(spec.codec) || k <= 2) return CompressedAlgo::kAllgather;
   return CompressedAlgo::kRing;
 }
 
 namespace wan_codec {
+
+namespace {
+
+// splitmix64's finalizer: consecutive inputs give unrelated outputs.
+uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+compression::CodecSpec seeded(const compression::CodecSpec& spec, uint64_t op_seq, int rank,
+                              uint64_t offset) {
+  if (spec.codec != compression::CodecId::kInt2Sr) return spec;
+  compression::CodecSpec s = spec;
+  const uint64_t r = static_cast<uint64_t>(rank);
+  s.seed = static_cast<uint32_t>(mix64(mix64(mix64(spec.seed ^ op_seq) ^ r) ^ offset) >> 32);
+  return s;
+}
 
 void encode_chunk(const compression::CodecSpec& spec, std::span<float> x,
                   std::span<float> residual, std::span<uint8_t> out, CompressionCounters* counters) {

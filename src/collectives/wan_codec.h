@@ -52,7 +52,7 @@ struct WanCompression {
   std::string key;
   CompressionCounters* counters = nullptr;
 
-  // The form to run among k members: allgather for top-k (its sparse sums would be
+  // The form to run among k members: allgather for the top-k codecs (their sparse sums would be
   // re-sparsified at every ring hop) and for k = 2 (the same bytes as a ring, one quantization
   // instead of two, half the WAN latencies); the ring otherwise (2(k-1)/k encodings per uplink
   // against k-1). docs/compression.md has the measurements.
@@ -78,6 +78,14 @@ namespace wan_codec {
 // x += residual (if any); out = encode(x); residual = x - decode(out). Counts into `counters`.
 void encode_chunk(const compression::CodecSpec& spec, std::span<float> x,
                   std::span<float> residual, std::span<uint8_t> out, CompressionCounters* counters);
+
+// `spec` with the seed of one encoding, for stochastic rounding (int2-sr; any other codec is
+// returned unchanged): a hash of spec.seed, the operation's sequence number, the encoding
+// member's global rank and the encoding's offset in that member's encoded stream of the
+// operation. Every encoding of a run thus rounds differently, and a rerun of the same program
+// encodes the same bytes.
+compression::CodecSpec seeded(const compression::CodecSpec& spec, uint64_t op_seq, int rank,
+                              uint64_t offset);
 // dst = decode(in) (add: dst += decode(in)); on a malformed buffer aborts the group (kProtocol,
 // naming the peer) and throws.
 void decode_chunk(OpContext& c, int peer, std::span<const uint8_t> in, std::span<float> dst, bool add);

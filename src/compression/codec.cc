@@ -20,9 +20,14 @@ void decode_any(std::span<const uint8_t> in, std::span<float> dst) {
       return kAdd ? half_decode_add(h.codec, in, dst) : half_decode(h.codec, in, dst);
     case CodecId::kInt8:
     case CodecId::kInt4:
+    case CodecId::kInt2:
+    case CodecId::kInt2Sr:
       return kAdd ? block_quant_decode_add(h.codec, in, dst) : block_quant_decode(h.codec, in, dst);
     case CodecId::kTopK:
-      return kAdd ? topk_decode_add(in, dst) : topk_decode(in, dst);
+    case CodecId::kTopKInt8:
+    case CodecId::kTopKInt4:
+    case CodecId::kTopKInt2:
+      return kAdd ? topk_decode_add(h.codec, in, dst) : topk_decode(h.codec, in, dst);
   }
   throw Error(ErrorCode::kProtocol, "codec buffer: unknown codec");
 }
@@ -43,9 +48,14 @@ size_t encoded_size(const CodecSpec& spec, size_t count) {
       return half_encoded_size(count);
     case CodecId::kInt8:
     case CodecId::kInt4:
+    case CodecId::kInt2:
+    case CodecId::kInt2Sr:
       return block_quant_encoded_size(spec.codec, count);
     case CodecId::kTopK:
-      return topk_encoded_size(count, spec.k);
+    case CodecId::kTopKInt8:
+    case CodecId::kTopKInt4:
+    case CodecId::kTopKInt2:
+      return topk_encoded_size(spec.codec, count, spec.k);
   }
   throw Error(ErrorCode::kInvalidArgument, "unknown codec");
 }
@@ -57,9 +67,14 @@ void encode(const CodecSpec& spec, std::span<const float> src, std::span<uint8_t
       return half_encode(spec.codec, src, out);
     case CodecId::kInt8:
     case CodecId::kInt4:
-      return block_quant_encode(spec.codec, src, out);
+    case CodecId::kInt2:
+    case CodecId::kInt2Sr:
+      return block_quant_encode(spec.codec, src, out, spec.seed);
     case CodecId::kTopK:
-      return topk_encode(src, spec.k, out);
+    case CodecId::kTopKInt8:
+    case CodecId::kTopKInt4:
+    case CodecId::kTopKInt2:
+      return topk_encode(spec.codec, src, spec.k, out);
   }
   throw Error(ErrorCode::kInvalidArgument, "unknown codec");
 }

@@ -1,6 +1,7 @@
-// One entry point for every codec: a CodecSpec names the codec (and k for top-k), and the
-// functions here dispatch to half_codec.h, block_quant.h and topk.h. Decoders take the codec
-// from the buffer's header. residual() is the error-feedback helper: what the codec loses.
+// One entry point for every codec: a CodecSpec names the codec (and k for top-k, the seed for
+// stochastic rounding), and the functions here dispatch to half_codec.h, block_quant.h and
+// topk.h. Decoders take the codec from the buffer's header. residual() is the error-feedback
+// helper: what the codec loses.
 #pragma once
 
 #include <cstddef>
@@ -13,10 +14,13 @@ namespace geoccl::compression {
 
 struct CodecSpec {
   CodecId codec = CodecId::kFp16;
-  uint32_t k = 0;  // top-k only: values kept per chunk of kTopKChunk, in [1, kTopKChunk]
+  uint32_t k =
+      0;  // top-k codecs only: values kept per full chunk of kTopKChunk, in [1, kTopKChunk]
+  uint32_t seed = 0;  // int2-sr only (others ignore it): the rounding seed, stored in the header
 };
 
-// Values to keep per top-k chunk for a fraction `ratio` in (0, 1] of the elements: at least 1.
+// Values to keep per full top-k chunk for a fraction `ratio` in (0, 1] of the elements:
+// ceil(ratio * kTopKChunk), at least 1. A shorter chunk keeps the same share (topk_kept()).
 uint32_t topk_k_for_ratio(double ratio);
 
 // Bytes the encoding of `count` elements takes, header included. Error(kInvalidArgument) for a

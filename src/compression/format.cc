@@ -39,7 +39,7 @@ Header read_header(std::span<const uint8_t> in) {
   if (version != kFormatVersion)
     throw Error(ErrorCode::kProtocol, "codec buffer: version " + std::to_string(version) +
                                           ", this build reads " + std::to_string(kFormatVersion));
-  if (codec < static_cast<uint8_t>(CodecId::kFp16) || codec > static_cast<uint8_t>(CodecId::kTopK))
+  if (codec < static_cast<uint8_t>(CodecId::kFp16) || codec > static_cast<uint8_t>(kLastCodec))
     throw Error(ErrorCode::kProtocol, "codec buffer: unknown codec " + std::to_string(codec));
   if (h.count > kMaxElements)
     throw Error(ErrorCode::kProtocol,

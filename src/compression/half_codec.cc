@@ -56,6 +56,13 @@ void half_encode(CodecId codec, std::span<const float> src, std::span<uint8_t> o
     encode_loop<core::float_to_bf16>(src.data(), p, src.size());
 }
 
+void fp16_store(const float* src, size_t n, uint8_t* out) {
+  encode_loop<core::float_to_half>(src, out, n);
+}
+void fp16_load(const uint8_t* in, size_t n, float* dst) {
+  decode_loop<core::half_to_float, false>(in, dst, n);
+}
+
 void half_decode(CodecId codec, std::span<const uint8_t> in, std::span<float> dst) {
   decode<false>(codec, in, dst);
 }

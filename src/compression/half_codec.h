@@ -22,4 +22,9 @@ void half_encode(CodecId codec, std::span<const float> src, std::span<uint8_t> o
 void half_decode(CodecId codec, std::span<const uint8_t> in, std::span<float> dst);
 void half_decode_add(CodecId codec, std::span<const uint8_t> in, std::span<float> dst);
 
+// The fp16 payload loops on their own, for other codecs' fp16 values (topk.h): n u16 values at
+// `out` from src[0, n), and back.
+void fp16_store(const float* src, size_t n, uint8_t* out);
+void fp16_load(const uint8_t* in, size_t n, float* dst);
+
 }  // namespace geoccl::compression

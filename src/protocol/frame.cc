@@ -22,6 +22,7 @@ const char* op_kind_name(OpKind k) {
     case OpKind::kAlltoall: return "alltoall";
     case OpKind::kBarrier: return "barrier";
     case OpKind::kSendRecv: return "send/recv";
+    case OpKind::kSparseAllgather: return "sparse_allgather";
   }
   return "unknown";
 }
@@ -105,7 +106,7 @@ DecodeStatus decode_frame_header(std::span<const uint8_t, kFrameHeaderSize> in, 
     return DecodeStatus::kUnknownControl;
   }
   if (!is_known(type)) return DecodeStatus::kBadType;
-  if (kind > static_cast<uint8_t>(OpKind::kSendRecv)) return DecodeStatus::kBadType;
+  if (kind > static_cast<uint8_t>(kLastOpKind)) return DecodeStatus::kBadType;
   if (h.payload_len > kMaxPayload) return DecodeStatus::kBadLength;
   if (h.type == FrameType::kAbort && h.payload_len > kMaxAbortPayload)
     return DecodeStatus::kBadLength;

@@ -85,7 +85,9 @@ enum class OpKind : uint8_t {
   kAlltoall = 8,
   kBarrier = 9,
   kSendRecv = 10,
+  kSparseAllgather = 11,
 };
+inline constexpr OpKind kLastOpKind = OpKind::kSparseAllgather;
 
 const char* op_kind_name(OpKind k);
 

@@ -19,9 +19,10 @@ def test_compression_spellings():
     import geoccl
 
     assert geoccl.compression_name("topk:0.010") == "topk:0.01"
-    for name in ["none", "fp16", "bf16", "int8", "int4", "topk:0.01", "int8@ring", "topk:0.1@allgather"]:
+    for name in ["none", "fp16", "bf16", "int8", "int4", "topk:0.01", "int8@ring", "topk:0.1@allgather",
+                 "int2", "int2-sr@ring", "topk-int8:0.01", "topk-int4:0.1", "topk-int2:0.05@allgather"]:
         assert geoccl.compression_name(geoccl.compression_name(name)) == geoccl.compression_name(name)
-    for bad in ["int9", "topk", "topk:0", "topk:2", "fp16@tree"]:
+    for bad in ["int9", "topk", "topk:0", "topk:2", "fp16@tree", "topk-int8", "topk-int3:0.1", "int2-sr:0.1"]:
         with pytest.raises(ValueError, match="compression"):
             geoccl.compression_name(bad)
     with pytest.raises(ValueError):

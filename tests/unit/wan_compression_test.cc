@@ -16,13 +16,22 @@ namespace {
 
 TEST(WanCompression, SpellingsRoundTrip) {
   for (const char* s : {"none", "fp16", "bf16", "int8", "int4", "topk:0.01", "topk:1", "int8@ring",
-                        "int4@allgather", "topk:0.25@ring"}) {
+                        "int4@allgather", "topk:0.25@ring", "int2", "int2-sr", "int2-sr@ring",
+                        "topk-int8:0.01", "topk-int4:0.5", "topk-int2:1@allgather"}) {
     const Compression z = Compression::parse(s);
     EXPECT_EQ(z.name(), s);
     EXPECT_EQ(Compression::parse(z.name()), z);
   }
   EXPECT_EQ(Compression::parse("topk:0.01").codec, Codec::kTopK);
   EXPECT_DOUBLE_EQ(Compression::parse("topk:0.01").topk_ratio, 0.01);
+  EXPECT_EQ(Compression::parse("int2").codec, Codec::kInt2);
+  EXPECT_EQ(Compression::parse("int2-sr").codec, Codec::kInt2Sr);
+  EXPECT_EQ(Compression::parse("topk-int8:0.05").codec, Codec::kTopKInt8);
+  EXPECT_EQ(Compression::parse("topk-int4:0.05").codec, Codec::kTopKInt4);
+  EXPECT_EQ(Compression::parse("topk-int2:0.05").codec, Codec::kTopKInt2);
+  EXPECT_DOUBLE_EQ(Compression::parse("topk-int2:0.05").topk_ratio, 0.05);
+  EXPECT_TRUE(Compression::parse("topk-int4:0.05").is_topk());
+  EXPECT_FALSE(Compression::parse("int2-sr").is_topk());
   EXPECT_EQ(Compression::parse("int8@ring").algo, CompressedAlgo::kRing);
   EXPECT_EQ(Compression::parse("int8@auto").name(), "int8");
   EXPECT_FALSE(Compression::parse("off").enabled());
@@ -30,8 +39,10 @@ TEST(WanCompression, SpellingsRoundTrip) {
 }
 
 TEST(WanCompression, BadSpellingsAreInvalidArgument) {
-  for (const char* s : {"int9", "topk", "topk:0", "topk:1.5", "topk:-0.1", "topk:x", "topk:0.1x",
-                        "topk:nan", "int8@tree", "none@ring", "FP16", "int8@"}) {
+  for (const char* s :
+       {"int9", "topk", "topk:0", "topk:1.5", "topk:-0.1", "topk:x", "topk:0.1x", "topk:nan",
+        "int8@tree", "none@ring", "FP16", "int8@", "int2sr", "int2-sr:0.1", "topk-int8",
+        "topk-int3:0.1", "topk-int8:0", "topk-int2:2", "topk-:0.1"}) {
     try {
       (void)Compression::parse(s);
       ADD_FAILURE() << s << " parsed";
@@ -64,8 +75,28 @@ TEST(WanCompression, FormPerCodecAndDomainCount) {
   EXPECT_EQ(w.resolve(3), CompressedAlgo::kRing);
   w.spec.codec = compression::CodecId::kTopK;
   EXPECT_EQ(w.resolve(4), CompressedAlgo::kAllgather);
+  w.spec.codec = compression::CodecId::kTopKInt2;  // every top-k form
+  EXPECT_EQ(w.resolve(4), CompressedAlgo::kAllgather);
+  w.spec.codec = compression::CodecId::kInt2Sr;
+  EXPECT_EQ(w.resolve(3), CompressedAlgo::kRing);
   w.algo = CompressedAlgo::kRing;
   EXPECT_EQ(w.resolve(2), CompressedAlgo::kRing);  // an explicit form is kept
+}
+
+TEST(WanCompression, StochasticRoundingSeededPerEncoding) {
+  using collectives::wan_codec::seeded;
+  const compression::CodecSpec sr{compression::CodecId::kInt2Sr, 0, 0};
+  const uint32_t s = seeded(sr, 7, 2, 4096).seed;
+  EXPECT_EQ(seeded(sr, 7, 2, 4096).seed, s);  // the same encoding of a rerun: the same bytes
+  EXPECT_NE(seeded(sr, 8, 2, 4096).seed, s);  // the next operation
+  EXPECT_NE(seeded(sr, 7, 3, 4096).seed, s);  // another rank
+  EXPECT_NE(seeded(sr, 7, 2, 8192).seed, s);  // another chunk of the stream
+  EXPECT_NE(seeded({compression::CodecId::kInt2Sr, 0, 1}, 7, 2, 4096).seed, s);
+  const compression::CodecSpec nearest{compression::CodecId::kInt2, 0, 0};
+  EXPECT_EQ(seeded(nearest, 7, 2, 4096).seed, 0u);  // deterministic codecs: unchanged
+  const compression::CodecSpec topk{compression::CodecId::kTopKInt4, 655, 0};
+  EXPECT_EQ(seeded(topk, 7, 2, 4096).k, 655u);
+  EXPECT_EQ(seeded(topk, 7, 2, 4096).seed, 0u);
 }
 
 TEST(ErrorFeedback, StoreKeepsResidualsPerKeyAndShape) {
