@@ -21,7 +21,7 @@ struct Exchange {
   double delay = 0, push = 0;
   double ms() const { return delay + push; }
 };
-Exchange exchange(const WanPaths& p, const Bytes& b) {
+Exchange wan_exchange(const WanPaths& p, const Bytes& b) {
   double delay = 0, push = 0;
   for (int i = 0; i < p.k; ++i) {
     double egress = 0, total = 0, slowest = 0;
@@ -108,7 +108,7 @@ double flat_ring_ms(const topology::Topology& t, const WanPaths& p, double bytes
     b[static_cast<size_t>(a * p.k + z)] += 2.0 * (n - 1) / n * bytes;
   }
   // The ring's path carries the delays; the exchange gives the wire term.
-  return ring_path_ms(hop, 2 * (n - 1)) + exchange(p, b).push + lan_ms(2.0 * (n - 1) / n * bytes);
+  return ring_path_ms(hop, 2 * (n - 1)) + wan_exchange(p, b).push + lan_ms(2.0 * (n - 1) / n * bytes);
 }
 
 double hier_ring_ms(const topology::Topology& t, const WanPaths& p, double bytes, size_t count, int blocks) {
@@ -120,7 +120,7 @@ double hier_ring_ms(const topology::Topology& t, const WanPaths& p, double bytes
     hop.push_back(p.delay(a, z));
     b[static_cast<size_t>(a * k + z)] = 2.0 * (k - 1) / k * bytes;
   }
-  const double wan = rings_per_rank(t, count) * ring_path_ms(hop, 2 * (k - 1)) + exchange(p, b).push;
+  const double wan = rings_per_rank(t, count) * ring_path_ms(hop, 2 * (k - 1)) + wan_exchange(p, b).push;
   return wan + domain_ring_ms(largest_domain(t), bytes) / blocks;
 }
 
@@ -137,7 +137,7 @@ Bytes all_to_all(int k, double per_pair) {
 // and the allgather's exchanges follow each other (per block, but the blocks' exchanges overlap:
 // the pipe carries both halves' bytes and drains twice).
 double direct_rs_ag_ms(const WanPaths& p, double bytes) {
-  const Exchange e = exchange(p, all_to_all(p.k, 2 * bytes / p.k));
+  const Exchange e = wan_exchange(p, all_to_all(p.k, 2 * bytes / p.k));
   return 2 * e.delay + e.push;
 }
 
@@ -152,7 +152,7 @@ double hier_leaders_ms(const topology::Topology& t, const WanPaths& p, double by
 }
 
 double hier_small_ms(const topology::Topology& t, const WanPaths& p, double bytes) {
-  return exchange(p, all_to_all(p.k, bytes)).ms() + domain_tree_ms(largest_domain(t), bytes);
+  return wan_exchange(p, all_to_all(p.k, bytes)).ms() + domain_tree_ms(largest_domain(t), bytes);
 }
 
 }  // namespace
