@@ -5,7 +5,8 @@ group's (prefix) store, its rank and size, the group's timeout and the ``pg_opti
 ``init_process_group`` / ``new_group``, for the default group and for every
 ``dist.new_group(backend="geoccl")``. Group rank 0 starts a geoccl rendezvous store on a free port
 and publishes ``host|port|session`` through torch's store; every rank reads it and builds a geoccl
-Communicator joined at that address.
+Communicator joined at that address. With ``GEOCCL_STORE`` set (a standalone ``geoccl store`` or
+etcd) no rank hosts a store: rank 0 publishes only the session, and every rank meets at that store.
 
 ``pg_options=geoccl.ProcessGroupOptions(priority="bulk")`` makes every operation of the group run
 on the bulk (background) priority class: checkpoints and other traffic that must not delay the
@@ -99,9 +100,15 @@ def create_process_group(backend_opts, pg_options=None):
     server = None
     if rank == 0:
         host = _advertised_address()
-        server = _C.StoreServer(host, 0)
         session = "torch-" + uuid.uuid4().hex[:16]
-        value = f"{host}|{server.port}|{session}"
+        port = 0
+        if not os.environ.get("GEOCCL_STORE"):
+            # No store outside the ranks: this rank hosts the group's. With GEOCCL_STORE every
+            # rank meets there (the Communicator reads it from the environment), and the group
+            # survives the death of any rank, this one included.
+            server = _C.StoreServer(host, 0)
+            port = server.port
+        value = f"{host}|{port}|{session}"
         store.set(_RENDEZVOUS_KEY, value)
     else:
         value = store.get(_RENDEZVOUS_KEY).decode()
