@@ -92,7 +92,12 @@ TEST(Collectives, EightStripedStreamsPerPeer) {
     return std::vector<std::pair<std::string, std::string>>{
         {"GEOCCL_TCP_STREAMS", "8"}, {"GEOCCL_TRANSPORT", "tcp"}, {"GEOCCL_TEST_DOMAINS", doms}};
   };
-  for (int n : {2, 3, 5}) {
+#ifdef GEOCCL_TEST_SANITIZED
+  const std::vector<int> sizes{3};  // 2 and 5 ranks take the same striped paths
+#else
+  const std::vector<int> sizes{2, 3, 5};
+#endif
+  for (int n : sizes) {
     const auto codes = run_ranks(n, "collectives", 240, env(n));
     for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "n=" << n << " rank " << r;
   }

@@ -6,6 +6,7 @@ or GEOCCL_BUILD_DIR=<build>; otherwise ./build/python relative to the repository
 
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -31,6 +32,23 @@ if PKG not in sys.path:
 
 
 def free_port():
+    """A port free on 127.0.0.1 a moment ago, below the kernel's ephemeral range: a port from
+    inside it can be taken, before the rank binds it, as the source port of any process's
+    outgoing connection (ctest and pytest run beside each other)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    rng = random.SystemRandom()
+    for _ in range(64 if low > 12000 else 0):
+        port = rng.randrange(10000, low)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

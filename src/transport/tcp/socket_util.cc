@@ -12,7 +12,9 @@
 #include <cerrno>
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
 #include <cstring>
+#include <random>
 #include <mutex>
 #include <set>
 
@@ -101,6 +103,27 @@ uint16_t local_port(int fd) {
 }
 
 uint16_t pick_free_port() {
+  // Below the kernel's ephemeral range: a port from inside it can be taken, between this call and
+  // the bind that follows, as the source port of any process's outgoing connection (a connection
+  // to it then meets that socket, or itself). Random, so that parallel launchers rarely collide.
+  int low = 32768;
+  if (FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    if (std::fscanf(f, "%d", &low) != 1) low = 32768;
+    std::fclose(f);
+  }
+  if (low > 12000) {
+    std::random_device rd;
+    std::uniform_int_distribution<int> pick(10000, low - 1);
+    for (int attempt = 0; attempt < 64; ++attempt) {
+      const auto port = static_cast<uint16_t>(pick(rd));
+      try {
+        const int fd = listen_on("127.0.0.1", port, 1);
+        ::close(fd);
+        return port;
+      } catch (const Error&) {
+      }
+    }
+  }
   const int fd = listen_on("127.0.0.1", 0, 1);
   const uint16_t port = local_port(fd);
   ::close(fd);
@@ -235,7 +258,9 @@ void set_liveness_options(int fd, std::chrono::milliseconds user_timeout, std::c
   tune_socket(fd, IPPROTO_TCP, TCP_KEEPIDLE, secs_idle, "TCP_KEEPIDLE");
   tune_socket(fd, IPPROTO_TCP, TCP_KEEPINTVL, secs_intvl, "TCP_KEEPINTVL");
   // Probes until the user timeout ends the connection (it takes precedence over the count).
-  tune_socket(fd, IPPROTO_TCP, TCP_KEEPCNT, clamp_int(std::max<int64_t>(1, user_timeout.count() / 1000 / secs_intvl)), "TCP_KEEPCNT");
+  // Linux takes at most 127 (MAX_TCP_KEEPCNT); past that the user timeout decides alone.
+  tune_socket(fd, IPPROTO_TCP, TCP_KEEPCNT,
+              static_cast<int>(std::clamp<int64_t>(user_timeout.count() / 1000 / secs_intvl, 1, 127)), "TCP_KEEPCNT");
 }
 
 bool tune_socket(int fd, int level, int option, int value, const char* name) {

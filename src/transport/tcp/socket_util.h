@@ -16,7 +16,8 @@ void split_host_port(const std::string& s, std::string* host, uint16_t* port);
 // A listening socket on addr:port (port 0 = any), non-blocking, CLOEXEC. Throws Error(kIo).
 int listen_on(const std::string& addr, uint16_t port, int backlog = 512);
 uint16_t local_port(int fd);
-// A port that was free on 127.0.0.1 a moment ago (for launchers and tests). Throws Error(kIo).
+// A port that was free on 127.0.0.1 a moment ago (for launchers and tests), below the ephemeral
+// range where the system has room. Throws Error(kIo).
 uint16_t pick_free_port();
 std::string local_ip(int fd);
 
