@@ -118,6 +118,7 @@ class Manager:
                 grew = self.group.maybe_grow()
             except RuntimeError as e:  # GeocclError: the epoch failed at the boundary
                 self._failed = e
+                self._say(f"epoch {self.epoch}: step {self.step}: step boundary failed: {e}")
                 self._recover()
                 continue
             if not grew:
