@@ -203,14 +203,20 @@ TEST_F(WanSessionTest, PlacesRanksInDomains) {
 
 TEST_F(WanSessionTest, RoundTripTimeIsTheConfiguredRtt) {
   UdpEcho echo(session_->netns_of_rank(2), session_->addr_of_rank(2), 7001);
-  std::vector<double> rtts = udp_rtts(session_->netns_of_rank(0), session_->addr_of_rank(2), 7001, 30, 1000);
-  ASSERT_GE(rtts.size(), 28u);
-  std::sort(rtts.begin(), rtts.end());
   // The emulator's delay is a floor that the host's scheduling can only add to: a loaded CI
   // machine moved the median of 30 pings to 22.3 ms while the fastest stayed at the configured
-  // value. So the fastest ping is the emulator's own delay, and it must be the configured one.
-  EXPECT_GT(rtts.front(), 19.8);  // never faster than light (less the 2 x 50 us early window)
-  EXPECT_LT(rtts.front(), 21.0);  // and nothing systematic on top of it
+  // value, and once, with compilers beside the tests, moved the fastest of 30 to 28.3 ms. So the
+  // fastest ping of a round is the emulator's own delay, and a round whose fastest is the
+  // configured one shows it; up to five rounds, as a burst of load passes.
+  double fastest = 1e9;
+  for (int round = 0; round < 5 && !(fastest > 19.8 && fastest < 21.0); ++round) {
+    std::vector<double> rtts = udp_rtts(session_->netns_of_rank(0), session_->addr_of_rank(2), 7001, 30, 1000);
+    ASSERT_GE(rtts.size(), 28u);
+    const double f = *std::min_element(rtts.begin(), rtts.end());
+    EXPECT_GT(f, 19.8);  // never faster than light (less the 2 x 50 us early window)
+    fastest = std::min(fastest, f);
+  }
+  EXPECT_LT(fastest, 21.0);  // and nothing systematic on top of it
 }
 
 TEST_F(WanSessionTest, IntraDomainTrafficBypassesTheEmulator) {
