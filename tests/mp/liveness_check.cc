@@ -11,9 +11,9 @@
 //                the scenario cuts a WAN link (the test bed's [[events]]); every result is
 //                checked exactly. Prints the iteration times; fails when the slowest one exceeds
 //                GEOCCL_TEST_MAX_ITER_MS.
-//   partition    allreduces in a loop while the scenario cuts one WAN link for good: every rank
-//                must end with kPeerUnreachable (a partition, not a death: a third region still
-//                hears both sides) within GEOCCL_TEST_RUN_S seconds.
+//   partition    allreduces in a loop while the scenario cuts a region from the others for good:
+//                every rank must end with kPeerUnreachable (a partition, not a death) within
+//                GEOCCL_TEST_RUN_S seconds.
 // GEOCCL_TEST_DOMAINS="a,a,b,b" gives rank r the r-th domain label.
 #include <signal.h>
 

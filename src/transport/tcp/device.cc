@@ -8,6 +8,7 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <future>
 #include <optional>
 #include <thread>
 
@@ -133,6 +134,7 @@ TcpDevice::~TcpDevice() {
       if (t.joinable()) t.join();
     if (p->opener.joinable()) p->opener.join();
     if (p->prober.joinable()) p->prober.join();
+    if (p->direct_watch.joinable()) p->direct_watch.join();
   }
   group_.loop().run_owned([this] {
     group_.loop().cancel_timer(width_tick_);
@@ -367,9 +369,14 @@ void TcpDevice::on_auth_fin(PendingAccept& p) {
 }
 
 int TcpDevice::note_relay(const protocol::Hello& hello) {
-  if (!(hello.flags & protocol::kHelloFlagRelayed)) return -1;
-  const int via = static_cast<int>(hello.via);
   TcpPeer& p = peer(static_cast<int>(hello.rank));
+  if (!(hello.flags & protocol::kHelloFlagRelayed)) {
+    // The dialler's failed-over pair is direct again.
+    if (hello.stream == kControlStream && p.relay.exchange(-1) >= 0)
+      GEOCCL_LOG(kInfo, "rank " << hello.rank << " connects to us directly again");
+    return -1;
+  }
+  const int via = static_cast<int>(hello.via);
   if (hello.stream != kControlStream) {
     if (p.relay.load() != via)
       GEOCCL_LOG(kDebug, "data stream " << hello.stream << " of rank " << hello.rank << " comes through rank " << via
@@ -788,13 +795,24 @@ bool TcpDevice::host_answers(int peer_rank, std::chrono::milliseconds recent) co
 
 void TcpDevice::redial(TcpPeer& p, bool wan, int stream, std::chrono::milliseconds attempt) {
   const auto deadline = Clock::now() + options_.resume_timeout;
+  // A WAN path that gives no answer at all for relay_after (a cut link) is left to a relay, as at
+  // start-up: training goes on through a third domain instead of waiting out the cut.
+  const bool may_fail_over = wan && options_.relay_after.count() > 0 && group_.size() > 2;
+  auto silent_since = Clock::now();
   std::string why;
   while (!closing_.load() && !group_.failed()) {
     bool rejected = false, refused = false;
     const auto started = Clock::now();
     security::ConnectionKeys keys;
     int via = -1;
-    const int fd = dial(p, wan, stream, std::min(deadline, started + attempt), &why, &rejected, &keys, &refused, &via);
+    int fd = -1;
+    if (may_fail_over && p.relay.load() < 0 && started - silent_since >= options_.relay_after) {
+      fd = fail_over(p, stream, deadline, &why, &keys, &via);
+      silent_since = Clock::now();  // none relayed: the direct path for another relay_after
+    } else {
+      fd = dial(p, wan, stream, std::min(deadline, started + attempt), &why, &rejected, &keys, &refused, &via);
+    }
+    if (rejected || refused) silent_since = Clock::now();  // the path answers
     if (refused) {
       peer_gone(p, why);  // nobody listens where the peer did
       return;
@@ -811,6 +829,15 @@ void TcpDevice::redial(TcpPeer& p, bool wan, int stream, std::chrono::millisecon
       });
       if (!posted) ::close(fd);  // the loop is dead: nobody takes it
       return;
+    }
+    // A failed-over pair whose relay did not carry us: direct again (and failing over anew
+    // after relay_after, through another relay).
+    if (!rejected && via >= 0 && p.failed_over.load()) {
+      int expected = via;
+      if (p.relay.compare_exchange_strong(expected, -1))
+        GEOCCL_LOG(kWarn, "the relay of rank " << via << " to rank " << p.rank << " failed (" << why
+                                                << "): trying the direct path again");
+      continue;
     }
     // A two-hop path whose relay did not carry us (gone, or it lost its path to the peer): the
     // bulk data go direct again, slower but there.
@@ -841,6 +868,82 @@ void TcpDevice::redial(TcpPeer& p, bool wan, int stream, std::chrono::millisecon
                         std::to_string(options_.resume_timeout.count()) + " ms: " + why,
                     true, {p.rank});
       });
+}
+
+int TcpDevice::fail_over(TcpPeer& p, int stream, Clock::time_point deadline, std::string* why,
+                         security::ConnectionKeys* keys, int* via) {
+  *via = -1;
+  // Candidates: ranks in other domains than this one whose control stream acknowledged within
+  // the last stall bound, so that they answer us (those in the peer's domain, behind the same
+  // cut, do not); read on the loop thread, without waiting on it for long.
+  auto found = std::make_shared<std::promise<std::vector<int>>>();
+  auto fut = found->get_future();
+  const auto recent = std::max(options_.stall_timeout, std::chrono::milliseconds(2000));
+  group_.loop().post([this, &p, found, recent] {
+    std::vector<int> c;
+    for (const auto& q : peers_)
+      if (q->rank != p.rank && q->rank != group_.rank() && q->wan && q->relay.load() < 0 &&
+          host_answers(q->rank, recent))
+        c.push_back(q->rank);
+    found->set_value(std::move(c));
+  });
+  if (fut.wait_for(std::chrono::seconds(1)) != std::future_status::ready) {
+    *why = "no relay asked: the event loop did not answer";
+    return -1;
+  }
+  const std::vector<int> candidates = fut.get();
+  if (candidates.empty()) *why = "rank " + std::to_string(p.rank) + " gives no answer and no other domain answers us";
+  for (int c : candidates) {
+    if (closing_.load() || group_.failed() || Clock::now() >= deadline) break;
+    int expected = -1;
+    if (!p.relay.compare_exchange_strong(expected, c)) {
+      *via = expected;  // another stream failed over first: through its relay
+      bool rejected = false;
+      return dial(p, p.wan, stream, std::min(deadline, Clock::now() + 2 * options_.relay_after + std::chrono::seconds(2)),
+                  why, &rejected, keys);
+    }
+    p.failed_over.store(true);
+    bool rejected = false;
+    // A relay answers within its own relay_after (it tries to reach the peer that long).
+    const int fd = dial(p, p.wan, stream, std::min(deadline, Clock::now() + 2 * options_.relay_after + std::chrono::seconds(2)),
+                        why, &rejected, keys);
+    if (fd >= 0) {
+      *via = c;
+      GEOCCL_LOG(kWarn, "rank " << p.rank << " gave no answer for " << options_.relay_after.count()
+                                << " ms: its streams go through rank " << c << "'s relay until the direct path answers");
+      if (!p.watching.exchange(true)) {
+        if (p.direct_watch.joinable()) p.direct_watch.join();
+        p.direct_watch = std::thread([this, &p] { watch_direct(p); });
+      }
+      return fd;
+    }
+    p.failed_over.store(false);
+    p.relay.store(-1);
+    GEOCCL_LOG(kDebug, "no relay through rank " << c << " to rank " << p.rank << ": " << *why);
+  }
+  return -1;
+}
+
+void TcpDevice::watch_direct(TcpPeer& p) {
+  std::string host;
+  uint16_t port = 0;
+  split_host_port(p.endpoint, &host, &port);
+  while (!closing_.load() && !group_.failed() && p.failed_over.load()) {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    const int fd = connect_with_timeout(host, port, std::chrono::seconds(1), {});
+    if (fd < 0) continue;
+    ::close(fd);
+    group_.loop().post([this, &p] {
+      if (closing_.load() || group_.failed() || !p.failed_over.exchange(false)) return;
+      const int via = p.relay.exchange(-1);
+      GEOCCL_LOG(kInfo, "the direct path to rank " << p.rank << " answers again: its streams leave rank " << via
+                                                   << "'s relay");
+      for (auto& c : p.streams)
+        if (c && c->open()) c->replace("the direct path is back");
+    });
+    break;
+  }
+  p.watching.store(false);
 }
 
 void TcpDevice::received(TcpPeer& p, uint64_t bytes) {

@@ -105,9 +105,15 @@ struct TcpPeer {
   int width = 1;        // data streams frames may use
   bool wan = false;     // in another domain (set_wan_peer)
   bool resume = false;  // streams to it are re-established when they break (see the constructor)
-  // The rank whose relay carries every stream to this peer (-1: direct). Set before the pair's
-  // first stream is adopted, then fixed: the dialler chose it, the acceptor read it in the Hello.
+  // The rank whose relay carries every stream to this peer (-1: direct). The dialler sets it
+  // before the pair's first stream is adopted (no direct path at start-up), or when a WAN path
+  // gave no answer for relay_after while the job ran (`failed_over`, until the direct path
+  // answers again); the acceptor follows the control stream's Hello.
   std::atomic<int> relay{-1};
+  std::atomic<bool> failed_over{false};
+  // The dialler, while failed over: tries the direct path every second (one at a time).
+  std::thread direct_watch;
+  std::atomic<bool> watching{false};
   // A two-hop path for bulk data (TcpDevice::set_two_hop): the dialler connects the data streams
   // from kFirstTwoHopStream on through rank `two_hop`'s relay (-1: none, or given up after the
   // relay failed); frames from `two_hop_min_bytes` on (0: no two-hop) go on the streams whose
@@ -270,6 +276,15 @@ class TcpDevice final : public Device {
   int note_relay(const protocol::Hello& hello);
   std::string endpoint_of(int rank) const;  // every rank's, once connect() has them ("" before)
   void redial(TcpPeer& p, bool wan, int stream, std::chrono::milliseconds attempt);
+  // redial(), for a WAN path that has given no answer for relay_after: dials the stream through
+  // a rank in another domain that still answers (as connect_through_relay does at start-up) and
+  // makes the pair relayed until the direct path answers again (watch_direct). Returns the
+  // connected socket, or -1 when no rank relayed in time (*why says why).
+  int fail_over(TcpPeer& p, int stream, Clock::time_point deadline, std::string* why,
+                security::ConnectionKeys* keys, int* via);
+  // Watcher thread of a failed-over pair: once a plain connect to the peer's address succeeds,
+  // the pair is direct again and its streams are replaced (they re-dial direct).
+  void watch_direct(TcpPeer& p);
   // Lower rank: connects to the peer's listening address without a handshake (prober thread).
   void probe(TcpPeer& p);
   // Any thread: the peer's address refuses connections (`why`): the group fails with peer-lost.
