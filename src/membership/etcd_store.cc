@@ -113,7 +113,7 @@ std::optional<etcd::KeyValue> EtcdStore::range(const std::string& full_key,
 }
 
 void EtcdStore::set(const std::string& key, const std::vector<uint8_t>& value) {
-  const std::string body = call("/v3/kv/put", etcd::put_request(prefix_ + key, bytes_of(value)),
+  const std::string body = call("/v3/kv/put", etcd::put_request(prefix_ + key, bytes_of(value), 0),
                                 Clock::now() + io_timeout_, Retry::kIdempotent);
   if (!etcd::decode_put_response(body)) undecodable("/v3/kv/put", body);
 }
@@ -152,7 +152,7 @@ int64_t EtcdStore::add(const std::string& key, int64_t delta) {
     std::vector<uint8_t> encoded;
     protocol::Writer(&encoded).i64(next);
     const std::string body =
-        call("/v3/kv/txn", etcd::cas_request(full, mod_revision, bytes_of(encoded)), deadline,
+        call("/v3/kv/txn", etcd::cas_request(full, mod_revision, bytes_of(encoded), 0), deadline,
              Retry::kUnsent);
     auto r = etcd::decode_txn_response(body, full);
     if (!r) undecodable("/v3/kv/txn", body);
