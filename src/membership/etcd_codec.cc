@@ -118,8 +118,18 @@ std::optional<std::optional<KeyValue>> range_result(const json& r, const std::st
   if (!k || std::string(k->begin(), k->end()) != key) return std::nullopt;
   auto value = bytes_field(kv, "value");
   const auto mod = int64_field(kv, "mod_revision");
-  if (!value || !mod || *mod <= 0) return std::nullopt;
-  return std::optional<KeyValue>(KeyValue{std::move(*value), *mod});
+  const auto lease = int64_field(kv, "lease");
+  if (!value || !mod || *mod <= 0 || !lease || *lease < 0) return std::nullopt;
+  return std::optional<KeyValue>(KeyValue{std::move(*value), *mod, *lease});
+}
+
+// A put (top level, or a txn's request_put): the key, the value, and the lease when there is one.
+json put_object(const std::string& key, std::span<const uint8_t> value, int64_t lease) {
+  json put = {{"key", b64(key)}, {"value", base64_encode(value)}};
+  // int64 as a string, as the gateway writes it (a JSON number loses precision above 2^53 in
+  // many readers; lease IDs are that large).
+  if (lease != 0) put["lease"] = std::to_string(lease);
+  return put;
 }
 
 }  // namespace
@@ -170,8 +180,8 @@ std::optional<std::vector<uint8_t>> base64_decode(std::string_view text) {
   return out;
 }
 
-std::string put_request(const std::string& key, std::span<const uint8_t> value) {
-  return json{{"key", b64(key)}, {"value", base64_encode(value)}}.dump();
+std::string put_request(const std::string& key, std::span<const uint8_t> value, int64_t lease) {
+  return put_object(key, value, lease).dump();
 }
 
 std::string range_request(const std::string& key) { return json{{"key", b64(key)}}.dump(); }
@@ -179,20 +189,26 @@ std::string range_request(const std::string& key) { return json{{"key", b64(key)
 std::string delete_request(const std::string& key) { return json{{"key", b64(key)}}.dump(); }
 
 std::string cas_request(const std::string& key, int64_t mod_revision,
-                        std::span<const uint8_t> value) {
+                        std::span<const uint8_t> value, int64_t lease) {
   const std::string k = b64(key);
   // A key that does not exist compares as mod_revision 0.
   json compare = {{"key", k},
                   {"target", "MOD"},
                   {"result", "EQUAL"},
                   {"mod_revision", std::to_string(mod_revision)}};
-  json put = {{"request_put", {{"key", k}, {"value", base64_encode(value)}}}};
+  json put = {{"request_put", put_object(key, value, lease)}};
   json range = {{"request_range", {{"key", k}}}};
   return json{{"compare", json::array({compare})},
               {"success", json::array({put})},
               {"failure", json::array({range})}}
       .dump();
 }
+
+std::string lease_grant_request(int64_t ttl_seconds) {
+  return json{{"TTL", std::to_string(ttl_seconds)}}.dump();
+}
+
+std::string lease_keepalive_request(int64_t id) { return json{{"ID", std::to_string(id)}}.dump(); }
 
 std::optional<std::optional<KeyValue>> decode_range_response(std::string_view body,
                                                              const std::string& key) {
@@ -236,6 +252,31 @@ std::optional<TxnResult> decode_txn_response(std::string_view body, const std::s
   if (!current) return std::nullopt;
   out.current = std::move(*current);
   return out;
+}
+
+std::optional<Lease> decode_lease_grant_response(std::string_view body) {
+  const json j = parse_object(body);
+  if (j.is_discarded() || !header_revision(j)) return std::nullopt;
+  // LeaseGrantResponse has an error string of its own beside the gateway's error body.
+  if (const json* err = member(j, "error");
+      err && (!err->is_string() || !err->get_ref<const std::string&>().empty()))
+    return std::nullopt;
+  const auto id = int64_field(j, "ID");
+  const auto ttl = int64_field(j, "TTL");
+  if (!id || *id <= 0 || !ttl || *ttl <= 0 || *ttl > kMaxLeaseTtl) return std::nullopt;
+  return Lease{*id, *ttl};
+}
+
+std::optional<int64_t> decode_lease_keepalive_response(std::string_view body, int64_t id) {
+  const json j = parse_object(body);
+  if (j.is_discarded() || j.size() != 1) return std::nullopt;
+  const json* r = member(j, "result");
+  if (!r || !r->is_object() || !header_revision(*r)) return std::nullopt;
+  // etcd answers a renewal of a lease it does not have with that ID and no TTL (zero).
+  const auto answered = int64_field(*r, "ID");
+  const auto ttl = int64_field(*r, "TTL");
+  if (!answered || *answered != id || !ttl || *ttl < 0) return std::nullopt;
+  return ttl;
 }
 
 std::optional<std::string> decode_error_response(std::string_view body) {

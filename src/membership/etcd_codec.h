@@ -1,5 +1,6 @@
-// The JSON of etcd v3's HTTP gateway (/v3/kv/put, range, deleterange, txn): request bodies and
-// response decoders. I/O-free, so that the decoders are fuzzed (fuzz/fuzz_etcd_response.cc).
+// The JSON of etcd v3's HTTP gateway (/v3/kv/put, range, deleterange, txn; /v3/lease/grant and
+// keepalive): request bodies and response decoders. I/O-free, so that the decoders are fuzzed
+// (fuzz/fuzz_etcd_response.cc).
 //
 // Keys and values travel base64-encoded. The gateway writes int64 fields as JSON strings
 // ("revision": "12") and omits every field at its zero value (an empty value, a false
@@ -20,23 +21,36 @@ namespace geoccl::membership::etcd {
 // gateway's answers for one key are small and flat.
 inline constexpr size_t kMaxResponse = 64u << 20;
 inline constexpr int kMaxDepth = 32;
+// etcd's largest lease TTL (MaxLeaseTTL), in seconds.
+inline constexpr int64_t kMaxLeaseTtl = 9'000'000'000;
 
 std::string base64_encode(std::span<const uint8_t> bytes);
 // Canonical base64 only (standard alphabet, padded, no whitespace, zero pad bits); nullopt else.
 std::optional<std::vector<uint8_t>> base64_decode(std::string_view text);
 
-std::string put_request(const std::string& key, std::span<const uint8_t> value);
+// `lease`: the lease the key is attached to (it is deleted when the lease expires); 0 for none.
+std::string put_request(const std::string& key, std::span<const uint8_t> value, int64_t lease);
 std::string range_request(const std::string& key);
 std::string delete_request(const std::string& key);
-// A transaction that puts `value` only while the key's mod_revision is `mod_revision` (0: the
-// key does not exist) and otherwise reads the key, so that each try of a compare-and-set loop
-// is one round trip.
+// A transaction that puts `value` (attached to `lease`, 0 for none) only while the key's
+// mod_revision is `mod_revision` (0: the key does not exist) and otherwise reads the key, so
+// that each try of a compare-and-set loop is one round trip.
 std::string cas_request(const std::string& key, int64_t mod_revision,
-                        std::span<const uint8_t> value);
+                        std::span<const uint8_t> value, int64_t lease);
+// A lease of `ttl_seconds`, and one renewal of lease `id`.
+std::string lease_grant_request(int64_t ttl_seconds);
+std::string lease_keepalive_request(int64_t id);
 
 struct KeyValue {
   std::vector<uint8_t> value;
   int64_t mod_revision = 0;  // > 0 for a key that exists
+  int64_t lease = 0;         // the lease the key is attached to, 0 for none
+};
+
+struct Lease {
+  int64_t id = 0;  // > 0
+  // Seconds, 1..kMaxLeaseTtl: what etcd granted (it raises a TTL below its minimum).
+  int64_t ttl = 0;
 };
 
 struct TxnResult {
@@ -54,6 +68,13 @@ std::optional<int64_t> decode_put_response(std::string_view body);
 // The number of keys deleted.
 std::optional<int64_t> decode_delete_response(std::string_view body);
 std::optional<TxnResult> decode_txn_response(std::string_view body, const std::string& key);
+// The lease granted: nullopt also when etcd names an error, grants no positive ID, or a TTL
+// outside 1..kMaxLeaseTtl.
+std::optional<Lease> decode_lease_grant_response(std::string_view body);
+// The seconds lease `id` has left after the renewal, 0 when etcd no longer has it (expired or
+// revoked: its keys are gone). The gateway streams the answer as {"result": {...}}; a stream
+// error ({"error": {...}}) or an answer about another lease does not decode.
+std::optional<int64_t> decode_lease_keepalive_response(std::string_view body, int64_t id);
 // The message of the gateway's error body ({"error": ..., "code": N, "message": ...}).
 std::optional<std::string> decode_error_response(std::string_view body);
 

@@ -3,8 +3,11 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <map>
 #include <thread>
 
+#include "core/logging.h"
 #include "geoccl/error.h"
 #include "protocol/wire.h"
 
@@ -25,13 +28,112 @@ milliseconds until(std::chrono::steady_clock::time_point deadline) {
 
 }  // namespace
 
+// A granted lease and the thread that renews it, on a connection of its own (a store's blocking
+// get() does not delay a renewal). The lease is gone when etcd answers a renewal without a TTL,
+// or when no renewal succeeded for a whole TTL after the last one that did (etcd expires a lease
+// a TTL after it last renewed it, which was before that answer arrived). Destruction stops the
+// thread, cutting a renewal in flight short, without revoking the lease (etcd_store.h says why):
+// it does not wait for etcd beyond the bounds of one renewal (1 s to connect, 5 s to answer).
+class EtcdLease {
+ public:
+  EtcdLease(const std::string& host, uint16_t port, etcd::Lease granted)
+      : lease_(granted), http_(std::make_unique<httplib::Client>(host, port)) {
+    http_->set_keep_alive(true);
+    http_->set_tcp_nodelay(true);
+    // A renewal answers in milliseconds; a bound well under the TTL keeps retries coming.
+    http_->set_connection_timeout(std::min(period(), milliseconds(1000)));
+    http_->set_read_timeout(std::min(period(), milliseconds(5000)));
+    http_->set_write_timeout(std::min(period(), milliseconds(5000)));
+    thread_ = std::thread([this] { keep_alive(); });
+  }
+  ~EtcdLease() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    http_->stop();  // ends a renewal in flight
+    thread_.join();
+  }
+  EtcdLease(const EtcdLease&) = delete;
+  EtcdLease& operator=(const EtcdLease&) = delete;
+
+  int64_t id() const { return lease_.id; }
+  // Why the lease is gone; nullopt while it is held.
+  std::optional<std::string> lost() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return lost_;
+  }
+
+ private:
+  milliseconds period() const { return milliseconds(lease_.ttl * 1000 / 3); }
+
+  void keep_alive() {
+    auto renewed = std::chrono::steady_clock::now();  // the grant's answer came just now
+    milliseconds wait = period();
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      if (cv_.wait_for(lock, wait, [this] { return stop_; })) return;
+      lock.unlock();
+      std::string why;
+      const std::optional<int64_t> left = renew(&why);
+      const auto now = std::chrono::steady_clock::now();
+      lock.lock();
+      if (stop_) return;
+      if (left && *left > 0) {
+        renewed = now;
+        wait = period();
+        continue;
+      }
+      if (left)
+        lost_ = "etcd no longer has it (it expired or was revoked)";
+      else if (now - renewed >= std::chrono::seconds(lease_.ttl))
+        lost_ = "no renewal succeeded for its TTL of " + std::to_string(lease_.ttl) +
+                " s, after which etcd expires it; the last one: " + why;
+      if (lost_) {
+        GEOCCL_LOG(kWarn, "etcd lease " << lease_.id << " is gone: " << *lost_);
+        return;
+      }
+      wait = std::min(period(), milliseconds(1000));  // failed: try again soon
+    }
+  }
+
+  // One renewal: the TTL etcd answered (0: it no longer has the lease), or nullopt with `why`.
+  std::optional<int64_t> renew(std::string* why) {
+    const auto res = http_->Post("/v3/lease/keepalive", etcd::lease_keepalive_request(lease_.id),
+                                 "application/json");
+    if (!res) {
+      *why = "the connection failed (" + httplib::to_string(res.error()) + ")";
+      return std::nullopt;
+    }
+    if (res->status != 200) {
+      const auto msg = etcd::decode_error_response(res->body);
+      *why = "HTTP " + std::to_string(res->status) + ": " + (msg ? *msg : excerpt(res->body));
+      return std::nullopt;
+    }
+    auto left = etcd::decode_lease_keepalive_response(res->body, lease_.id);
+    if (!left) *why = "the answer does not decode: " + excerpt(res->body);
+    return left;
+  }
+
+  const etcd::Lease lease_;
+  std::unique_ptr<httplib::Client> http_;  // used by the thread only (and stop())
+  mutable std::mutex mu_;                  // guards stop_ and lost_
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::optional<std::string> lost_;
+  std::thread thread_;
+};
+
 EtcdStore::EtcdStore(const std::string& host, uint16_t port, std::string prefix,
-                     milliseconds timeout)
+                     milliseconds timeout, std::chrono::seconds lease_ttl)
     : address_("etcd at " + (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
                std::to_string(port)),
       prefix_(std::move(prefix)),
       io_timeout_(timeout),
-      http_(std::make_unique<httplib::Client>(host, port)) {
+      http_(std::make_unique<httplib::Client>(host, port)),
+      host_(host),
+      port_(port) {
   http_->set_keep_alive(true);
   http_->set_tcp_nodelay(true);
   // etcd may still be starting (or electing a leader): the first request retries until the
@@ -46,9 +148,38 @@ EtcdStore::EtcdStore(const std::string& host, uint16_t port, std::string prefix,
                                          std::to_string(timeout.count()) +
                                          " ms (is etcd up?): " + why);
   }
+  lease_ = open_lease(lease_ttl, Clock::now() + timeout);
 }
 
 EtcdStore::~EtcdStore() = default;
+
+std::shared_ptr<EtcdLease> EtcdStore::open_lease(std::chrono::seconds ttl,
+                                                 Clock::time_point deadline) {
+  static std::mutex mu;  // held across a grant: two stores opened at once share its lease
+  static std::map<std::string, std::weak_ptr<EtcdLease>> leases;
+  std::lock_guard<std::mutex> lock(mu);
+  std::erase_if(leases, [](const auto& entry) { return entry.second.expired(); });
+  const std::string key = address_ + " ttl " + std::to_string(ttl.count());
+  if (auto it = leases.find(key); it != leases.end())
+    if (auto held = it->second.lock(); held && !held->lost()) return held;
+  // A grant retried after a lost answer leaves an unused lease, which expires with its TTL.
+  const std::string body =
+      call("/v3/lease/grant", etcd::lease_grant_request(ttl.count()), deadline, Retry::kIdempotent);
+  const auto granted = etcd::decode_lease_grant_response(body);
+  if (!granted) undecodable("/v3/lease/grant", body);
+  auto lease = std::make_shared<EtcdLease>(host_, port_, *granted);
+  leases[key] = lease;
+  return lease;
+}
+
+int64_t EtcdStore::lease_id() const { return lease_->id(); }
+
+void EtcdStore::check_lease() const {
+  if (auto why = lease_->lost())
+    throw Error(ErrorCode::kIo, address_ + ": the lease of this process's keys there (" +
+                                    std::to_string(lease_->id()) +
+                                    ") is lost, and the keys with it: " + *why);
+}
 
 std::string EtcdStore::call(const char* path, const std::string& body, Clock::time_point deadline,
                             Retry retry) {
@@ -113,8 +244,10 @@ std::optional<etcd::KeyValue> EtcdStore::range(const std::string& full_key,
 }
 
 void EtcdStore::set(const std::string& key, const std::vector<uint8_t>& value) {
-  const std::string body = call("/v3/kv/put", etcd::put_request(prefix_ + key, bytes_of(value)),
-                                Clock::now() + io_timeout_, Retry::kIdempotent);
+  check_lease();
+  const std::string body =
+      call("/v3/kv/put", etcd::put_request(prefix_ + key, bytes_of(value), lease_->id()),
+           Clock::now() + io_timeout_, Retry::kIdempotent);
   if (!etcd::decode_put_response(body)) undecodable("/v3/kv/put", body);
 }
 
@@ -122,6 +255,7 @@ std::vector<uint8_t> EtcdStore::get(const std::string& key, milliseconds timeout
   const auto deadline = Clock::now() + timeout;
   milliseconds backoff(5);
   for (;;) {
+    check_lease();
     // Each try may take the I/O bound, as the TCP store's get may: a short timeout still gets
     // one answer from a slow etcd.
     if (auto kv = range(prefix_ + key, Clock::now() + io_timeout_)) return std::move(kv->value);
@@ -146,14 +280,15 @@ int64_t EtcdStore::add(const std::string& key, int64_t delta) {
   // current value and revision for the next.
   int64_t cur = 0, mod_revision = 0;
   for (;;) {
+    check_lease();
     // Two's-complement wrap, as the TCP store's int64 addition on the same counter would give.
     const int64_t next =
         static_cast<int64_t>(static_cast<uint64_t>(cur) + static_cast<uint64_t>(delta));
     std::vector<uint8_t> encoded;
     protocol::Writer(&encoded).i64(next);
     const std::string body =
-        call("/v3/kv/txn", etcd::cas_request(full, mod_revision, bytes_of(encoded)), deadline,
-             Retry::kUnsent);
+        call("/v3/kv/txn", etcd::cas_request(full, mod_revision, bytes_of(encoded), lease_->id()),
+             deadline, Retry::kUnsent);
     auto r = etcd::decode_txn_response(body, full);
     if (!r) undecodable("/v3/kv/txn", body);
     if (r->succeeded) return next;
@@ -175,6 +310,7 @@ int64_t EtcdStore::add(const std::string& key, int64_t delta) {
 }
 
 bool EtcdStore::remove(const std::string& key) {
+  check_lease();
   const std::string body = call("/v3/kv/deleterange", etcd::delete_request(prefix_ + key),
                                 Clock::now() + io_timeout_, Retry::kUnsent);
   const auto deleted = etcd::decode_delete_response(body);
@@ -183,6 +319,7 @@ bool EtcdStore::remove(const std::string& key) {
 }
 
 bool EtcdStore::check(const std::string& key) {
+  check_lease();
   return range(prefix_ + key, Clock::now() + io_timeout_).has_value();
 }
 

@@ -5,12 +5,28 @@
 // add() is a compare-and-set loop on the key's mod_revision (one transaction per try; a failed
 // try returns the current value), atomic across every client of the cluster.
 //
+// Every key is attached to a lease (TTL kLeaseTtl) that a background thread renews at a third
+// of its TTL for as long as a store of this process on that etcd is open: the keys of a process
+// that died, or closed its last store, are deleted by etcd one TTL later instead of staying
+// there. One lease serves every store of the process on the same etcd (and TTL), because a
+// rank's keys must outlive any one of its stores: each communicator opens its own, and the
+// per-session group counter that a rank's communicators advance in turn numbers its next one;
+// were the counter to expire with a closed subgroup's store, that rank would count from 1 again
+// while its peers did not.
+// Closing a store never revokes the lease (which would delete its keys at once): others read what
+// a rank wrote after that rank's store is gone. A rank whose group parameters differ leaves its
+// setup error and throws, closing its store, before the others read the error; an elastic
+// decider's decision and "latest" epoch are read by a joiner that arrives after the decider left.
+// The TTL removes them soon enough.
+//
 // Limits: etcd refuses requests over its --max-request-bytes (1.5 MiB by default), and values
 // travel base64-encoded (4/3 of their size): a value of more than about 1 MiB needs a larger
 // setting. Errors: kTimeout (etcd not reachable within the deadline, a key that did not
 // appear), kIo (a broken connection, a 5xx answer), kProtocol (a 4xx answer, or a body that does
-// not decode), kInvalidArgument (add() on a key that holds something other than a counter);
-// each names the address.
+// not decode), kInvalidArgument (add() on a key that holds something other than a counter), and
+// kIo from every operation once the lease is gone (etcd no longer had it when it was renewed, or
+// no renewal succeeded for a whole TTL): the keys this process wrote go with it. Each names the
+// address.
 #pragma once
 
 #include <chrono>
@@ -30,14 +46,24 @@ class Client;
 
 namespace geoccl::membership {
 
+class EtcdLease;  // etcd_store.cc: one granted lease and the thread that renews it
+
 // Safe to use from several threads: requests are serialized on one HTTP connection, and a
 // blocking get() holds it only while a request is in flight.
 class EtcdStore final : public Store {
  public:
+  // Long enough that an etcd leader election or a short cut between a rank and etcd does not
+  // delete a live job's keys, and that the survivors of a failure (detected within seconds)
+  // rewrite what they need long before a dead rank's keys expire; short enough that a dead
+  // job's keys are gone within a minute. A renewal every 20 s costs etcd nothing.
+  static constexpr std::chrono::seconds kLeaseTtl{60};
+
   // `prefix` as parse_store_url() gives it ("/job/"). Retries reaching etcd until `timeout`,
-  // which also bounds each later request; throws Error(kTimeout) when etcd never answers.
+  // which also bounds each later request, then joins this process's lease on that etcd or grants
+  // one of `lease_ttl` (etcd raises a TTL below its minimum, 2 s by default); throws
+  // Error(kTimeout) when etcd never answers.
   EtcdStore(const std::string& host, uint16_t port, std::string prefix,
-            std::chrono::milliseconds timeout);
+            std::chrono::milliseconds timeout, std::chrono::seconds lease_ttl = kLeaseTtl);
   ~EtcdStore() override;
   EtcdStore(const EtcdStore&) = delete;
   EtcdStore& operator=(const EtcdStore&) = delete;
@@ -48,6 +74,9 @@ class EtcdStore final : public Store {
   int64_t add(const std::string& key, int64_t delta) override;
   bool remove(const std::string& key) override;
   bool check(const std::string& key) override;
+
+  // The ID of the lease this store's keys are attached to.
+  int64_t lease_id() const;
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -62,12 +91,19 @@ class EtcdStore final : public Store {
   // One range request for the key (full etcd key): its value, or nullopt when it does not exist.
   std::optional<etcd::KeyValue> range(const std::string& full_key, Clock::time_point deadline);
   [[noreturn]] void undecodable(const char* path, const std::string& body) const;
+  // This process's lease on this etcd with this TTL while one is open and held, else a new one.
+  std::shared_ptr<EtcdLease> open_lease(std::chrono::seconds ttl, Clock::time_point deadline);
+  // Throws kIo when the lease is gone.
+  void check_lease() const;
 
   std::string address_;  // "etcd at host:port", named in every error
   std::string prefix_;
   std::chrono::milliseconds io_timeout_;
   std::mutex http_mu_;  // guards http_
   std::unique_ptr<httplib::Client> http_;
+  std::string host_;
+  uint16_t port_;
+  std::shared_ptr<EtcdLease> lease_;
 };
 
 }  // namespace geoccl::membership

@@ -36,15 +36,97 @@ TEST(EtcdCodec, Base64MatchesRfc4648AndRefusesNonCanonicalText) {
 }
 
 TEST(EtcdCodec, RequestsCarryBase64KeysAndValues) {
-  const auto put = nlohmann::json::parse(put_request("/p/k", bytes("v\x01")));
+  const auto put = nlohmann::json::parse(put_request("/p/k", bytes("v\x01"), 0));
   EXPECT_EQ(put["key"], b64("/p/k"));
   EXPECT_EQ(put["value"], b64("v\x01"));
+  EXPECT_FALSE(put.contains("lease"));
   EXPECT_EQ(nlohmann::json::parse(range_request("/p/k"))["key"], b64("/p/k"));
-  const auto txn = nlohmann::json::parse(cas_request("/p/n", 7, bytes("12345678")));
+  const auto txn = nlohmann::json::parse(cas_request("/p/n", 7, bytes("12345678"), 0));
   EXPECT_EQ(txn["compare"][0]["target"], "MOD");
   EXPECT_EQ(txn["compare"][0]["mod_revision"], "7");
   EXPECT_EQ(txn["success"][0]["request_put"]["value"], b64("12345678"));
+  EXPECT_FALSE(txn["success"][0]["request_put"].contains("lease"));
   EXPECT_EQ(txn["failure"][0]["request_range"]["key"], b64("/p/n"));
+}
+
+TEST(EtcdCodec, PutsCarryTheirLeaseAsTheGatewayWritesInt64) {
+  // Lease IDs exceed 2^53: a string keeps every digit.
+  const int64_t id = 4111120435805065221;
+  EXPECT_EQ(nlohmann::json::parse(put_request("/p/k", bytes("v"), id))["lease"],
+            "4111120435805065221");
+  EXPECT_EQ(nlohmann::json::parse(cas_request("/p/n", 0, bytes("12345678"),
+                                              id))["success"][0]["request_put"]["lease"],
+            "4111120435805065221");
+  EXPECT_EQ(nlohmann::json::parse(lease_grant_request(60))["TTL"], "60");
+  EXPECT_EQ(nlohmann::json::parse(lease_keepalive_request(id))["ID"], "4111120435805065221");
+  // A key's lease, as a range answer shows it.
+  const auto found = decode_range_response(
+      R"({"header":{"revision":"2"},"kvs":[{"key":")" + b64("/p/k") +
+          R"(","create_revision":"2","mod_revision":"2","version":"1","value":")" + b64("v") +
+          R"(","lease":"4111120435805065221"}],"count":"1"})",
+      "/p/k");
+  ASSERT_TRUE(found && *found);
+  EXPECT_EQ((*found)->lease, id);
+  const auto no_lease = decode_range_response(
+      R"({"header":{"revision":"2"},"kvs":[{"key":")" + b64("/p/k") + R"(","mod_revision":"2"}]})",
+      "/p/k");
+  ASSERT_TRUE(no_lease && *no_lease);
+  EXPECT_EQ((*no_lease)->lease, 0);
+}
+
+TEST(EtcdCodec, LeaseAnswersDecodeAsEtcdWritesThem) {
+  const std::string header =
+      R"("header":{"cluster_id":"15118495548433857066","member_id":"13668033151171901709","revision":"1","raft_term":"2"})";
+  const auto granted =
+      decode_lease_grant_response("{" + header + R"(,"ID":"4111120435805065221","TTL":"60"})");
+  ASSERT_TRUE(granted);
+  EXPECT_EQ(granted->id, 4111120435805065221);
+  EXPECT_EQ(granted->ttl, 60);
+  // A renewal is a stream of one answer, wrapped in "result" and ended by a newline.
+  EXPECT_EQ(decode_lease_keepalive_response(
+                R"({"result":{)" + header + R"(,"ID":"4111120435805065221","TTL":"60"}})" + "\n",
+                4111120435805065221),
+            60);
+  // A lease etcd no longer has: its ID and no TTL.
+  EXPECT_EQ(
+      decode_lease_keepalive_response(
+          R"({"result":{)" + header + R"(,"ID":"4111120435805065221"}})", 4111120435805065221),
+      0);
+}
+
+TEST(EtcdCodec, LeaseAnswersThatAreNotTheGatewaysDoNotDecode) {
+  const std::string h = R"("header":{"revision":"3"})";
+  for (const std::string& bad : {
+           std::string("{}"),
+           std::string(R"({"ID":"5","TTL":"60"})"),                  // no header
+           "{" + h + R"(,"TTL":"60"})",                              // no ID
+           "{" + h + R"(,"ID":"-5","TTL":"60"})",                    // negative ID
+           "{" + h + R"(,"ID":"5"})",                                // no TTL
+           "{" + h + R"(,"ID":"5","TTL":"0"})",                      // zero TTL
+           "{" + h + R"(,"ID":"5","TTL":"9000000001"})",             // beyond etcd's maximum
+           "{" + h + R"(,"ID":"5","TTL":"60","error":"too many"})",  // etcd names an error
+           "{" + h + R"(,"ID":"5","TTL":"60","error":7})",
+           "{" + h + R"(,"ID":5.5,"TTL":"60"})",
+       })
+    EXPECT_FALSE(decode_lease_grant_response(bad)) << bad;
+  for (
+      const std::string& bad : {
+          std::string("{}"),
+          "{" + h + R"(,"ID":"5","TTL":"60"})",                // not wrapped in "result"
+          std::string(R"({"result":{"ID":"5","TTL":"60"}})"),  // no header
+          R"({"result":{)" + h + R"(,"ID":"6","TTL":"60"}})",  // another lease
+          R"({"result":{)" + h + R"(,"TTL":"60"}})",           // no ID
+          R"({"result":{)" + h + R"(,"ID":"5","TTL":"-1"}})",
+          R"({"result":{)" + h + R"(,"ID":"5","TTL":"60"},"x":1})", std::string(R"({"result":[]})"),
+          std::string(
+              R"({"error":{"grpc_code":14,"http_code":503,"message":"unavailable","http_status":"Service Unavailable"}})"),
+          R"({"result":{)" + h + R"(,"ID":"5","TTL":"60"}})" + "\n" + R"({"result":{)" + h +
+              R"(,"ID":"5","TTL":"60"}})",  // two answers
+      })
+    EXPECT_FALSE(decode_lease_keepalive_response(bad, 5)) << bad;
+  EXPECT_FALSE(decode_range_response(
+      "{" + h + R"(,"kvs":[{"key":")" + b64("/k") + R"(","mod_revision":"2","lease":"-1"}]})",
+      "/k"));
 }
 
 TEST(EtcdCodec, RangeAnswersDecodeAsEtcdWritesThem) {

@@ -1,14 +1,21 @@
 // The etcd store against a real etcd (tests/support/etcd_server.h): the Store contract, blocking
-// reads, atomic counters across clients, prefixes that keep jobs apart, and typed errors within
-// the timeout when etcd is gone or is not etcd.
+// reads, atomic counters across clients, prefixes that keep jobs apart, keys that live as long
+// as their writer's lease, and typed errors within the timeout when etcd is gone or is not etcd.
+#include "membership/etcd_store.h"
+
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -17,6 +24,7 @@
 #include "etcd_server.h"
 #include "geoccl/error.h"
 #include "geoccl/store.h"
+#include "membership/etcd_codec.h"
 #include "transport/tcp/socket_util.h"
 
 using namespace geoccl;
@@ -31,6 +39,45 @@ class EtcdStoreTest : public ::testing::Test {
   std::unique_ptr<Store> open(const std::string& prefix = "job",
                               std::chrono::milliseconds timeout = 5s) {
     return open_store(etcd_->url(prefix), timeout);
+  }
+  // A store whose lease has `ttl` (etcd's minimum is 2 s), keys under /job/.
+  std::unique_ptr<membership::EtcdStore> open_leased(std::chrono::seconds ttl,
+                                                     std::chrono::milliseconds timeout = 5s) {
+    return std::make_unique<membership::EtcdStore>("127.0.0.1", etcd_->port(), "/job/", timeout,
+                                                   ttl);
+  }
+  // The answer of the gateway at `path` to `body`, as any other etcd client gets it.
+  nlohmann::json gateway(const std::string& path, const nlohmann::json& body) {
+    httplib::Client http("127.0.0.1", etcd_->port());
+    http.set_read_timeout(5s);
+    const auto r = http.Post(path, body.dump(), "application/json");
+    if (!r || r->status != 200) {
+      ADD_FAILURE() << path << " failed: " << (r ? r->body : httplib::to_string(r.error()));
+      return nlohmann::json::object();
+    }
+    return nlohmann::json::parse(r->body);
+  }
+  // The lease `key` (under /job/) is attached to, 0 for none; nullopt when it does not exist.
+  std::optional<int64_t> lease_of(const std::string& key) {
+    const std::string full = "/job/" + key;
+    const auto kv = membership::etcd::decode_range_response(
+        gateway("/v3/kv/range", {{"key", b64(full)}}).dump(), full);
+    if (!kv) ADD_FAILURE() << "the range answer for " << full << " does not decode";
+    if (!kv || !*kv) return std::nullopt;
+    return (*kv)->lease;
+  }
+  // Polls until `key` is gone, for at most `limit`: whether it went.
+  bool gone_within(const std::string& key, std::chrono::milliseconds limit) {
+    const auto deadline = Clock::now() + limit;
+    while (lease_of(key)) {
+      if (Clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(100ms);
+    }
+    return true;
+  }
+  static std::string b64(const std::string& s) {
+    return membership::etcd::base64_encode(
+        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.data()), s.size()));
   }
   std::unique_ptr<test::EtcdServer> etcd_;
 };
@@ -175,6 +222,123 @@ TEST_F(EtcdStoreTest, StoppedEtcdGivesATypedErrorWithinTheTimeout) {
     EXPECT_NE(std::string(e.what()).find(std::to_string(etcd_->port())), std::string::npos)
         << e.what();
   }
+}
+
+TEST_F(EtcdStoreTest, KeysCarryALeaseKeptAliveWhileTheStoreLives) {
+  auto s = open_leased(2s);
+  const int64_t id = s->lease_id();
+  ASSERT_GT(id, 0);
+  s->set("k", {1});
+  EXPECT_EQ(s->add("n", 1), 1);
+  EXPECT_EQ(lease_of("k"), id);
+  EXPECT_EQ(lease_of("n"), id);  // a counter too: add() puts in a transaction
+  const auto ttl = gateway("/v3/kv/lease/timetolive", {{"ID", std::to_string(id)}, {"keys", true}});
+  EXPECT_EQ(ttl.value("grantedTTL", ""), "2") << ttl;
+  EXPECT_EQ(ttl.value("keys", nlohmann::json::array()).size(), 2u) << ttl;
+  // Twice the TTL and more: without renewals the lease and its keys would be gone by now.
+  std::this_thread::sleep_for(5s);
+  EXPECT_EQ(lease_of("k"), id);
+  EXPECT_EQ(s->get("n", 1s).size(), 8u);
+  const auto later = gateway("/v3/kv/lease/timetolive", {{"ID", std::to_string(id)}});
+  EXPECT_GT(std::stoll(later.value("TTL", "-1")), 0) << later;
+  // A second store of this process on the same etcd joins the lease.
+  auto t = open_leased(2s);
+  EXPECT_EQ(t->lease_id(), id);
+}
+
+TEST_F(EtcdStoreTest, KeysOutliveTheirStoreByOneTtlThenExpire) {
+  auto s = open_leased(2s);
+  s->set("k", {1});
+  s.reset();
+  // Not revoked: the others still read what a closed store wrote, until the TTL runs out.
+  EXPECT_TRUE(lease_of("k"));
+  EXPECT_TRUE(gone_within("k", 2s + 5s)) << "the key outlived its lease";
+}
+
+TEST_F(EtcdStoreTest, KeysOfAKilledProcessExpire) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {  // the writer: sets a key, says its lease, waits to be killed
+    ::close(fds[0]);
+    try {
+      auto s = open_leased(2s);
+      s->set("k", {1});
+      const int64_t id = s->lease_id();
+      if (::write(fds[1], &id, sizeof id) != sizeof id) _exit(1);
+      for (;;) ::pause();
+    } catch (...) {
+    }
+    _exit(1);
+  }
+  ::close(fds[1]);
+  int64_t id = 0;
+  const bool said = ::read(fds[0], &id, sizeof id) == sizeof id;
+  ::close(fds[0]);
+  if (said) {
+    EXPECT_EQ(lease_of("k"), id);
+    std::this_thread::sleep_for(3s);  // past its TTL: the writer's renewals keep it
+    EXPECT_EQ(lease_of("k"), id);
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  ASSERT_TRUE(said) << "the writer process failed";
+  EXPECT_TRUE(gone_within("k", 2s + 5s)) << "the dead process's key outlived its lease";
+}
+
+TEST_F(EtcdStoreTest, ALostLeaseIsAnIoErrorOnTheNextOperation) {
+  auto s = open_leased(2s);
+  s->set("k", {1});
+  const int64_t id = s->lease_id();
+  // Revoked behind the store's back: etcd deletes its keys, and the next renewal (within a third
+  // of the TTL) learns that the lease is gone.
+  gateway("/v3/kv/lease/revoke", {{"ID", std::to_string(id)}});
+  EXPECT_FALSE(lease_of("k"));
+  std::optional<Error> lost;
+  for (const auto deadline = Clock::now() + 5s; !lost && Clock::now() < deadline;) {
+    try {
+      s->check("k");
+      std::this_thread::sleep_for(50ms);
+    } catch (const Error& e) {
+      lost = e;
+    }
+  }
+  ASSERT_TRUE(lost) << "the store never noticed that its lease was gone";
+  EXPECT_EQ(lost->code(), ErrorCode::kIo) << lost->what();
+  EXPECT_NE(std::string(lost->what()).find("lease"), std::string::npos) << lost->what();
+  EXPECT_NE(std::string(lost->what()).find(std::to_string(etcd_->port())), std::string::npos)
+      << lost->what();
+  for (auto op : {+[](Store& st) { st.set("k", {2}); }, +[](Store& st) { st.check("k"); },
+                  +[](Store& st) { st.add("n", 1); }, +[](Store& st) { st.remove("k"); },
+                  +[](Store& st) { st.get("k", std::chrono::milliseconds(100)); }}) {
+    const Error e = error_of([&] { op(*s); }, 1s);
+    EXPECT_EQ(e.code(), ErrorCode::kIo) << e.what();
+  }
+  // A store opened now gets a lease of its own.
+  auto t = open_leased(2s);
+  EXPECT_NE(t->lease_id(), id);
+  t->set("k", {3});
+  EXPECT_EQ(lease_of("k"), t->lease_id());
+}
+
+TEST_F(EtcdStoreTest, ARenewalThatCannotReachEtcdNeitherHangsNorCrashes) {
+  auto s = open_leased(2s, 1s);
+  s->set("k", {1});
+  etcd_->kill();
+  // Until the renewals have failed for a TTL, an operation fails for want of etcd; after, it says
+  // that the lease is gone.
+  std::optional<Error> lost;
+  for (const auto deadline = Clock::now() + 8s; !lost && Clock::now() < deadline;) {
+    const Error e = error_of([&] { s->check("k"); }, 3s);
+    EXPECT_TRUE(e.code() == ErrorCode::kTimeout || e.code() == ErrorCode::kIo) << e.what();
+    if (std::string(e.what()).find("lease") != std::string::npos) lost = e;
+  }
+  ASSERT_TRUE(lost) << "no operation reported the lost lease";
+  EXPECT_EQ(lost->code(), ErrorCode::kIo) << lost->what();
+  const auto t0 = Clock::now();
+  s.reset();
+  EXPECT_LT(Clock::now() - t0, 2s) << "closing the store waited for etcd";
 }
 
 TEST(EtcdStore, UnreachableEtcdGivesTimeoutWithinTheTimeout) {
