@@ -2,7 +2,8 @@
 // one member on loopback, free ports, a fresh data directory (in /dev/shm when there is one, so
 // that its fsyncs cost nothing). The constructor returns once etcd answers /health, or throws
 // with etcd's log; the destructor kills it and removes the directory. The server also dies with
-// the test process (PR_SET_PDEATHSIG), so a crashed test leaves no etcd behind.
+// the test process (PR_SET_PDEATHSIG), so a crashed test leaves no etcd behind, and the next
+// server removes the directories of test processes that are gone.
 // A missing binary is a failure, not a skip: CI installs etcd-server (scripts/install-deps.sh).
 #pragma once
 
@@ -13,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -35,12 +37,14 @@ class EtcdServer {
     if (::access(binary_.c_str(), X_OK) != 0)
       throw std::runtime_error("no etcd at " + binary_ +
                                " (install etcd-server: scripts/install-deps.sh)");
-    std::string tmpl = (std::filesystem::is_directory("/dev/shm")
-                            ? "/dev/shm"
-                            : std::filesystem::temp_directory_path().string()) +
-                       "/geoccl-etcd-XXXXXX";
+    const std::string base = std::filesystem::is_directory("/dev/shm")
+                                 ? "/dev/shm"
+                                 : std::filesystem::temp_directory_path().string();
+    sweep_stale(base);
+    std::string tmpl = base + "/geoccl-etcd-XXXXXX";
     if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed for " + tmpl);
     dir_ = tmpl;
+    std::ofstream(dir_ + "/owner") << ::getpid();
     // A port picked free can be taken before etcd binds it (tests run in parallel): try again.
     std::string why;
     for (int attempt = 0; attempt < 3; ++attempt) {
@@ -67,6 +71,18 @@ class EtcdServer {
   void kill() { stop(); }
 
  private:
+  // The directories of test processes that died without their destructor (killed by a timeout):
+  // their owner's pid is gone.
+  static void sweep_stale(const std::string& base) {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(base, ec)) {
+      if (e.path().filename().string().rfind("geoccl-etcd-", 0) != 0) continue;
+      pid_t owner = 0;
+      if (!(std::ifstream(e.path() / "owner") >> owner) || owner <= 0) continue;
+      if (::kill(owner, 0) != 0 && errno == ESRCH) std::filesystem::remove_all(e.path(), ec);
+    }
+  }
+
   bool start(std::string* why) {
     client_port_ = transport::tcp::pick_free_port();
     const uint16_t peer_port = transport::tcp::pick_free_port();
