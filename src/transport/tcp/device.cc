@@ -440,8 +440,7 @@ void TcpDevice::connect_through_relay(TcpPeer& p, const std::vector<int>& peers,
     candidates.erase(std::remove(candidates.begin(), candidates.end(), known), candidates.end());
     candidates.insert(candidates.begin(), known);
   }
-  // A relay answers within its own relay_after (it tries to reach the peer that long).
-  const auto attempt = 2 * options_.relay_after + std::chrono::seconds(2);
+  const auto attempt = relayed_attempt();
   std::string why = "no other rank to relay through";
   int chosen = -1;
   while (chosen < 0) {
@@ -899,14 +898,11 @@ int TcpDevice::fail_over(TcpPeer& p, int stream, Clock::time_point deadline, std
     if (!p.relay.compare_exchange_strong(expected, c)) {
       *via = expected;  // another stream failed over first: through its relay
       bool rejected = false;
-      return dial(p, p.wan, stream, std::min(deadline, Clock::now() + 2 * options_.relay_after + std::chrono::seconds(2)),
-                  why, &rejected, keys);
+      return dial(p, p.wan, stream, std::min(deadline, Clock::now() + relayed_attempt()), why, &rejected, keys);
     }
     p.failed_over.store(true);
     bool rejected = false;
-    // A relay answers within its own relay_after (it tries to reach the peer that long).
-    const int fd = dial(p, p.wan, stream, std::min(deadline, Clock::now() + 2 * options_.relay_after + std::chrono::seconds(2)),
-                        why, &rejected, keys);
+    const int fd = dial(p, p.wan, stream, std::min(deadline, Clock::now() + relayed_attempt()), why, &rejected, keys);
     if (fd >= 0) {
       *via = c;
       GEOCCL_LOG(kWarn, "rank " << p.rank << " gave no answer for " << options_.relay_after.count()

@@ -259,6 +259,9 @@ class TcpDevice final : public Device {
   // *via: the relay dialled (via_for), -1 direct.
   int dial(const TcpPeer& p, bool wan, int stream, Clock::time_point deadline, std::string* why,
            bool* rejected, security::ConnectionKeys* keys, bool* refused = nullptr, int* via = nullptr);
+  // How long one dial through a relay may take: the relay answers within its own relay_after
+  // (it tries to reach the peer that long), and the handshake follows.
+  std::chrono::milliseconds relayed_attempt() const { return 2 * options_.relay_after + std::chrono::seconds(2); }
   // The relay a new socket of `stream` to the peer goes through: the pair's relay, else the
   // two-hop path's for its bulk streams; -1: direct.
   int via_for(const TcpPeer& p, int stream) const;
