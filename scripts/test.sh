@@ -12,8 +12,11 @@ phase() { echo "== $1 (t+$((SECONDS - start)) s)"; }
 
 fuzzers=(fuzz_frame fuzz_handshake fuzz_store_codec fuzz_group_params fuzz_transport_address fuzz_shm_hello fuzz_blob_descriptor fuzz_blob_resume_state fuzz_quorum fuzz_etcd_response fuzz_compression fuzz_sparse_piece fuzz_exposition fuzz_trace_merge fuzz_auth fuzz_sealed_frame fuzz_testbed)
 
-phase "build (RelWithDebInfo)"
-bash scripts/build.sh build
+# Unity build (batches of 8 sources per compiler run): 230 s instead of 410 on 2 cores. The
+# background ASan build below compiles every source on its own, as a user's plain build does, so
+# a file that builds only beside its batch neighbours still fails CI.
+phase "build (RelWithDebInfo, unity)"
+bash scripts/build.sh build -DCMAKE_UNITY_BUILD=ON
 
 # The ASan+UBSan build and the fuzzers build in the background at nice 19 while the release
 # ctest runs: it leaves about half of the 2 cores idle (its tests wait on peers, timers and the
@@ -47,7 +50,7 @@ if [ ! -f build/python/geoccl/__init__.py ]; then
   exit 1
 fi
 kill -STOP -- -"$background" 2>/dev/null || true
-PYTHONPATH="$root/build/python${PYTHONPATH:+:$PYTHONPATH}" /usr/bin/python3 -m pytest -q tests/python
+PYTHONPATH="$root/build/python${PYTHONPATH:+:$PYTHONPATH}" /usr/bin/python3 -m pytest -q --durations=12 tests/python
 kill -CONT -- -"$background" 2>/dev/null || true
 
 phase "waiting for the background build"
@@ -64,12 +67,19 @@ phase "ctest (ASan+UBSan)"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure --timeout 900 -j "$jobs" -LE wan
 
-phase "fuzzers (clang, libFuzzer, 3 s each)"
-for name in "${fuzzers[@]}"; do
+phase "fuzzers (clang, libFuzzer, 3 s each, $jobs at a time)"
+# One fuzzer: its last line of output, or its whole output and a non-zero status on a finding.
+fuzz_one() {
+  local name=$1 seeds=() out
   mkdir -p "build-fuzz/corpus/$name"
-  seeds=()
   [ -d "fuzz/corpus/$name" ] && seeds=("fuzz/corpus/$name")
-  echo "$name:"
-  "build-fuzz/fuzz/$name" -max_total_time=3 -print_final_stats=0 "build-fuzz/corpus/$name" "${seeds[@]}" 2>&1 | tail -1
-done
+  if out=$("build-fuzz/fuzz/$name" -max_total_time=3 -print_final_stats=0 "build-fuzz/corpus/$name" "${seeds[@]}" 2>&1); then
+    echo "$name: ${out##*$'\n'}"
+  else
+    printf '%s FAILED:\n%s\n' "$name" "$out"
+    return 1
+  fi
+}
+export -f fuzz_one
+printf '%s\n' "${fuzzers[@]}" | xargs -P "$jobs" -I{} bash -c 'fuzz_one {}'
 echo "all test suites passed in $((SECONDS - start)) s"

@@ -14,7 +14,7 @@ std::string name_of(const std::vector<std::string>& names, int d) {
 }
 
 // Milliseconds `bytes` take at `mbps`.
-double bits_ms(double bytes, double mbps) { return bytes * 8.0 / (mbps * 1e3); }
+double transfer_ms(double bytes, double mbps) { return bytes * 8.0 / (mbps * 1e3); }
 
 }  // namespace
 
@@ -35,7 +35,7 @@ std::vector<Detour> choose_detours(const WanPaths& paths, double min_gain, size_
       const double direct = std::min(paths.rate(a, c), paths.rate(c, a));
       if (direct <= 0) continue;  // not measured: nothing to compare with
       // The burst's time at the measured rate, in the pair's round trips (ms / ms).
-      const double burst_ms = bits_ms(static_cast<double>(probe_bytes), direct);
+      const double burst_ms = transfer_ms(static_cast<double>(probe_bytes), direct);
       const double rtt_ms = 2 * std::max(paths.delay(a, c), paths.delay(c, a));
       if (burst_ms < kMinProbeRtts * rtt_ms) continue;  // set by TCP's start-up: no figure
       Detour best;

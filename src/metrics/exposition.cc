@@ -16,7 +16,7 @@ std::string Sample::label(std::string_view key) const {
 
 namespace {
 
-[[noreturn]] void bad(size_t line, const std::string& why) {
+[[noreturn]] void bad_line(size_t line, const std::string& why) {
   throw Error(ErrorCode::kProtocol, "metrics text line " + std::to_string(line) + ": " + why);
 }
 
@@ -29,7 +29,7 @@ bool name_char(char c, bool first) {
 std::string read_name(std::string_view s, size_t& i, size_t line, const char* what) {
   const size_t b = i;
   while (i < s.size() && name_char(s[i], i == b)) ++i;
-  if (i == b) bad(line, std::string("expected a ") + what);
+  if (i == b) bad_line(line, std::string("expected a ") + what);
   return std::string(s.substr(b, i - b));
 }
 
@@ -41,7 +41,7 @@ double parse_value(std::string_view v, size_t line) {
   if (v == "NaN") return std::nan("");
   if (v == "+Inf" || v == "Inf") return HUGE_VAL;
   if (v == "-Inf") return -HUGE_VAL;
-  if (v.empty() || v.size() > 64) bad(line, "bad value");
+  if (v.empty() || v.size() > 64) bad_line(line, "bad value");
   const std::string z(v);
   char* end = nullptr;
   errno = 0;
@@ -49,8 +49,8 @@ double parse_value(std::string_view v, size_t line) {
   // strtod accepts "nan(...)", "infinity", hex floats: the format has none of those.
   for (char c : z)
     if (!((c >= '0' && c <= '9') || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-'))
-      bad(line, "bad value '" + z + "'");
-  if (end != z.c_str() + z.size()) bad(line, "bad value '" + z + "'");
+      bad_line(line, "bad value '" + z + "'");
+  if (end != z.c_str() + z.size()) bad_line(line, "bad value '" + z + "'");
   return d;
 }
 
@@ -69,21 +69,21 @@ Sample parse_line(std::string_view s, size_t line) {
       }
       std::string key = read_name(s, i, line, "label name");
       skip_blanks(s, i);
-      if (i >= s.size() || s[i] != '=') bad(line, "expected '=' after label " + key);
+      if (i >= s.size() || s[i] != '=') bad_line(line, "expected '=' after label " + key);
       ++i;
       skip_blanks(s, i);
-      if (i >= s.size() || s[i] != '"') bad(line, "expected '\"' for label " + key);
+      if (i >= s.size() || s[i] != '"') bad_line(line, "expected '\"' for label " + key);
       ++i;
       std::string val;
       for (;;) {
-        if (i >= s.size()) bad(line, "unterminated label value");
+        if (i >= s.size()) bad_line(line, "unterminated label value");
         const char c = s[i++];
         if (c == '"') break;
         if (c != '\\') {
           val += c;
           continue;
         }
-        if (i >= s.size()) bad(line, "unterminated escape");
+        if (i >= s.size()) bad_line(line, "unterminated escape");
         const char e = s[i++];
         if (e == '\\')
           val += '\\';
@@ -92,7 +92,7 @@ Sample parse_line(std::string_view s, size_t line) {
         else if (e == 'n')
           val += '\n';
         else
-          bad(line, std::string("bad escape \\") + e);
+          bad_line(line, std::string("bad escape \\") + e);
       }
       out.labels.emplace_back(std::move(key), std::move(val));
       skip_blanks(s, i);
@@ -104,7 +104,7 @@ Sample parse_line(std::string_view s, size_t line) {
         ++i;
         break;
       }
-      bad(line, "expected ',' or '}' in the label set");
+      bad_line(line, "expected ',' or '}' in the label set");
     }
   }
   skip_blanks(s, i);
@@ -116,9 +116,9 @@ Sample parse_line(std::string_view s, size_t line) {
     const size_t t = i;
     if (s[i] == '-') ++i;
     while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
-    if (i == t || (s[t] == '-' && i == t + 1)) bad(line, "bad timestamp");
+    if (i == t || (s[t] == '-' && i == t + 1)) bad_line(line, "bad timestamp");
     skip_blanks(s, i);
-    if (i < s.size()) bad(line, "trailing characters");
+    if (i < s.size()) bad_line(line, "trailing characters");
   }
   return out;
 }

@@ -15,6 +15,7 @@
 #include <system_error>
 
 #include "units.h"
+#include "sys_error.h"
 
 namespace geoccl::testbed {
 namespace {
@@ -25,9 +26,6 @@ std::uint64_t tag(Tag kind, std::uint32_t index) { return (static_cast<std::uint
 constexpr std::size_t kMaxClients = 8;
 constexpr std::size_t kMaxCommand = 4096;
 
-[[noreturn]] void throw_errno(const std::string& what) {
-  throw std::system_error(errno, std::generic_category(), what);
-}
 
 // splitmix64: decorrelates the per-link seeds derived from one scenario seed.
 std::uint64_t mix(std::uint64_t x) {

@@ -1,4 +1,5 @@
 #include "netns.h"
+#include "sys_error.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -26,9 +27,6 @@ namespace {
 
 constexpr const char* kNetnsDir = "/run/netns/";
 
-[[noreturn]] void throw_errno(const std::string& what) {
-  throw std::system_error(errno, std::generic_category(), what);
-}
 
 struct Fd {
   int fd = -1;

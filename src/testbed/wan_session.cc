@@ -27,6 +27,7 @@
 #include "control_client.h"
 #include "emulator.h"
 #include "netns.h"
+#include "sys_error.h"
 
 namespace geoccl::testbed {
 namespace {
@@ -34,13 +35,10 @@ namespace {
 constexpr const char* kPrefix = "geoccl-";
 constexpr const char* kSocketDir = "/tmp/";
 constexpr const char* kSocketPrefix = "geoccl-wanem-";
-constexpr const char* kTun = "wan0";
+constexpr const char* kTunName = "wan0";
 
 std::atomic<int> g_session_seq{0};
 
-[[noreturn]] void throw_errno(const std::string& what) {
-  throw std::system_error(errno, std::generic_category(), what);
-}
 
 bool pid_alive(pid_t pid) { return kill(pid, 0) == 0 || errno == EPERM; }
 
@@ -275,21 +273,21 @@ void WanSession::set_up_domain(const Scenario& scenario, Domain& d, std::vector<
       } catch (const std::exception&) {
       }
     }
-    tun_fds.push_back(open_tun(kTun));
+    tun_fds.push_back(open_tun(kTunName));
   });
   const std::string mtu = std::to_string(scenario.mtu);
   run_command({"ip", "-n", d.netns, "link", "set", "lo", "up"});
   // A long transmit queue: packets must only be dropped by the link model,
   // never because the forwarder was a little late reading.
-  run_command({"ip", "-n", d.netns, "link", "set", kTun, "mtu", mtu, "txqueuelen", "10000", "up"});
-  run_command({"ip", "-n", d.netns, "addr", "add", d.addr + "/24", "dev", kTun});
+  run_command({"ip", "-n", d.netns, "link", "set", kTunName, "mtu", mtu, "txqueuelen", "10000", "up"});
+  run_command({"ip", "-n", d.netns, "addr", "add", d.addr + "/24", "dev", kTunName});
   if (options_.rps && !rps_mask_.empty()) {
     // Writing into the TUN runs the receiver's network stack in the writer's
     // context; RPS moves that work off the forwarder's CPU. /sys shows the
     // namespace's devices only when mounted inside it, hence `ip netns exec`.
     try {
       run_command({"ip", "netns", "exec", d.netns, "sh", "-c",
-                   std::string("echo ") + rps_mask_ + " > /sys/class/net/" + kTun + "/queues/rx-0/rps_cpus"});
+                   std::string("echo ") + rps_mask_ + " > /sys/class/net/" + kTunName + "/queues/rx-0/rps_cpus"});
     } catch (const std::exception& e) {
       std::fprintf(stderr, "wanem: warning: RPS not enabled in %s: %s\n", d.netns.c_str(), e.what());
     }

@@ -40,7 +40,6 @@ class ExternalStore : public ::testing::TestWithParam<const char*> {
   std::string url_;
 };
 
-}  // namespace
 
 TEST_P(ExternalStore, FourRanksRendezvousAndAllreduceBitExact) {
   const auto codes = run_ranks(4, "allreduce", 120, env());
@@ -68,3 +67,5 @@ INSTANTIATE_TEST_SUITE_P(Backends, ExternalStore, ::testing::Values("etcd", "tcp
                          [](const ::testing::TestParamInfo<const char*>& i) {
                            return std::string(i.param);
                          });
+
+}  // namespace

@@ -97,7 +97,6 @@ Error error_of(F&& f, std::chrono::milliseconds within) {
   return Error(ErrorCode::kOk, "none");
 }
 
-}  // namespace
 
 TEST_F(EtcdStoreTest, SetGetCheckRemove) {
   auto s = open();
@@ -375,3 +374,5 @@ TEST(EtcdStore, AnHttpServerThatIsNotEtcdIsAProtocolError) {
   http.stop();
   serve.join();
 }
+
+}  // namespace

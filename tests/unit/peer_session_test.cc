@@ -16,10 +16,10 @@ using geoccl::protocol::PeerSession;
 
 namespace {
 
-struct Recv {
+struct SessionRecv {
   int id = -1;
 };
-using Session = PeerSession<Recv, std::shared_ptr<int>>;
+using Session = PeerSession<SessionRecv, std::shared_ptr<int>>;
 
 FrameHeaderBytes header_of(uint64_t frame) {
   FrameHeaderBytes h{};
@@ -89,7 +89,7 @@ TEST(PeerSession, BrokenStreamGivesBackItsCopiesInOrder) {
 TEST(PeerSession, AcksAreDueEveryFewMiBAndAtTheEndOfAnOperation) {
   Session s;
   auto& w = s.window();
-  for (int i = 0; i < 8; ++i) w.post(Recv{i});
+  for (int i = 0; i < 8; ++i) w.post(SessionRecv{i});
   // Frames of 1 MiB: with receives still pending, an ack every 4 MiB.
   std::vector<uint64_t> acks;
   for (uint64_t f = 0; f < 8; ++f) {
@@ -101,7 +101,7 @@ TEST(PeerSession, AcksAreDueEveryFewMiBAndAtTheEndOfAnOperation) {
   // Nothing new: no ack.
   EXPECT_FALSE(s.received(0).has_value());
   // Small frames, none pending after each: every one is acknowledged.
-  w.post(Recv{});
+  w.post(SessionRecv{});
   w.complete(8);
   EXPECT_EQ(s.received(16), std::optional<uint64_t>(9));
 }

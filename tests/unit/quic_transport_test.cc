@@ -30,18 +30,18 @@ namespace {
 
 using test_support::wait_for;
 
-struct Side {
+struct QuicSide {
   runtime::EventLoop loop;
   transport::Group group;
   std::unique_ptr<QuicDevice> dev;
-  Side(const char* name, int r, const QuicOptions& o = {}) : loop(name), group(loop, r, 2, 42, 0, [] {}) {
+  QuicSide(const char* name, int r, const QuicOptions& o = {}) : loop(name), group(loop, r, 2, 42, 0, [] {}) {
     dev = std::make_unique<QuicDevice>(group, "127.0.0.1", o);
   }
 };
 
 // Connects both sides; each sees the other's published address through `a0` / `a1` (a test may
 // give a forged one). Returns the errors of rank 0's and rank 1's connect ("" = connected).
-std::pair<std::string, std::string> connect(Side& s0, Side& s1, std::vector<uint8_t> a0, std::vector<uint8_t> a1,
+std::pair<std::string, std::string> connect(QuicSide& s0, QuicSide& s1, std::vector<uint8_t> a0, std::vector<uint8_t> a1,
                                             std::chrono::seconds limit = 10s) {
   const auto deadline = std::chrono::steady_clock::now() + limit;
   std::string e0, e1;
@@ -61,7 +61,7 @@ std::pair<std::string, std::string> connect(Side& s0, Side& s1, std::vector<uint
   return {e0, e1};
 }
 
-protocol::FrameHeader header(uint64_t i, size_t bytes) {
+protocol::FrameHeader quic_header(uint64_t i, size_t bytes) {
   protocol::FrameHeader h;
   h.kind = protocol::OpKind::kSendRecv;
   h.seq = i;
@@ -70,7 +70,7 @@ protocol::FrameHeader header(uint64_t i, size_t bytes) {
 }
 
 TEST(QuicTransport, FramesArriveIntactPostedEarlyOrLateAndAreDelivered) {
-  Side s0("q0", 0), s1("q1", 1);
+  QuicSide s0("q0", 0), s1("q1", 1);
   const auto [e0, e1] = connect(s0, s1, s0.dev->address(), s1.dev->address());
   ASSERT_EQ(e0, "");
   ASSERT_EQ(e1, "");
@@ -87,10 +87,10 @@ TEST(QuicTransport, FramesArriveIntactPostedEarlyOrLateAndAreDelivered) {
   }
   std::vector<RequestPtr> sends, recvs;
   // Half the receives are posted before the frames are sent, the rest after some arrived.
-  for (size_t i = 0; i < frames / 2; ++i) recvs.push_back(s1.dev->recv(0, header(i, dst[i].size()), dst[i]));
-  for (size_t i = 0; i < frames; ++i) sends.push_back(s0.dev->send(1, header(i, src[i].size()), src[i]));
+  for (size_t i = 0; i < frames / 2; ++i) recvs.push_back(s1.dev->recv(0, quic_header(i, dst[i].size()), dst[i]));
+  for (size_t i = 0; i < frames; ++i) sends.push_back(s0.dev->send(1, quic_header(i, src[i].size()), src[i]));
   std::this_thread::sleep_for(50ms);
-  for (size_t i = frames / 2; i < frames; ++i) recvs.push_back(s1.dev->recv(0, header(i, dst[i].size()), dst[i]));
+  for (size_t i = frames / 2; i < frames; ++i) recvs.push_back(s1.dev->recv(0, quic_header(i, dst[i].size()), dst[i]));
   ASSERT_TRUE(wait_for(recvs, 60s));
   ASSERT_TRUE(wait_for(sends, 60s, true)) << "not every frame was acknowledged";
   for (size_t i = 0; i < frames; ++i) {
@@ -120,7 +120,7 @@ TEST(QuicTransport, FramesArriveIntactPostedEarlyOrLateAndAreDelivered) {
 // Rank 1's published fingerprint is forged: rank 0 (the acceptor) refuses its handshake, both
 // connects fail with a clear error, and the refusal is counted.
 TEST(QuicTransport, AcceptorRefusesACertificateThatIsNotThePublishedOne) {
-  Side s0("q0", 0), s1("q1", 1), other("q2", 1);
+  QuicSide s0("q0", 0), s1("q1", 1), other("q2", 1);
   transport::quic::Address forged;
   ASSERT_TRUE(transport::quic::decode_address(s1.dev->address(), &forged));
   transport::quic::Address theirs;
@@ -136,7 +136,7 @@ TEST(QuicTransport, AcceptorRefusesACertificateThatIsNotThePublishedOne) {
 // Rank 0's published fingerprint is forged: the dialler sees a certificate that is not the one
 // published and gives up with a message that says so.
 TEST(QuicTransport, DiallerRefusesACertificateThatIsNotThePublishedOne) {
-  Side s0("q0", 0), s1("q1", 1), other("q2", 0);
+  QuicSide s0("q0", 0), s1("q1", 1), other("q2", 0);
   transport::quic::Address forged, theirs;
   ASSERT_TRUE(transport::quic::decode_address(s0.dev->address(), &forged));
   ASSERT_TRUE(transport::quic::decode_address(other.dev->address(), &theirs));
@@ -167,7 +167,7 @@ constexpr size_t kRedialFrames = 24;
 // on it is acknowledged, and the new connection resumes the first one's TLS session and carries
 // them all. Returns rank 1's and rank 0's view of each other once every frame arrived; every
 // frame is checked, and each arrives exactly once.
-std::pair<PeerStats, PeerStats> redial_with_frames_in_flight(Side& s0, Side& s1) {
+std::pair<PeerStats, PeerStats> redial_with_frames_in_flight(QuicSide& s0, QuicSide& s1) {
   const auto [e0, e1] = connect(s0, s1, s0.dev->address(), s1.dev->address());
   EXPECT_EQ(e0, "");
   EXPECT_EQ(e1, "");
@@ -187,14 +187,14 @@ std::pair<PeerStats, PeerStats> redial_with_frames_in_flight(Side& s0, Side& s1)
       dst[i].assign(n, 0);
     }
     for (size_t i = 0; i < frames; ++i) {
-      reqs.push_back(s0.dev->recv(1, header(seq + i, dst[i].size()), dst[i]));
-      reqs.push_back(s1.dev->recv(0, header(seq + i, dst[frames + i].size()), dst[frames + i]));
+      reqs.push_back(s0.dev->recv(1, quic_header(seq + i, dst[i].size()), dst[i]));
+      reqs.push_back(s1.dev->recv(0, quic_header(seq + i, dst[frames + i].size()), dst[frames + i]));
     }
     if (round == 1) s1.dev->deafen_for_test(0);
     std::vector<RequestPtr> sends;
     for (size_t i = 0; i < frames; ++i) {
-      sends.push_back(s1.dev->send(0, header(seq + i, src[i].size()), src[i]));
-      sends.push_back(s0.dev->send(1, header(seq + i, src[frames + i].size()), src[frames + i]));
+      sends.push_back(s1.dev->send(0, quic_header(seq + i, src[i].size()), src[i]));
+      sends.push_back(s0.dev->send(1, quic_header(seq + i, src[frames + i].size()), src[frames + i]));
     }
     if (round == 1) {
       // Every frame is numbered and handed to the deaf connection (a send's first completion),
@@ -228,7 +228,7 @@ std::pair<PeerStats, PeerStats> redial_with_frames_in_flight(Side& s0, Side& s1)
 }
 
 TEST(QuicTransport, ARedialResumesTheSessionAndSendsItsFramesAsZeroRtt) {
-  Side s0("q0", 0), s1("q1", 1);
+  QuicSide s0("q0", 0), s1("q1", 1);
   const auto [p1, p0] = redial_with_frames_in_flight(s0, s1);
   EXPECT_EQ(p1.quic.zero_rtt, 1u);  // the dialler's early data was accepted
   EXPECT_EQ(p0.quic.zero_rtt, 1u);  // and the acceptor took it
@@ -238,7 +238,7 @@ TEST(QuicTransport, ARedialResumesTheSessionAndSendsItsFramesAsZeroRtt) {
 TEST(QuicTransport, ARedialFallsBackToAFullHandshakeWhenTheAcceptorRefusesZeroRtt) {
   QuicOptions no0rtt;
   no0rtt.zero_rtt = false;
-  Side s0("q0", 0, no0rtt), s1("q1", 1);
+  QuicSide s0("q0", 0, no0rtt), s1("q1", 1);
   const auto [p1, p0] = redial_with_frames_in_flight(s0, s1);
   EXPECT_EQ(p1.quic.zero_rtt, 0u);
   EXPECT_EQ(p1.quic.zero_rtt_refused, 1u);

@@ -41,8 +41,8 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 // One rank: its loop, its group (progress wakes `cv`), its device.
-struct Rank {
-  Rank(int rank, int size, uint64_t session = 7, uint64_t params = 99, ShmOptions o = {},
+struct ShmRank {
+  ShmRank(int rank, int size, uint64_t session = 7, uint64_t params = 99, ShmOptions o = {},
        std::optional<security::GroupKey> key = std::nullopt)
       : loop("shm-test"), group(loop, rank, size, session, params, [this] {
           std::lock_guard lk(mu);
@@ -51,7 +51,7 @@ struct Rank {
     group.set_security(key);
     dev = std::make_unique<ShmDevice>(group, o);
   }
-  ~Rank() { dev.reset(); }
+  ~ShmRank() { dev.reset(); }
 
   // Waits (on progress notifications) until `pred` holds; false after `limit`.
   template <class P>
@@ -75,7 +75,7 @@ struct Rank {
   std::unique_ptr<ShmDevice> dev;
 };
 
-void connect_all(std::vector<Rank*> ranks, std::chrono::milliseconds limit = 10000ms) {
+void connect_all(std::vector<ShmRank*> ranks, std::chrono::milliseconds limit = 10000ms) {
   std::vector<std::vector<uint8_t>> addrs;
   for (auto* r : ranks) addrs.push_back(r->dev->address());
   const auto deadline = Clock::now() + limit;
@@ -97,12 +97,12 @@ void connect_all(std::vector<Rank*> ranks, std::chrono::milliseconds limit = 100
     if (e) std::rethrow_exception(e);
 }
 
-struct Pair {
-  explicit Pair(ShmOptions o = {}) : r0(0, 2, 7, 99, o), r1(1, 2, 7, 99, o) { connect_all({&r0, &r1}); }
-  Rank r0, r1;
+struct ShmPair {
+  explicit ShmPair(ShmOptions o = {}) : r0(0, 2, 7, 99, o), r1(1, 2, 7, 99, o) { connect_all({&r0, &r1}); }
+  ShmRank r0, r1;
 };
 
-protocol::FrameHeader header(uint64_t seq, size_t bytes, protocol::OpKind kind = protocol::OpKind::kSendRecv) {
+protocol::FrameHeader shm_header(uint64_t seq, size_t bytes, protocol::OpKind kind = protocol::OpKind::kSendRecv) {
   protocol::FrameHeader h;
   h.kind = kind;
   h.seq = seq;
@@ -118,7 +118,7 @@ std::vector<uint8_t> random_bytes(size_t n, std::mt19937_64& rng) {
 
 // `from` sends `frames` frames of random sizes to `to`, which posts its receives in random
 // batches while the sends are under way.
-void transfer(Rank& from, Rank& to, int frames, std::mt19937_64& rng) {
+void transfer(ShmRank& from, ShmRank& to, int frames, std::mt19937_64& rng) {
   const int a = from.group.rank(), b = to.group.rank();
   std::vector<std::vector<uint8_t>> src, dst;
   for (int i = 0; i < frames; ++i) {
@@ -128,11 +128,11 @@ void transfer(Rank& from, Rank& to, int frames, std::mt19937_64& rng) {
     dst.emplace_back(n, 0);
   }
   std::vector<RequestPtr> sends, recvs;
-  for (size_t i = 0; i < src.size(); ++i) sends.push_back(from.dev->send(b, header(i, src[i].size()), src[i]));
+  for (size_t i = 0; i < src.size(); ++i) sends.push_back(from.dev->send(b, shm_header(i, src[i].size()), src[i]));
   for (size_t i = 0; i < dst.size();) {
     const size_t batch = 1 + rng() % 16;
     for (size_t j = 0; j < batch && i < dst.size(); ++j, ++i)
-      recvs.push_back(to.dev->recv(a, header(i, dst[i].size()), dst[i]));
+      recvs.push_back(to.dev->recv(a, shm_header(i, dst[i].size()), dst[i]));
     ASSERT_TRUE(to.wait_done({recvs.front()}));
   }
   ASSERT_TRUE(to.wait_done(recvs));
@@ -153,8 +153,8 @@ security::GroupKey key_of(const std::string& secret) {
 }
 
 // Dials `to` as rank `rank` of 2 and expects connect() to fail with kProtocol naming `what`.
-void expect_refused(Rank& to, std::optional<security::GroupKey> key, const std::string& what) {
-  Rank r(1, 2, 7, 99, {}, key);
+void expect_refused(ShmRank& to, std::optional<security::GroupKey> key, const std::string& what) {
+  ShmRank r(1, 2, 7, 99, {}, key);
   try {
     r.dev->connect({0}, [&](int) { return to.dev->address(); }, {}, Clock::now() + 5s);
     ADD_FAILURE() << "connect succeeded";
@@ -167,7 +167,7 @@ void expect_refused(Rank& to, std::optional<security::GroupKey> key, const std::
 }  // namespace
 
 TEST(shm_device, AddressReachesOnlyTheSameHostAndNamespace) {
-  Rank r(0, 1);
+  ShmRank r(0, 1);
   const auto mine = r.dev->address();
   EXPECT_TRUE(r.dev->reaches(mine));
   transport::shm::Address a;
@@ -185,7 +185,7 @@ TEST(shm_device, AddressReachesOnlyTheSameHostAndNamespace) {
 }
 
 TEST(shm_device, RandomFramesArriveIntactInOrderBothWays) {
-  Pair p;
+  ShmPair p;
   std::mt19937_64 rng(1);
   std::thread back([&] {
     std::mt19937_64 rng2(2);
@@ -208,20 +208,20 @@ TEST(shm_device, RandomFramesArriveIntactInOrderBothWays) {
 TEST(shm_device, FramesLargerThanASmallRingStream) {
   ShmOptions o;
   o.ring_bytes = 64 * 1000 + 1;  // rounded up to 64064: not a power of two
-  Pair p(o);
+  ShmPair p(o);
   std::mt19937_64 rng(3);
   transfer(p.r0, p.r1, 60, rng);
 }
 
 TEST(shm_device, ReceiveIntoLargerDestinationReportsSize) {
-  Pair p;
+  ShmPair p;
   std::mt19937_64 rng(4);
   const auto src = random_bytes(1000, rng);
   std::vector<uint8_t> dst(4096, 0xee), empty_dst(16, 0xee);
-  auto s0 = p.r0.dev->send(1, header(0, 1000), src);
-  auto s1 = p.r0.dev->send(1, header(1, 0), {});
-  auto q0 = p.r1.dev->recv(0, header(0, 1000), dst);
-  auto q1 = p.r1.dev->recv(0, header(1, 0), empty_dst);
+  auto s0 = p.r0.dev->send(1, shm_header(0, 1000), src);
+  auto s1 = p.r0.dev->send(1, shm_header(1, 0), {});
+  auto q0 = p.r1.dev->recv(0, shm_header(0, 1000), dst);
+  auto q1 = p.r1.dev->recv(0, shm_header(1, 0), empty_dst);
   ASSERT_TRUE(p.r1.wait_done({q0, q1}));
   ASSERT_TRUE(q0->ok() && q1->ok()) << q0->failure.message << q1->failure.message;
   EXPECT_EQ(q0->bytes, 1000u);
@@ -242,7 +242,7 @@ std::vector<uint8_t> as_bytes(const std::vector<T>& v) {
 TEST(shm_device, RecvReduceCombinesStraightFromTheRing) {
   ShmOptions o;
   o.ring_bytes = 64 * 999;  // frames wrap many times, pieces end at odd places
-  Pair p(o);
+  ShmPair p(o);
   std::mt19937_64 rng(5);
   const size_t n = 300001;  // elements
   std::vector<float> f0(n), f1(n);
@@ -267,7 +267,7 @@ TEST(shm_device, RecvReduceCombinesStraightFromTheRing) {
   for (auto& c : cases) {
     std::vector<uint8_t> want = c.mine;
     core::reduce_into(want.data(), c.theirs.data(), n, c.dtype, ReduceOp::kSum);
-    auto h = header(seq, c.theirs.size(), protocol::OpKind::kAllreduce);
+    auto h = shm_header(seq, c.theirs.size(), protocol::OpKind::kAllreduce);
     h.dtype = static_cast<uint8_t>(c.dtype);
     h.reduce_op = static_cast<uint8_t>(ReduceOp::kSum);
     ++seq;
@@ -284,9 +284,9 @@ TEST(shm_device, RecvReduceCombinesStraightFromTheRing) {
 }
 
 TEST(shm_device, MismatchedHeaderFailsBothRanks) {
-  Pair p;
+  ShmPair p;
   std::vector<uint8_t> src(4096, 1), dst(4096);
-  auto h = header(3, src.size(), protocol::OpKind::kAllreduce);
+  auto h = shm_header(3, src.size(), protocol::OpKind::kAllreduce);
   h.dtype = static_cast<uint8_t>(DataType::kFloat32);
   auto expect = h;
   expect.dtype = static_cast<uint8_t>(DataType::kFloat64);
@@ -306,10 +306,10 @@ TEST(shm_device, MismatchedHeaderFailsBothRanks) {
 }
 
 TEST(shm_device, PayloadLargerThanTheReceiveFailsWithMismatch) {
-  Pair p;
+  ShmPair p;
   std::vector<uint8_t> src(2000, 1), dst(1000);
-  p.r0.dev->send(1, header(0, 0), src);
-  auto r = p.r1.dev->recv(0, header(0, 0), dst);
+  p.r0.dev->send(1, shm_header(0, 0), src);
+  auto r = p.r1.dev->recv(0, shm_header(0, 0), dst);
   ASSERT_TRUE(p.r1.wait_done({r}));
   EXPECT_EQ(r->failure.code, ErrorCode::kMismatch);
   EXPECT_NE(r->failure.message.find("at most 1000"), std::string::npos) << r->failure.message;
@@ -317,16 +317,16 @@ TEST(shm_device, PayloadLargerThanTheReceiveFailsWithMismatch) {
 }
 
 TEST(shm_device, EarlyFrameOfAnotherOperationFailsWhenChecked) {
-  Pair p;
+  ShmPair p;
   std::vector<uint8_t> src(100, 1);
-  auto h = header(5, src.size(), protocol::OpKind::kBroadcast);
+  auto h = shm_header(5, src.size(), protocol::OpKind::kBroadcast);
   p.r0.dev->send(1, h, src);
   // No operation announced yet: the frame waits in the ring; then rank 1 starts an allreduce #5.
-  auto probe = p.r0.dev->send(1, header(0, 0), {});
+  auto probe = p.r0.dev->send(1, shm_header(0, 0), {});
   ASSERT_TRUE(p.r0.wait_done({probe}));
   EXPECT_FALSE(p.r1.group.failed());
   p.r1.loop.run_sync([&] {
-    p.r1.group.set_current_operation(header(5, 100, protocol::OpKind::kAllreduce));
+    p.r1.group.set_current_operation(shm_header(5, 100, protocol::OpKind::kAllreduce));
     p.r1.dev->recheck_early_frames();
   });
   ASSERT_TRUE(p.r1.wait_failed());
@@ -335,7 +335,7 @@ TEST(shm_device, EarlyFrameOfAnotherOperationFailsWhenChecked) {
 }
 
 TEST(shm_device, StrangersAreRefusedAndTheGroupGoesOn) {
-  Rank r0(0, 2);
+  ShmRank r0(0, 2);
   transport::shm::Address a;
   ASSERT_TRUE(transport::shm::decode_address(r0.dev->address(), &a));
   sockaddr_un sa;
@@ -378,7 +378,7 @@ TEST(shm_device, StrangersAreRefusedAndTheGroupGoesOn) {
   EXPECT_NE(ask(transport::shm::encode_hello(h), {seg.fd(), e1.get(), seg.fd()}).find("eventfd"), std::string::npos);
   // Another job, and another configuration: the dialler's connect() names the reason.
   for (auto [session, params, what] : {std::tuple{8, 99, "different session"}, std::tuple{7, 98, "group parameters"}}) {
-    Rank stranger(1, 2, session, params);
+    ShmRank stranger(1, 2, session, params);
     try {
       stranger.dev->connect({0}, [&](int) { return r0.dev->address(); }, {}, Clock::now() + 5s);
       ADD_FAILURE() << "connect succeeded";
@@ -390,14 +390,14 @@ TEST(shm_device, StrangersAreRefusedAndTheGroupGoesOn) {
   EXPECT_EQ(r0.dev->rejected_connections(), 6u);
   EXPECT_FALSE(r0.group.failed());
   // The real rank 1 still gets in, and data flows.
-  Rank r1(1, 2);
+  ShmRank r1(1, 2);
   connect_all({&r0, &r1});
   std::mt19937_64 rng(6);
   transfer(r1, r0, 10, rng);
 }
 
 TEST(shm_device, ConnectTimesOutNamingTheMissingRanks) {
-  Rank r0(0, 3);
+  ShmRank r0(0, 3);
   try {
     r0.dev->connect({1, 2}, [](int) { return std::vector<uint8_t>{}; }, {}, Clock::now() + 200ms);
     ADD_FAILURE() << "connect succeeded";
@@ -405,7 +405,7 @@ TEST(shm_device, ConnectTimesOutNamingTheMissingRanks) {
     EXPECT_EQ(e.code(), ErrorCode::kTimeout);
     EXPECT_NE(std::string(e.what()).find("rank(s) 1,2"), std::string::npos) << e.what();
   }
-  Rank r2(2, 3);
+  ShmRank r2(2, 3);
   try {
     r2.dev->connect({0}, [&](int) { return std::vector<uint8_t>{9, 9}; }, {}, Clock::now() + 200ms);
     ADD_FAILURE() << "connect succeeded";
@@ -415,27 +415,27 @@ TEST(shm_device, ConnectTimesOutNamingTheMissingRanks) {
 }
 
 TEST(shm_device, PeerThatLeavesStillDeliversWhatItSentThenPendingFails) {
-  Pair p;
+  ShmPair p;
   std::vector<uint8_t> a(3000, 1), b(5000, 2), dst_a(3000), dst_b(5000), dst_c(10);
-  p.r1.dev->send(0, header(0, 0), a);
-  p.r1.dev->send(0, header(1, 0), b);
+  p.r1.dev->send(0, shm_header(0, 0), a);
+  p.r1.dev->send(0, shm_header(1, 0), b);
   p.r1.dev->shutdown();  // waits until both frames are in the ring, says goodbye, closes
-  auto ra = p.r0.dev->recv(1, header(0, 0), dst_a);
-  auto rb = p.r0.dev->recv(1, header(1, 0), dst_b);
+  auto ra = p.r0.dev->recv(1, shm_header(0, 0), dst_a);
+  auto rb = p.r0.dev->recv(1, shm_header(1, 0), dst_b);
   ASSERT_TRUE(p.r0.wait_done({ra, rb}));
   EXPECT_TRUE(ra->ok() && rb->ok()) << ra->failure.message << rb->failure.message;
   EXPECT_EQ(dst_a, a);
   EXPECT_EQ(dst_b, b);
-  auto rc = p.r0.dev->recv(1, header(2, 0), dst_c);
+  auto rc = p.r0.dev->recv(1, shm_header(2, 0), dst_c);
   ASSERT_TRUE(p.r0.wait_done({rc}));
   EXPECT_EQ(rc->failure.code, ErrorCode::kPeerLost);
   EXPECT_NE(rc->failure.message.find("left the group"), std::string::npos) << rc->failure.message;
 }
 
 TEST(shm_device, ShutdownCompletesPendingRequests) {
-  Pair p;
+  ShmPair p;
   std::vector<uint8_t> dst(10);
-  auto r = p.r0.dev->recv(1, header(0, 0), dst);
+  auto r = p.r0.dev->recv(1, shm_header(0, 0), dst);
   p.r0.dev->shutdown();
   ASSERT_TRUE(r->done.load());
   EXPECT_EQ(r->failure.code, ErrorCode::kAborted);
@@ -458,10 +458,10 @@ int shm_mappings() {
 TEST(shm_device, ShutdownReleasesEveryDescriptorAndMapping) {
   const long fds = open_fds();
   {
-    Pair p;
+    ShmPair p;
     std::vector<uint8_t> src(100, 1), dst(100);
-    p.r0.dev->send(1, header(0, 0), src);
-    auto r = p.r1.dev->recv(0, header(0, 0), dst);
+    p.r0.dev->send(1, shm_header(0, 0), src);
+    auto r = p.r1.dev->recv(0, shm_header(0, 0), dst);
     ASSERT_TRUE(p.r1.wait_done({r}));
     EXPECT_EQ(shm_mappings(), 2);  // one segment, mapped by each end
   }
@@ -471,7 +471,7 @@ TEST(shm_device, ShutdownReleasesEveryDescriptorAndMapping) {
 
 TEST(shm_device, WithASecretBothEndsProveItAndFramesFlow) {
   const auto key = key_of("shm-secret-0123456789");
-  Rank r0(0, 2, 7, 99, {}, key), r1(1, 2, 7, 99, {}, key);
+  ShmRank r0(0, 2, 7, 99, {}, key), r1(1, 2, 7, 99, {}, key);
   connect_all({&r0, &r1});
   std::mt19937_64 rng(11);
   transfer(r1, r0, 20, rng);
@@ -481,13 +481,13 @@ TEST(shm_device, WithASecretBothEndsProveItAndFramesFlow) {
 
 TEST(shm_device, WithoutTheSecretNoRankJoinsAndTheGenuineOneStillDoes) {
   const auto key = key_of("shm-secret-0123456789");
-  Rank r0(0, 2, 7, 99, {}, key);
+  ShmRank r0(0, 2, 7, 99, {}, key);
   // Another secret: the dialler finds the acceptor's proof wrong, and says so; both count it.
   expect_refused(r0, key_of("another-secret-0123456789"), "could not prove the group secret");
   // No secret at the dialler, and a secret only at the dialler.
   expect_refused(r0, std::nullopt, "one side has a group secret");
   {
-    Rank plain0(0, 2);
+    ShmRank plain0(0, 2);
     expect_refused(plain0, key, "one side has a group secret");
   }
   // A stranger that knows the session, parameters and token but not the secret: it passes the
@@ -541,7 +541,7 @@ TEST(shm_device, WithoutTheSecretNoRankJoinsAndTheGenuineOneStillDoes) {
   }
   EXPECT_EQ(r0.dev->rejected_connections(), 3u);  // another secret, no secret, the forged proof
   EXPECT_FALSE(r0.group.failed());
-  Rank r1(1, 2, 7, 99, {}, key);
+  ShmRank r1(1, 2, 7, 99, {}, key);
   connect_all({&r0, &r1});
   std::mt19937_64 rng(12);
   transfer(r1, r0, 10, rng);

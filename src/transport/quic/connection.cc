@@ -15,7 +15,6 @@ namespace geoccl::transport::quic {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr size_t kCidLen = 8;
 // The largest packet this side sends (a GSO batch holds 64 KiB in all).
 constexpr size_t kMaxPacket = 16384;
 constexpr size_t kMaxBatchBytes = 65000;

@@ -49,6 +49,9 @@ namespace geoccl::transport::quic {
 class QuicDevice;
 struct QuicPeer;
 
+// Length of the connection IDs geoccl chooses (the server reads a packet's destination ID by it).
+inline constexpr size_t kCidLen = 8;
+
 // A data frame to a peer, kept until QUIC acknowledges all of it.
 struct OutFrame {
   uint64_t frame = 0;

@@ -16,7 +16,6 @@ namespace geoccl::transport::quic {
 namespace {
 
 using protocol::FrameHeader;
-constexpr size_t kCidLen = 8;
 enum Target { kUnknown = 0, kPosted = 1, kStaged = 2, kDiscard = 3 };
 
 }  // namespace
