@@ -50,8 +50,9 @@ struct Config {
   // "host=shm|tcp,remote=tcp|quic".
   // Every rank must use the same value (a group parameter, checked when ranks connect).
   std::string transport = "auto";
-  // GEOCCL_EXPERIMENT shm_ring: bytes of each direction's ring between two ranks on one host.
-  size_t shm_ring_bytes = 4 << 20;
+  // GEOCCL_EXPERIMENT shm_ring: bytes of each direction's ring between two ranks on one host;
+  // 0: by the number of ranks on the host (4 MiB up to 17 of them, then smaller, at least 256 KiB).
+  size_t shm_ring_bytes = 0;
   // GEOCCL_EXPERIMENT quic_cc: ngtcp2's congestion control on QUIC connections (cubic, bbr, bbr2,
   // reno). bbr2 by measurement (docs/transport.md, "QUIC"): cubic collapses on the test bed's lossy
   // and queue-limited paths.

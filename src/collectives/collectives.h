@@ -128,8 +128,9 @@ struct SparseTraffic {
 };
 SparseTraffic sparse_allgather(OpContext& c, std::span<const uint8_t> mine, std::span<float> out);
 
-// Round-trip times between every pair of ranks, in ms (row-major n*n, same on every rank).
-std::vector<double> measure_rtt_matrix(OpContext& c, int pings);
+// Round-trip times between every pair of `players` (ascending ranks; empty: every rank), in ms:
+// row-major n*n, the same on every rank, 0 where a rank is not a player. Every rank calls it.
+std::vector<double> measure_rtt_matrix(OpContext& c, int pings, const std::vector<int>& players = {});
 
 // This rank's clock (`now_us`, microseconds) minus rank 0's, from the fastest of `pings` round
 // trips with rank 0 (clock_offset.cc), and that round trip; rank 0 gets {0, 0}.

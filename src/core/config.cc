@@ -288,8 +288,8 @@ void Config::validate() const {
   if (bulk_target_delay.count() < 1 || bulk_target_delay.count() > 10000)
     bad("GEOCCL_EXPERIMENT bulk_delay_ms must be in 1..10000");
   if (chunk_bytes < 4096) bad("GEOCCL_EXPERIMENT chunk must be >= 4096");
-  if (shm_ring_bytes < (64 << 10) || shm_ring_bytes > (size_t{1} << 30))
-    bad("GEOCCL_EXPERIMENT shm_ring must be between 64K and 1G");
+  if (shm_ring_bytes != 0 && (shm_ring_bytes < (64 << 10) || shm_ring_bytes > (size_t{1} << 30)))
+    bad("GEOCCL_EXPERIMENT shm_ring must be 0 (by the ranks on the host) or between 64K and 1G");
   if (algo != "auto" && algo != "ring" && algo != "rd" && algo != "tree" && algo != "hier" &&
       algo != "hier-ring" && algo != "hier-small" && algo != "hier-direct" &&
       algo != "hier-leaders" && algo != "flat")

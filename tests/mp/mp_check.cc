@@ -1475,6 +1475,7 @@ int main(int argc, char** argv) {
         stop = buf[count - 1] != 0.f;
       }
       int64_t replaced = 0;
+      uint64_t duplicated = 0;
       for (const auto& ps : c.peer_stats()) {
         replaced += static_cast<int64_t>(ps.quic.reconnects);
         std::printf("rank %d -> %d: %s, %llu reconnect(s) (%llu with 0-RTT), %llu frame(s) re-sent, %llu duplicated\n",
@@ -1483,7 +1484,7 @@ int main(int argc, char** argv) {
                     static_cast<unsigned long long>(ps.quic.frames_resent),
                     static_cast<unsigned long long>(ps.quic.frames_duplicated));
         CHECK(ps.transport == "quic", "peer %d on %s", ps.peer, ps.transport.c_str());
-        CHECK(ps.quic.frames_duplicated > 0, "peer %d: no small frame went out twice", ps.peer);
+        duplicated += ps.quic.frames_duplicated;
         const auto& q = ps.quic;
         transport::quic::WindowLimits limits;
         limits.unmeasured = cfg.quic_window_bytes;
@@ -1505,6 +1506,8 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(q.reconnects), static_cast<unsigned long long>(q.zero_rtt_refused));
         }
       }
+      // Small frames go out twice (quic_duplicate): this rank sent some (to the peers its ring sends to).
+      CHECK(duplicated > 0, "no small frame went out twice");
       c.allreduce(&replaced, 1, DataType::kInt64, ReduceOp::kSum).wait();
       if (std::getenv("GEOCCL_TEST_EXPECT_REDIAL")) CHECK(replaced >= 2, "no connection was replaced");
       std::printf("rank %d: %d iterations, slowest %.0f ms\n", me, it, worst_ms);

@@ -46,12 +46,12 @@ constexpr double kMB = 1e6;
 
 TEST(BlobCodec, EveryCodecRoundTripsAndRejectsGarbage) {
   const auto data = mixed_bytes(1 << 20);
-  for (CodecChoice c : {CodecChoice{Codec::kNone, 0}, CodecChoice{Codec::kLz4, 0},
-                        CodecChoice{Codec::kZstd, 1}, CodecChoice{Codec::kZstd, 19}}) {
+  for (CodecChoice c : {CodecChoice{blob::Codec::kNone, 0}, CodecChoice{blob::Codec::kLz4, 0},
+                        CodecChoice{blob::Codec::kZstd, 1}, CodecChoice{blob::Codec::kZstd, 19}}) {
     std::vector<uint8_t> wire(compress_bound(c.codec, data.size()));
     const size_t n = compress(c, data, wire);
     ASSERT_GT(n, 0u) << codec_name(c.codec);
-    if (c.codec != Codec::kNone) {
+    if (c.codec != blob::Codec::kNone) {
       EXPECT_LT(n, data.size() * 3 / 4) << codec_name(c.codec);
     }
     wire.resize(n);
@@ -62,14 +62,14 @@ TEST(BlobCodec, EveryCodecRoundTripsAndRejectsGarbage) {
     // A short output buffer or a truncated input is refused, never overrun.
     std::vector<uint8_t> small(data.size() - 1);
     EXPECT_FALSE(decompress(c.codec, wire, small)) << codec_name(c.codec);
-    if (c.codec != Codec::kNone) {
+    if (c.codec != blob::Codec::kNone) {
       EXPECT_FALSE(decompress(c.codec, std::span(wire).first(n / 2), back)) << codec_name(c.codec);
       const auto noise = random_bytes(4096, 3);
       EXPECT_FALSE(decompress(c.codec, noise, back)) << codec_name(c.codec);
     }
   }
   EXPECT_NE(xxh3(random_bytes(64, 1)), xxh3(random_bytes(64, 2)));
-  EXPECT_EQ(parse_codec("zstd", 3), (CodecChoice{Codec::kZstd, 3}));
+  EXPECT_EQ(parse_codec("zstd", 3), (CodecChoice{blob::Codec::kZstd, 3}));
   EXPECT_FALSE(parse_codec("zstd", 0));
   EXPECT_FALSE(parse_codec("gzip", 1));
 }
@@ -77,37 +77,37 @@ TEST(BlobCodec, EveryCodecRoundTripsAndRejectsGarbage) {
 TEST(BlobChooser, ZstdNineteenLosesOnTenGigabitAndLz4WinsOnASlowLink) {
   const double ten_gbit = 10e9 / 8, hundred_mbit = 100e6 / 8;
   // Typical figures: lz4 700 MB/s at 1.6x; zstd-1 400 MB/s at 2x; zstd-19 3 MB/s at 2.6x.
-  const CodecSample lz4{{Codec::kLz4, 0}, 700 * kMB, 3000 * kMB, 1.6};
-  const CodecSample z1{{Codec::kZstd, 1}, 400 * kMB, 1200 * kMB, 2.0};
-  const CodecSample z19{{Codec::kZstd, 19}, 3 * kMB, 1200 * kMB, 2.6};
-  EXPECT_EQ(choose_codec(ten_gbit, std::vector{z19}), (CodecChoice{Codec::kNone, 0}));
-  EXPECT_EQ(choose_codec(ten_gbit, std::vector{lz4, z1, z19}), (CodecChoice{Codec::kNone, 0}));
+  const CodecSample lz4{{blob::Codec::kLz4, 0}, 700 * kMB, 3000 * kMB, 1.6};
+  const CodecSample z1{{blob::Codec::kZstd, 1}, 400 * kMB, 1200 * kMB, 2.0};
+  const CodecSample z19{{blob::Codec::kZstd, 19}, 3 * kMB, 1200 * kMB, 2.6};
+  EXPECT_EQ(choose_codec(ten_gbit, std::vector{z19}), (CodecChoice{blob::Codec::kNone, 0}));
+  EXPECT_EQ(choose_codec(ten_gbit, std::vector{lz4, z1, z19}), (CodecChoice{blob::Codec::kNone, 0}));
   // 100 Mbit/s: zstd-1 moves 25 MB/s of raw data, lz4 20 MB/s, zstd-19 only its 3 MB/s.
-  EXPECT_EQ(choose_codec(hundred_mbit, std::vector{lz4, z1, z19}), (CodecChoice{Codec::kZstd, 1}));
-  EXPECT_EQ(choose_codec(hundred_mbit, std::vector{lz4, z19}), (CodecChoice{Codec::kLz4, 0}));
+  EXPECT_EQ(choose_codec(hundred_mbit, std::vector{lz4, z1, z19}), (CodecChoice{blob::Codec::kZstd, 1}));
+  EXPECT_EQ(choose_codec(hundred_mbit, std::vector{lz4, z19}), (CodecChoice{blob::Codec::kLz4, 0}));
   EXPECT_DOUBLE_EQ(pipeline_rate(z19, hundred_mbit), 3 * kMB);
   EXPECT_DOUBLE_EQ(pipeline_rate(z1, hundred_mbit), 25 * kMB);
   // 1 Gbit/s = 125 MB/s: lz4 200 MB/s, zstd-1 250 MB/s (both limited by the link, not the CPU).
-  EXPECT_EQ(choose_codec(1e9 / 8, std::vector{lz4, z1}), (CodecChoice{Codec::kZstd, 1}));
+  EXPECT_EQ(choose_codec(1e9 / 8, std::vector{lz4, z1}), (CodecChoice{blob::Codec::kZstd, 1}));
   // Decompression can be the bottleneck too.
-  const CodecSample slow_decode{{Codec::kZstd, 3}, 500 * kMB, 20 * kMB, 3.0};
-  EXPECT_EQ(choose_codec(hundred_mbit, std::vector{slow_decode}), (CodecChoice{Codec::kZstd, 3}));
-  EXPECT_EQ(choose_codec(50 * kMB, std::vector{slow_decode}), (CodecChoice{Codec::kNone, 0}));
+  const CodecSample slow_decode{{blob::Codec::kZstd, 3}, 500 * kMB, 20 * kMB, 3.0};
+  EXPECT_EQ(choose_codec(hundred_mbit, std::vector{slow_decode}), (CodecChoice{blob::Codec::kZstd, 3}));
+  EXPECT_EQ(choose_codec(50 * kMB, std::vector{slow_decode}), (CodecChoice{blob::Codec::kNone, 0}));
 }
 
 TEST(BlobChooser, MarginUnknownLinkAndBadSamplesStayRaw) {
-  const CodecSample barely{{Codec::kLz4, 0}, 900 * kMB, 900 * kMB, 1.05};  // fp32 weights
-  EXPECT_EQ(choose_codec(100 * kMB, std::vector{barely}), (CodecChoice{Codec::kNone, 0}));
-  EXPECT_EQ(choose_codec(100 * kMB, std::vector{barely}, 1.0), (CodecChoice{Codec::kLz4, 0}));
-  const CodecSample good{{Codec::kLz4, 0}, 900 * kMB, 900 * kMB, 4};
-  EXPECT_EQ(choose_codec(0, std::vector{good}), (CodecChoice{Codec::kNone, 0}));
-  EXPECT_EQ(choose_codec(-1, std::vector{good}), (CodecChoice{Codec::kNone, 0}));
+  const CodecSample barely{{blob::Codec::kLz4, 0}, 900 * kMB, 900 * kMB, 1.05};  // fp32 weights
+  EXPECT_EQ(choose_codec(100 * kMB, std::vector{barely}), (CodecChoice{blob::Codec::kNone, 0}));
+  EXPECT_EQ(choose_codec(100 * kMB, std::vector{barely}, 1.0), (CodecChoice{blob::Codec::kLz4, 0}));
+  const CodecSample good{{blob::Codec::kLz4, 0}, 900 * kMB, 900 * kMB, 4};
+  EXPECT_EQ(choose_codec(0, std::vector{good}), (CodecChoice{blob::Codec::kNone, 0}));
+  EXPECT_EQ(choose_codec(-1, std::vector{good}), (CodecChoice{blob::Codec::kNone, 0}));
   auto nan = good;
   nan.ratio = std::nan("");
   auto failed = good;
   failed.ratio = 0;
-  EXPECT_EQ(choose_codec(10 * kMB, std::vector{nan, failed}), (CodecChoice{Codec::kNone, 0}));
-  EXPECT_EQ(choose_codec(10 * kMB, std::vector{nan, good}), (CodecChoice{Codec::kLz4, 0}));
+  EXPECT_EQ(choose_codec(10 * kMB, std::vector{nan, failed}), (CodecChoice{blob::Codec::kNone, 0}));
+  EXPECT_EQ(choose_codec(10 * kMB, std::vector{nan, good}), (CodecChoice{blob::Codec::kLz4, 0}));
 }
 
 TEST(BlobChooser, SamplerMeasuresEveryCandidate) {
@@ -124,7 +124,7 @@ TEST(BlobChooser, SamplerMeasuresEveryCandidate) {
     EXPECT_GT(a[i].decompress_bytes_per_s, 0);
   }
   // Noise never compresses, whatever the link.
-  EXPECT_EQ(choose_codec(1 * kMB, b), (CodecChoice{Codec::kNone, 0}));
+  EXPECT_EQ(choose_codec(1 * kMB, b), (CodecChoice{blob::Codec::kNone, 0}));
 }
 
 TEST(BlobLinkMeter, CountsOnlyTheTimeTheLinkWasBusy) {
@@ -177,7 +177,7 @@ TEST(BlobDescriptor, WindowRoundTripsAtFullSizeAndRejectsBadEntries) {
   const uint32_t chunk = 1u << 20;
   ObjectHeader h{5 * uint64_t{chunk} + 100, 1, chunk, 4, 6};
   WindowDescriptor d{
-      2, 1, {{1, {Codec::kLz4, 0}, chunk, 1000, 0xabc}, {5, {Codec::kNone, 0}, 100, 100, 0xdef}}};
+      2, 1, {{1, {blob::Codec::kLz4, 0}, chunk, 1000, 0xabc}, {5, {blob::Codec::kNone, 0}, 100, 100, 0xdef}}};
   const auto b = encode_window(d, h.window_chunks);
   ASSERT_EQ(b.size(), window_descriptor_bytes(4));
   ASSERT_EQ(b.size(), 24u + 4 * 24u);
@@ -204,7 +204,7 @@ TEST(BlobDescriptor, WindowRoundTripsAtFullSizeAndRejectsBadEntries) {
   x.entries[0].wire_bytes = 0;
   EXPECT_TRUE(rejects(x));
   x = d;
-  x.entries[0].codec.codec = static_cast<Codec>(7);
+  x.entries[0].codec.codec = static_cast<blob::Codec>(7);
   EXPECT_TRUE(rejects(x));
   x = d;
   x.entries.clear();

@@ -37,6 +37,21 @@ TEST(shm_ring, CapacityIsAWholeNumberOfQuanta) {
   EXPECT_EQ(ring_capacity(4u << 20), 4u << 20);
 }
 
+TEST(shm_ring, AutoSizeSharesABudgetAmongThePeers) {
+  // 4 MiB each up to 16 peers, then 64 MiB split among them, never under 256 KiB.
+  EXPECT_EQ(auto_ring_bytes(0), kMaxAutoRing);
+  EXPECT_EQ(auto_ring_bytes(1), kMaxAutoRing);
+  EXPECT_EQ(auto_ring_bytes(16), kMaxAutoRing);
+  EXPECT_EQ(auto_ring_bytes(32), size_t{2} << 20);
+  EXPECT_EQ(auto_ring_bytes(63), ring_capacity((size_t{64} << 20) / 63));
+  EXPECT_EQ(auto_ring_bytes(63) % kCapacityQuantum, 0u);
+  EXPECT_EQ(auto_ring_bytes(257), kMinAutoRing);
+  EXPECT_EQ(auto_ring_bytes(10000), kMinAutoRing);
+  // What one rank's rings of one direction hold in all stays within the budget from 16 peers on
+  // (up to the floor: 256 peers).
+  for (size_t p = 16; p <= 256; ++p) EXPECT_LE(p * auto_ring_bytes(p), kRingBudget + p * kCapacityQuantum) << p;
+}
+
 TEST(shm_ring, WaitFlagsAskForOneWakeUp) {
   Mem m(256);
   RingWriter w = m.writer();

@@ -1,4 +1,5 @@
 #include "topology/topology.h"
+#include "topology/hosts.h"
 
 #include <gtest/gtest.h>
 
@@ -78,4 +79,32 @@ TEST(Topology, RingOrderAvoidsTheSlowestPaths) {
   choose_ring_order(&t, m);
   EXPECT_EQ(t.ring_order, (std::vector<int>{0, 1, 3, 2}));
   EXPECT_EQ(from_labels({"a", "b", "c"}).ring_order, (std::vector<int>{0, 1, 2}));
+}
+
+TEST(Hosts, RanksWithOneIdentityShareAHostAndUnknownOnesAreAlone) {
+  const auto host_of = group_hosts({"a", "b", "a", "", "b", ""});
+  EXPECT_EQ(host_of, (std::vector<int>{0, 1, 0, 2, 1, 3}));
+  EXPECT_EQ(host_leaders(host_of), (std::vector<int>{0, 1, 3, 5}));
+}
+
+TEST(Hosts, LeadersRttsStandForEveryPairOfTheirHostsAndFindTheDomains) {
+  // Ranks 0-2 on host x, 3-5 on host y, 6-7 on host z; x-y 30 ms, x-z 80 ms, y-z 60 ms, measured
+  // between the leaders 0, 3 and 6 only (upper triangle, as measure_rtt_matrix's lower rank does).
+  const std::vector<int> host_of = {0, 0, 0, 1, 1, 1, 2, 2};
+  const size_t n = host_of.size();
+  std::vector<double> measured(n * n, 0.0);
+  measured[0 * n + 3] = 30;
+  measured[0 * n + 6] = 80;
+  measured[3 * n + 6] = 60;
+  const auto rtt = rank_rtts_from_leaders(measured, host_of);
+  EXPECT_EQ(rtt[1 * n + 2], 0.0);
+  EXPECT_EQ(rtt[2 * n + 4], 30.0);
+  EXPECT_EQ(rtt[5 * n + 1], 30.0);
+  EXPECT_EQ(rtt[7 * n + 0], 80.0);
+  EXPECT_EQ(rtt[4 * n + 7], 60.0);
+  const Topology t = from_rtt(rtt, static_cast<int>(n));
+  EXPECT_EQ(t.domain_of, (std::vector<int>{0, 0, 0, 1, 1, 1, 2, 2}));
+  // One host: nothing measured, one domain.
+  const auto one = rank_rtts_from_leaders(std::vector<double>(16, 0.0), {0, 0, 0, 0});
+  EXPECT_EQ(from_rtt(one, 4).domains(), 1);
 }

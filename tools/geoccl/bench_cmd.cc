@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "core/half.h"
+#include "resources.h"
 #include "geoccl/geoccl.h"
 
 namespace geoccl::tools {
@@ -223,6 +224,35 @@ std::vector<size_t> parse_sizes(const std::string& s) {
   return out;
 }
 
+namespace {
+
+// Every rank's figures (set-up time and resources.h) gathered to rank 0, which prints one line
+// per figure: "# resources NAME max X mean Y rank0 Z".
+void report_resources(Communicator& comm, double setup_s) {
+  const Resources r = read_resources();
+  const std::vector<std::pair<const char*, double>> mine = {
+      {"setup_s", setup_s},     {"rss_mb", r.rss_mb},   {"peak_rss_mb", r.peak_rss_mb},
+      {"shmem_mb", r.shmem_mb}, {"sockets", r.sockets}, {"segments", r.segments},
+      {"threads", r.threads},   {"cpu_s", r.cpu_s}};
+  const size_t k = mine.size(), n = static_cast<size_t>(comm.size());
+  std::vector<double> send(k), all(k * n);
+  for (size_t i = 0; i < k; ++i) send[i] = mine[i].second;
+  comm.allgather(send.data(), all.data(), k, DataType::kFloat64).wait();
+  if (comm.rank() != 0) return;
+  for (size_t i = 0; i < k; ++i) {
+    double mx = 0, sum = 0;
+    for (size_t r = 0; r < n; ++r) {
+      mx = std::max(mx, all[r * k + i]);
+      sum += all[r * k + i];
+    }
+    std::printf("# resources %-12s max %10.3f mean %10.3f rank0 %10.3f\n", mine[i].first, mx,
+                sum / static_cast<double>(n), all[i]);
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace
+
 int run_bench(const BenchSpec& spec) {
   const auto dt = parse_dtype(spec.dtype);
   if (!dt) throw std::invalid_argument("unknown dtype '" + spec.dtype + "'");
@@ -373,6 +403,7 @@ int run_bench(const BenchSpec& spec) {
       results.push_back(r);
     }
   }
+  if (spec.resources) report_resources(comm, setup_s);
   if (spec.verbose)
     for (const auto& s : comm.peer_stats()) {
       std::printf("# rank %d -> peer %d: %s, sent %llu B, received %llu B\n", me, s.peer,

@@ -26,6 +26,10 @@ struct BenchSpec {
   // beside the timed operations, from before the first warm-up until the last iteration
   // (0 = none): the latency of small operations while a large transfer shares the path.
   size_t background_bytes = 0;
+  // After the sizes: every rank's set-up time, memory, open sockets and shared-memory segments,
+  // threads and CPU time (tools/geoccl/resources.h), printed by rank 0 as the largest, the mean
+  // and rank 0's own, on lines starting with "# resources".
+  bool resources = false;
 };
 
 // Runs inside a rank (environment from `geoccl run`). Returns 0 when every size verified.

@@ -120,6 +120,8 @@ int main(int argc, char** argv) {
   b->add_option("--algo", bench.algo, "auto|ring|rd|tree");
   b->add_option("--json", bench.json_path, "write results as JSON (rank 0)");
   b->add_flag("--verbose,-v", bench.verbose, "per-connection statistics");
+  b->add_flag("--resources", bench.resources,
+              "every rank's set-up time, memory, sockets, shared-memory segments and CPU time (max, mean)");
   std::string background;
   b->add_option("--background", background,
                 "a bulk-class f32 allreduce of this size (e.g. 256M) runs back to back beside the timed ops");

@@ -53,7 +53,7 @@ int run_probe(size_t rate_bytes) {
   if (me == 0) {
     if (topo.rtt_ms.empty())
       std::printf("# RTT matrix: not measured (domains from labels; GEOCCL_TOPOLOGY=probe measures it)\n");
-    std::printf("# RTT matrix (ms), measured at start-up\n%6s", "");
+    std::printf("# RTT matrix (ms), measured at start-up between one rank per host (0: the same host)\n%6s", "");
     for (int j = 0; j < n; ++j) std::printf(" %8d", j);
     std::printf("\n");
     for (int i = 0; i < n; ++i) {

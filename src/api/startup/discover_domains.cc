@@ -3,7 +3,9 @@
 
 #include "api/startup/startup.h"
 #include "collectives/collectives.h"
+#include "topology/hosts.h"
 #include "transport/router.h"
+#include "transport/shm/address.h"
 
 namespace geoccl::api::startup {
 
@@ -14,19 +16,25 @@ namespace {
 
 // Labels, or RTTs: the domains before the router hears of them.
 Domains find(const Context& c) {
-  constexpr size_t kLabel = 64;
+  // Each rank's label and host identity (NUL-terminated, in fixed fields).
+  constexpr size_t kLabel = 64, kHost = 96, kBlock = kLabel + kHost;
   const Config& cfg = c.cfg;
   const auto n = static_cast<size_t>(cfg.world_size);
   Domains d{topology::single_domain(cfg.world_size), {}};
-  std::vector<uint8_t> mine(kLabel, 0), all(kLabel * n, 0);
+  std::vector<uint8_t> mine(kBlock, 0), all(kBlock * n, 0);
   std::copy_n(cfg.domain.begin(), std::min(kLabel - 1, cfg.domain.size()), mine.begin());
+  const std::string host = transport::shm::HostId::current().key();
+  std::copy_n(host.begin(), std::min(kHost - 1, host.size()), mine.begin() + kLabel);
   FrameHeader h;
   h.kind = OpKind::kAllgather;
   h.dtype = static_cast<uint8_t>(DataType::kUInt8);
-  h.op_bytes = kLabel * n;
-  c.collective(h, [&](collectives::OpContext& ctx) { collectives::ring_allgather(ctx, mine.data(), all.data(), kLabel); });
-  std::vector<std::string> labels;
-  for (size_t r = 0; r < n; ++r) labels.emplace_back(reinterpret_cast<const char*>(all.data() + r * kLabel));
+  h.op_bytes = kBlock * n;
+  c.collective(h, [&](collectives::OpContext& ctx) { collectives::ring_allgather(ctx, mine.data(), all.data(), kBlock); });
+  std::vector<std::string> labels, hosts;
+  for (size_t r = 0; r < n; ++r) {
+    labels.emplace_back(reinterpret_cast<const char*>(all.data() + r * kBlock));
+    hosts.emplace_back(reinterpret_cast<const char*>(all.data() + r * kBlock + kLabel));
+  }
   const bool labelled = std::any_of(labels.begin(), labels.end(), [](auto& l) { return !l.empty(); });
   if (cfg.topology == "flat") return d;
   if (cfg.topology == "labels" || (cfg.topology == "auto" && labelled)) {
@@ -34,13 +42,18 @@ Domains find(const Context& c) {
     // From 4 domains on, the inter-domain ring order matters: measure the paths to choose it.
     if (d.topo.domains() <= 3) return d;
   }
-  // Measure. The probe is a collective of its own so that every rank runs it.
+  // Measure, between one rank per host (the ranks of a host share its domain): on one host there is
+  // nothing to measure. The probe is a collective of its own so that every rank runs it.
+  const auto host_of = topology::group_hosts(hosts);
+  const auto leaders = topology::host_leaders(host_of);
   FrameHeader p;
   p.kind = OpKind::kBarrier;
   p.dtype = static_cast<uint8_t>(DataType::kFloat64);
   p.tag = 0x50524f42;  // "PROB"
   p.op_bytes = n * n * sizeof(double);
-  c.collective(p, [&](collectives::OpContext& ctx) { d.rtt_ms = collectives::measure_rtt_matrix(ctx, 5); });
+  std::vector<double> measured;
+  c.collective(p, [&](collectives::OpContext& ctx) { measured = collectives::measure_rtt_matrix(ctx, 5, leaders); });
+  d.rtt_ms = topology::rank_rtts_from_leaders(measured, host_of);
   if (d.topo.source == "labels")
     topology::choose_ring_order(&d.topo, d.rtt_ms);
   else

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 
@@ -30,6 +31,14 @@ HostId HostId::current() {
     id.boot_id.clear();  // no namespace identity: claim no host
   }
   return id;
+}
+
+std::string HostId::key() const {
+  if (boot_id.empty()) return "";
+  char ns[40];
+  std::snprintf(ns, sizeof ns, "/%llx:%llx", static_cast<unsigned long long>(netns_dev),
+                static_cast<unsigned long long>(netns_ino));
+  return boot_id + ns;
 }
 
 std::vector<uint8_t> encode_address(const Address& a) {

@@ -29,6 +29,8 @@ struct HostId {
 
   // This process's boot id and network namespace.
   static HostId current();
+  // "BOOT_ID/NETNS_DEV:NETNS_INO" (hex; at most 70 bytes), "" when the boot id is unknown.
+  std::string key() const;
   bool same_host(const HostId& o) const {
     return !boot_id.empty() && boot_id == o.boot_id && netns_dev == o.netns_dev &&
            netns_ino == o.netns_ino;

@@ -16,6 +16,7 @@
 #include "core/logging.h"
 #include "protocol/handshake.h"
 #include "security/auth.h"
+#include "transport/dial_all.h"
 
 namespace geoccl::transport::shm {
 
@@ -362,7 +363,7 @@ std::unique_ptr<ShmDevice::Dialled> ShmDevice::dial(int peer, const Address& a, 
     return nullptr;
   }
   auto d = std::make_unique<Dialled>();
-  d->capacity = ring_capacity(options_.ring_bytes);
+  d->capacity = options_.ring_bytes ? ring_capacity(options_.ring_bytes) : auto_ring_bytes(local_peers_);
   Hello h;
   h.rank = static_cast<uint32_t>(group_.rank());
   h.world_size = static_cast<uint32_t>(group_.size());
@@ -422,34 +423,38 @@ void ShmDevice::connect(const std::vector<int>& peers, const AddressOf& address_
     for (int p : peers)
       if (p > me) expected_[static_cast<size_t>(p)] = 1;
   }
+  local_peers_ = peers.size();
+  std::vector<int> lower;
+  std::vector<Address> addresses(static_cast<size_t>(group_.size()));
   for (int p : peers) {
     if (p >= me) continue;
-    Address a;
+    Address& a = addresses[static_cast<size_t>(p)];
     if (!decode_address(address_of(p), &a))
       throw Error(ErrorCode::kProtocol, "rank " + std::to_string(p) + " published no shared-memory address");
     if (!address_.host.same_host(a.host))
       throw Error(ErrorCode::kProtocol, "rank " + std::to_string(p) +
                                             " is not on this host (another boot id or network namespace)");
+    lower.push_back(p);
+  }
+  // Several lower peers at once (dial_all.h).
+  dial_all(lower, poll, [&](int p, const std::atomic<bool>& stop) {
     for (;;) {
       std::string why;
       bool rejected = false;
-      if (auto d = dial(p, a, deadline, &why, &rejected)) {
+      if (auto d = dial(p, addresses[static_cast<size_t>(p)], deadline, &why, &rejected)) {
         on_loop([&] {
           adopt(p, true, std::move(d->sock), std::move(d->wake_self), std::move(d->wake_peer),
                 std::move(d->seg), d->capacity);
         });
-        break;
+        return;
       }
-      if (rejected) {
-        if (poll) poll();  // a peer with other group parameters: its own reason says more
-        throw Error(ErrorCode::kProtocol, why);
-      }
+      if (rejected) throw Error(ErrorCode::kProtocol, why);  // dial_all polls for the peer's reason
       if (Clock::now() >= deadline) throw Error(ErrorCode::kTimeout, why);
-      if (poll) poll();
+      if (stop.load()) return;  // another dial failed: the set-up is over
       // It published its address, so it listens: a refusal is brief (its backlog is full).
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-  }
+  });
   std::unique_lock lk(mu_);
   auto missing = [&] {
     std::string m;

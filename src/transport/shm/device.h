@@ -36,9 +36,10 @@
 namespace geoccl::transport::shm {
 
 struct ShmOptions {
-  // Capacity of each direction's ring, rounded up to a multiple of 64 bytes. The dialler of a pair
-  // (the higher rank) creates the segment, so its setting holds for the pair.
-  size_t ring_bytes = 4u << 20;
+  // Capacity of each direction's ring, rounded up to a multiple of 64 bytes; 0: by the number of
+  // peers connected over shared memory (auto_ring_bytes, ring.h). The dialler of a pair (the
+  // higher rank) creates the segment, so its setting holds for the pair.
+  size_t ring_bytes = 0;
   // An inbound connection must send its Hello within this time or it is dropped.
   std::chrono::milliseconds handshake_timeout{10000};
 };
@@ -117,6 +118,7 @@ class ShmDevice final : public Device {
   std::condition_variable linked_cv_;
   std::vector<char> linked_;    // per rank: a connection is up
   std::vector<char> expected_;  // per rank: connect() serves it (all higher ranks until then)
+  size_t local_peers_ = 0;      // connect()'s peers: the ring size when none is configured
   std::atomic<bool> shut_{false};
   std::atomic<uint64_t> rejected_{0};
 };

@@ -10,6 +10,11 @@ size_t ring_capacity(size_t bytes) {
   return std::max(q, (bytes + q - 1) / q * q);
 }
 
+size_t auto_ring_bytes(size_t local_peers) {
+  const size_t share = kRingBudget / std::max<size_t>(local_peers, 1);
+  return ring_capacity(std::clamp(share, kMinAutoRing, kMaxAutoRing));
+}
+
 void RingWriter::load_tail(std::memory_order order) {
   const uint64_t t = ctl_->tail.load(order);
   if (t < tail_seen_ || t > head_) {

@@ -47,6 +47,14 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t
 // `bytes` rounded up to a usable capacity (a multiple of kCapacityQuantum, at least one quantum).
 size_t ring_capacity(size_t bytes);
 
+// The ring size a rank with `local_peers` peers over shared memory gives each direction when none
+// is configured: 4 MiB up to 16 peers, then a 64 MiB share per direction split among them, never
+// under 256 KiB. A rank's rings then stay near 256 MiB (two directions, two priority classes)
+// whatever the number of ranks on the host; a ring that carries no traffic costs no memory.
+inline constexpr size_t kMaxAutoRing = size_t{4} << 20, kMinAutoRing = size_t{256} << 10;
+inline constexpr size_t kRingBudget = size_t{64} << 20;
+size_t auto_ring_bytes(size_t local_peers);
+
 // The writing end. Positions read from shared memory are checked: a reader position outside
 // what this writer has committed marks the ring corrupt (corrupt(); no more room).
 class RingWriter {

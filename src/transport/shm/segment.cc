@@ -20,9 +20,11 @@ size_t page_round(size_t bytes) {
   return (bytes + page - 1) / page * page;
 }
 
-// MAP_POPULATE: the pages are faulted in now, not on the data path.
+// Not populated: a ring's pages are faulted in as traffic first reaches them (once, a few ms per
+// MiB), so the rings of peers that never exchange bulk data cost no memory, and connecting to
+// many peers zeroes no memory up front.
 uint8_t* map_shared(int fd, size_t bytes) {
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   return p == MAP_FAILED ? nullptr : static_cast<uint8_t*>(p);
 }
 

@@ -15,6 +15,7 @@
 #include "core/logging.h"
 #include "protocol/handshake.h"
 #include "security/auth.h"
+#include "transport/dial_all.h"
 #include "transport/tcp/address.h"
 #include "transport/tcp/socket_util.h"
 #include "transport/tcp/stall.h"
@@ -506,9 +507,13 @@ void TcpDevice::connect(const std::vector<int>& peers, const AddressOf& address_
       if (decode_address(address_of(r), &ep)) endpoints_[static_cast<size_t>(r)] = ep;
     }
   }
+  std::vector<int> lower;
+  for (int r : peers)
+    if (r < group_.rank()) lower.push_back(r);
+  std::mutex unanswered_mu;
   std::vector<int> unanswered;  // lower peers that no direct attempt reached
-  for (int r : peers) {
-    if (r >= group_.rank()) continue;
+  // Each lower peer's streams in order, several peers at once (dial_all.h).
+  dial_all(lower, poll, [&](int r, const std::atomic<bool>& stop) {
     TcpPeer& p = peer(r);
     p.endpoint = endpoint_of(r);
     if (p.endpoint.empty())
@@ -517,8 +522,9 @@ void TcpDevice::connect(const std::vector<int>& peers, const AddressOf& address_
     // at all within relay_after (a firewall that drops, a cut link) is left to a relay.
     const bool may_relay = options_.relay_after.count() > 0 && group_.size() > 2;
     if (may_relay && group_.relay(r) >= 0) {  // another class of this rank found no direct path
+      std::lock_guard lk(unanswered_mu);
       unanswered.push_back(r);
-      continue;
+      return;
     }
     const auto direct_deadline = may_relay ? std::min(deadline, Clock::now() + options_.relay_after) : deadline;
     bool relay = false;
@@ -530,10 +536,7 @@ void TcpDevice::connect(const std::vector<int>& peers, const AddressOf& address_
       // The peer is listening already (it published its address), but retry briefly on refusal.
       while ((fd = dial(p, p.wan, stream, stream == 0 ? direct_deadline : deadline, &why, &rejected, &keys,
                         &refused)) < 0) {
-        if (rejected) {
-          maybe_poll();  // a peer with other group parameters: its own reason says more
-          throw Error(ErrorCode::kProtocol, why);
-        }
+        if (rejected) throw Error(ErrorCode::kProtocol, why);  // dial_all polls for the peer's reason
         if (stream == 0 && !refused && direct_deadline < deadline && Clock::now() >= direct_deadline) {
           GEOCCL_LOG(kInfo, "rank " << r << " did not answer directly within " << options_.relay_after.count()
                                     << " ms (" << why << "): trying relays");
@@ -541,13 +544,17 @@ void TcpDevice::connect(const std::vector<int>& peers, const AddressOf& address_
           break;
         }
         if (Clock::now() >= deadline) throw Error(ErrorCode::kTimeout, why);
-        maybe_poll();
+        if (stop.load()) return;  // another dial failed: the set-up is over
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
       if (!relay) adopt_dialled(fd, r, stream, keys, -1);
     }
-    if (relay) unanswered.push_back(r);
-  }
+    if (relay) {
+      std::lock_guard lk(unanswered_mu);
+      unanswered.push_back(r);
+    }
+  });
+  std::sort(unanswered.begin(), unanswered.end());
   for (int r : unanswered) connect_through_relay(peer(r), peers, poll, deadline);
   // Wait for every higher peer's connections.
   for (;;) {
