@@ -104,7 +104,8 @@ class StoreClient final : public Store {
   std::chrono::milliseconds io_timeout_;
   // Sends a request body (framed, or wrapped in an authenticated envelope) and returns the
   // response body.
-  std::vector<uint8_t> call(const std::vector<uint8_t>& body, std::chrono::milliseconds timeout);
+  // `in_clear`: without the MAC even when authenticating (reads of the server's own keys).
+  std::vector<uint8_t> call(const std::vector<uint8_t>& body, std::chrono::milliseconds timeout, bool in_clear = false);
 };
 
 }  // namespace geoccl

@@ -142,6 +142,7 @@ RendezvousInfo join_store(const Config& cfg) {
   const std::string base = "geoccl/" + cfg.session + "/";
   const int64_t gen = info.store->add(base + "gen/" + std::to_string(cfg.rank), 1);
   info.prefix = base + "g" + std::to_string(gen) + "/";
+  info.session = std::string(protocol::key_session(info.prefix));
   // Unset (0): each WAN peer's stream count is measured (TcpOptions::from_config).
   const GroupParams mine = GroupParams::from_config(cfg, cfg.tcp_streams);
   if (cfg.rank == 0) {
@@ -187,7 +188,7 @@ RendezvousInfo join_store(const Config& cfg) {
 std::optional<std::string> setup_error(const RendezvousInfo& info) {
   if (!info.store) return std::nullopt;
   // The store refused a rank's requests for want of the secret: that rank never comes.
-  const std::string refused(protocol::kRefusedKey);
+  const std::string refused = protocol::refused_key(info.session);
   if (info.secret && info.store->check(refused)) {
     const auto v = info.store->get(refused, std::chrono::seconds(5));
     throw Error(ErrorCode::kProtocol, std::string(v.begin(), v.end()));

@@ -19,6 +19,7 @@ struct RendezvousInfo {
   std::unique_ptr<StoreServer> server;  // set on rank 0 when it hosts the store
   std::unique_ptr<Store> store;         // the TCP store, or whatever cfg.store names
   std::string prefix;                   // key prefix unique to this communicator
+  std::string session;                  // the session its keys are under (protocol::key_session)
   uint64_t session_id = 0;              // random, chosen by rank 0, checked in every handshake
   GroupParams params;                   // rank 0's; params.hash() is checked in every handshake
   int data_streams = 1;                 // params.data_streams (0: measured)

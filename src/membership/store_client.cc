@@ -56,9 +56,10 @@ void StoreClient::authenticate(const std::array<uint8_t, 32>& secret) {
   auth_ = a;
 }
 
-std::vector<uint8_t> StoreClient::call(const std::vector<uint8_t>& body, std::chrono::milliseconds timeout) {
+std::vector<uint8_t> StoreClient::call(const std::vector<uint8_t>& body, std::chrono::milliseconds timeout,
+                                       bool in_clear) {
   std::vector<uint8_t> request;
-  if (auth_) {
+  if (auth_ && !in_clear) {
     protocol::AuthenticatedStoreRequest q;
     q.client = auth_->client;
     q.counter = ++auth_->counter;
@@ -110,7 +111,7 @@ void StoreClient::set(const std::string& key, const std::vector<uint8_t>& value)
 
 std::vector<uint8_t> StoreClient::get(const std::string& key, std::chrono::milliseconds timeout) {
   StoreRequest q{StoreCommand::kGet, key, {}, 0, static_cast<uint64_t>(std::max<int64_t>(timeout.count(), 1))};
-  auto r = decode(call(protocol::encode_store_request_body(q), timeout), address_);
+  auto r = decode(call(protocol::encode_store_request_body(q), timeout, protocol::is_public_read(q)), address_);
   if (r.status != StoreStatus::kOk)
     throw Error(ErrorCode::kTimeout, "store key '" + key + "' did not appear at " + address_ + " within " +
                                          std::to_string(timeout.count()) + " ms");
@@ -137,7 +138,8 @@ bool StoreClient::remove(const std::string& key) {
 
 bool StoreClient::check(const std::string& key) {
   StoreRequest q{StoreCommand::kCheck, key, {}, 0, 0};
-  return decode(call(protocol::encode_store_request_body(q), io_timeout_), address_).status == StoreStatus::kOk;
+  return decode(call(protocol::encode_store_request_body(q), io_timeout_, protocol::is_public_read(q)), address_)
+             .status == StoreStatus::kOk;
 }
 
 }  // namespace geoccl

@@ -155,35 +155,40 @@ class StoreServerImpl {
   // (nullopt: malformed). False when it was refused (answered kUnauthenticated, logged).
   bool open_request(Client& c, std::span<const uint8_t> body, std::optional<StoreRequest>* req) {
     if (!protocol::is_authenticated_store_request(body)) {
-      if (request_key_) return refuse(c, "it carries no MAC", true);
       *req = protocol::decode_store_request(body);
+      if (request_key_ && !(*req && protocol::is_public_read(**req))) return refuse(c, "it carries no MAC", *req);
       return true;
     }
     const auto env = protocol::decode_authenticated_store_request(body);
     if (!env) return true;  // malformed: kBadRequest
     if (request_key_) {
       if (!security::store_request_mac_ok(*request_key_, env->client, env->counter, env->body, env->mac))
-        return refuse(c, "its MAC is wrong", true);
+        return refuse(c, "its MAC is wrong", protocol::decode_store_request(env->body));
       if (!replays_.fresh(env->client, env->counter))
-        return refuse(c, "its counter " + std::to_string(env->counter) + " was used already (a replay)", false);
+        return refuse(c, "its counter " + std::to_string(env->counter) + " was used already (a replay)", std::nullopt);
     }
     *req = protocol::decode_store_request(env->body);
     return true;
   }
 
-  // Answers kUnauthenticated and logs it. `secret`: the request lacks the group secret (not a
-  // replay): noted once under kRefusedKey, where ranks setting up find it.
-  bool refuse(Client& c, const std::string& why, bool secret) {
+  // Answers kUnauthenticated and logs it. `lacks_secret`: the request (decoded, unauthenticated)
+  // lacks the group secret, not a replay: noted once per session under refused_key(session), where
+  // the ranks of that session setting up find it.
+  bool refuse(Client& c, const std::string& why, const std::optional<StoreRequest>& lacks_secret) {
     const uint64_t n = refused_.fetch_add(1, std::memory_order_relaxed) + 1;
     if (n <= 20 || n % 1000 == 0)
       GEOCCL_LOG(kWarn, "store: refused request " << n << " of a client: " << why
                                                   << " (not authenticated with the group secret)");
-    const std::string key(protocol::kRefusedKey);
-    if (secret && !data_.count(key)) {
-      const std::string note = "the store refused a request that is not authenticated with the group secret (" +
-                               why + "): a rank has another group secret (GEOCCL_SECRET) or none";
-      data_[key] = std::vector<uint8_t>(note.begin(), note.end());
-      wake(key);
+    const std::string_view session = lacks_secret ? protocol::key_session(lacks_secret->key) : std::string_view{};
+    if (!session.empty()) {
+      const std::string key = protocol::refused_key(session);
+      if (!data_.count(key)) {
+        const std::string note = "the store refused a request of session '" + std::string(session) +
+                                 "' that is not authenticated with the group secret (" + why +
+                                 "): a rank has another group secret (GEOCCL_SECRET) or none";
+        data_[key] = std::vector<uint8_t>(note.begin(), note.end());
+        wake(key);
+      }
     }
     respond(c, {StoreStatus::kUnauthenticated, {}, 0});
     return false;

@@ -49,12 +49,36 @@ struct StoreResponse {
 };
 
 inline constexpr std::string_view kOwnerKey = "geoccl/.owner";
-// A store with a group secret notes here, in clear, the first request it refused for a wrong or
-// missing MAC (a rank with another secret or none), so that the ranks setting up fail with it.
+// A store with a group secret notes under kRefusedKey + "/" + session, in clear, the first
+// request of a session it refused for a wrong or missing MAC (a rank with another secret or none),
+// so that the ranks of that session setting up fail with it; other jobs on the store never see it.
 // Like kOwnerKey, written by the server only.
 inline constexpr std::string_view kRefusedKey = "geoccl/.refused";
-// Keys under this prefix are the server's own (kOwnerKey, kRefusedKey): clients only read them.
+// Keys under this prefix are the server's own (kOwnerKey, kRefusedKey): clients only read them,
+// and may read them in clear from a store with a secret (they hold nothing secret).
 inline constexpr std::string_view kServerKeyPrefix = "geoccl/.";
+
+// The session a job's key belongs to ("geoccl/<session>/..."), or empty for the server's own
+// keys and keys of no session.
+inline std::string_view key_session(std::string_view key) {
+  constexpr std::string_view root = "geoccl/";
+  if (!key.starts_with(root)) return {};
+  key.remove_prefix(root.size());
+  const size_t end = key.find('/');
+  if (end == std::string_view::npos || end == 0 || key.front() == '.') return {};
+  return key.substr(0, end);
+}
+
+// A read of the server's own keys: a store with a secret serves it without a MAC.
+inline bool is_public_read(const StoreRequest& q) {
+  return (q.command == StoreCommand::kGet || q.command == StoreCommand::kCheck) &&
+         q.key.starts_with(kServerKeyPrefix);
+}
+
+// The note kRefusedKey keeps for `session`.
+inline std::string refused_key(std::string_view session) {
+  return std::string(kRefusedKey) + "/" + std::string(session);
+}
 
 // The job whose rank 0 hosts a store.
 struct StoreOwner {

@@ -330,6 +330,21 @@ TEST(Handshake, Reply) {
   EXPECT_EQ(decode_reply(unknown, &d), HandshakeStatus::kBadMagic);
 }
 
+TEST(StoreCodec, KeysNameTheirSessionAndServerKeysAreReadInClear) {
+  EXPECT_EQ(protocol::key_session("geoccl/job7/g1/params"), "job7");
+  EXPECT_EQ(protocol::key_session("geoccl/job7/"), "job7");
+  EXPECT_EQ(protocol::key_session("geoccl/job7"), "");  // no key under it
+  EXPECT_EQ(protocol::key_session("geoccl//g1"), "");
+  EXPECT_EQ(protocol::key_session("geoccl/.owner"), "");
+  EXPECT_EQ(protocol::key_session("geoccl/.refused/job7"), "");
+  EXPECT_EQ(protocol::key_session("other/job7/g1"), "");
+  using protocol::StoreCommand;
+  EXPECT_TRUE(protocol::is_public_read({StoreCommand::kGet, "geoccl/.owner", {}, 0, 1}));
+  EXPECT_TRUE(protocol::is_public_read({StoreCommand::kCheck, "geoccl/.refused/job7", {}, 0, 0}));
+  EXPECT_FALSE(protocol::is_public_read({StoreCommand::kSet, "geoccl/.owner", {}, 0, 0}));
+  EXPECT_FALSE(protocol::is_public_read({StoreCommand::kGet, "geoccl/job7/g1/params", {}, 0, 1}));
+}
+
 TEST(StoreCodec, RoundTripAndLimits) {
   StoreRequest q{StoreCommand::kSet, "key", {1, 2, 3}, -5, 77};
   auto bytes = encode_store_request(q);

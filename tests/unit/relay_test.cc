@@ -342,6 +342,18 @@ TEST(Relay, FramesToTwoBusyWanPeersTakeHalfTheStreamsEach) {
     for (int r = 0; r < 3; ++r)
       for (int q = 0; q < 3; ++q)
         if (r != q) g[r].dev->set_wan_peer(q, true);
+    // Every data stream of rank 0 to both peers open and striped over before the first frame: a
+    // stream still being set up, or re-dialled, under load would take its frames elsewhere.
+    const auto all_open = [&] {
+      for (int peer : {1, 2}) {
+        const auto ps = g[0].stats(peer);
+        if (ps.tcp.data_streams != 4 || ps.tcp.width != 4) return false;
+      }
+      return true;
+    };
+    const auto until = std::chrono::steady_clock::now() + 20s;
+    while (!all_open() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(10ms);
+    ASSERT_TRUE(all_open());
     constexpr int kFrames = 24;
     std::vector<std::vector<uint8_t>> src(2 * kFrames, std::vector<uint8_t>(1 << 20)), dst(src.size(), std::vector<uint8_t>(1 << 20));
     for (size_t i = 0; i < src.size(); ++i) std::fill(src[i].begin(), src[i].end(), static_cast<uint8_t>(i));
@@ -371,7 +383,11 @@ TEST(Relay, FramesToTwoBusyWanPeersTakeHalfTheStreamsEach) {
       }
       if (narrow) {
         // The first frame to peer 1 went before peer 2 was busy: at most that one beyond.
-        EXPECT_LE(beyond, 1u) << "peer " << peer;
+        std::string per_stream;
+        for (const auto& st : ps.tcp.streams)
+          per_stream += " [stream " + std::to_string(st.index) + ": " + std::to_string(st.frames_sent) + " frames, " +
+                        std::to_string(st.reconnects) + " reconnects]";
+        EXPECT_LE(beyond, 1u) << "peer " << peer << ", width " << ps.tcp.width << ":" << per_stream;
       } else {
         EXPECT_EQ(used, 4) << "peer " << peer;
       }

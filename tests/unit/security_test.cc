@@ -481,11 +481,19 @@ TEST(StoreAuth, StoreWithTheSecretRefusesStrangersAndReplays) {
   EXPECT_EQ(member.get("geoccl/s/g1/params", 1s), v);
   EXPECT_EQ(member.add("geoccl/s/gen/0", 0), 1);
   EXPECT_EQ(server.refused_requests(), 6u);
-  // The first refusal is noted where ranks setting up look, in clear; no client writes it.
-  const auto note = member.get(std::string(protocol::kRefusedKey), 1s);
+  // The first refusal of session s is noted where its ranks setting up look, in clear: a
+  // stranger reads it without the secret; no client writes it. Session t has no note.
+  const std::string noted = protocol::refused_key("s");
+  EXPECT_EQ(noted, "geoccl/.refused/s");
+  const auto note = stranger.get(noted, 1s);
+  EXPECT_NE(std::string(note.begin(), note.end()).find("session 's'"), std::string::npos);
   EXPECT_NE(std::string(note.begin(), note.end()).find("group secret"), std::string::npos);
-  EXPECT_THROW(member.set(std::string(protocol::kRefusedKey), {}), Error);
-  EXPECT_THROW(member.remove(std::string(protocol::kRefusedKey)), Error);
+  EXPECT_THROW(member.set(noted, {}), Error);
+  EXPECT_THROW(member.remove(noted), Error);
+  EXPECT_FALSE(member.check(protocol::refused_key("t")));
+  expect_unauthenticated([&] { wrong.add("geoccl/t/gen/0", 1); });
+  EXPECT_TRUE(member.check(protocol::refused_key("t")));
+  EXPECT_EQ(server.refused_requests(), 7u);
   // A captured request (a member's set, counter 1 of its client) replayed, on its own
   // connection and on another, is refused; its first sending is served.
   const Key rk = store_request_key(secret);
@@ -507,7 +515,7 @@ TEST(StoreAuth, StoreWithTheSecretRefusesStrangersAndReplays) {
   EXPECT_EQ(send_raw(server.port(), protocol::encode_store_request({protocol::StoreCommand::kDelete, "geoccl/s/g1/addr", {}, 0, 0})),
             protocol::StoreStatus::kUnauthenticated);
   EXPECT_EQ(member.get("geoccl/s/g1/addr", 1s), std::vector<uint8_t>{8});
-  EXPECT_EQ(server.refused_requests(), 9u);
+  EXPECT_EQ(server.refused_requests(), 10u);
   // A store without a secret (standalone) serves authenticated clients and plain ones, as before.
   StoreServer standalone("127.0.0.1", 0);
   StoreClient a("127.0.0.1", standalone.port(), 5s), b("127.0.0.1", standalone.port(), 5s);
