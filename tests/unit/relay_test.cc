@@ -23,6 +23,7 @@
 #include "transport/tcp/address.h"
 #include "transport/tcp/device.h"
 #include "transport/tcp/socket_util.h"
+#include "netns_child.h"
 #include "requests.h"
 
 using namespace geoccl;
@@ -326,6 +327,53 @@ TEST(Relay, ATwoHopPathWhoseRelayCannotReachThePeerFallsBackToDirect) {
   // The ends of the pair rank 2 relays go first, so that its tunnels close before it does.
   g.ranks[0].reset();
   g.ranks[1].reset();
+}
+
+// The relay's leg to the far end is cut while a two-hop path carries bulk frames (iptables in a
+// namespace of the test's own drops every packet of the relay's sockets to rank 0). The relay
+// acknowledges what rank 2 sends, so neither end sees the cut: the relay's stall check ends the
+// tunnels, the streams come back, and every frame arrives once. Without it they would wait on a
+// full tunnel for as long as TCP retries.
+TEST(Relay, ATunnelWhoseLegToTheFarEndIsCutEndsAndTheStreamsComeBack) {
+  if (!test_support::can_cut_packets()) GTEST_SKIP() << "needs root and iptables";
+  const int rc = test_support::run_in_netns(
+      [] {
+        TcpOptions o = relay_options();
+        o.data_streams = 3;
+        Group3 g(3, o, [](int, int, const std::string& real) { return real; });
+        ASSERT_TRUE(g.connected());
+        for (int r = 0; r < 3; ++r)
+          for (int q = 0; q < 3; ++q)
+            if (r != q) g[r].dev->set_wan_peer(q, true);
+        constexpr size_t kBulk = 64 << 10;
+        ASSERT_TRUE(g[0].dev->set_two_hop(2, 1, kBulk));
+        ASSERT_TRUE(g[2].dev->set_two_hop(0, 1, kBulk));
+        ASSERT_TRUE(streams_through(g[2], 0, 2, 1));
+        ASSERT_TRUE(streams_through(g[0], 2, 2, 1));
+        std::mt19937_64 rng(11);
+        const std::vector<size_t> bulk(16, 1 << 20);
+        transfer(g[2], 2, g[0], 0, bulk, 0, rng);
+        const auto ports = g[1].dev->relay_ports_for_test(0);
+        ASSERT_EQ(ports.size(), 2u);  // streams 2 and 3
+        for (uint16_t port : ports) {
+          test_support::iptables("-I INPUT -p tcp --sport " + std::to_string(port) + " -j DROP");
+          test_support::iptables("-I INPUT -p tcp --dport " + std::to_string(port) + " -j DROP");
+        }
+        // Frames both ways across the cut, checked byte for byte, every request done.
+        std::thread back([&] {
+          std::mt19937_64 rng2(12);
+          transfer(g[0], 0, g[2], 2, bulk, 100, rng2);
+        });
+        transfer(g[2], 2, g[0], 0, bulk, 16, rng);
+        back.join();
+        EXPECT_GE(g[1].dev->relay_counters(0).stalled, 1u);
+        for (uint16_t port : g[1].dev->relay_ports_for_test(0))
+          for (uint16_t cut : ports) EXPECT_NE(port, cut);  // the streams came back on new tunnels
+        EXPECT_FALSE(g[0].group.failure());
+        EXPECT_FALSE(g[2].group.failure());
+      },
+      90s);
+  EXPECT_EQ(rc, 0);
 }
 
 // Striping while a rank sends to several WAN peers at once (TcpOptions::narrow_fan_out, on by

@@ -28,6 +28,7 @@
 #include "geoccl/config.h"
 #include "geoccl/error.h"
 #include "protocol/handshake.h"
+#include "netns_child.h"
 #include "requests.h"
 #include "runtime/event_loop.h"
 #include "security/secret.h"
@@ -469,58 +470,14 @@ TEST(TcpTransport, StreamNotReestablishedInTimeFailsBothRanks) {
 }
 
 // ---- The stall detector on real sockets: a path that is busy is told from one that is down.
-// The pair runs in a network namespace of the test's own (a child process; root and iptables
-// needed, skipped otherwise), where iptables cuts one stream's packets or every packet; the
-// namespace and its rules vanish with the child, whatever happens in it. Packets are dropped on
-// arrival (INPUT), as a network loses them: dropped on the way out (OUTPUT), the sender's kernel
-// would count them unsent, with nothing in flight to stall.
+// The pair runs in a network namespace of the test's own (netns_child.h), where iptables cuts
+// one stream's packets or every packet.
 
 namespace {
 
-// Runs `body` in a child process in a new network namespace with loopback up, killed after
-// `limit`. Returns its exit status: 0 when no check failed, 77 when the namespace could not be
-// made, -1 when it ran out of time.
-int run_in_netns(const std::function<void()>& body, std::chrono::seconds limit) {
-  std::fflush(nullptr);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    int code = 77;
-    if (::unshare(CLONE_NEWNET) == 0) {
-      const int s = ::socket(AF_INET, SOCK_DGRAM, 0);
-      ifreq ifr{};
-      std::strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
-      if (s >= 0 && ::ioctl(s, SIOCGIFFLAGS, &ifr) == 0 &&
-          (ifr.ifr_flags |= IFF_UP, ::ioctl(s, SIOCSIFFLAGS, &ifr) == 0)) {
-        body();
-        code = ::testing::Test::HasFailure() ? 1 : 0;
-      }
-      if (s >= 0) ::close(s);
-    }
-    std::fflush(nullptr);
-    ::_exit(code);
-  }
-  if (pid < 0) return -1;
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  int status = 0;
-  while (::waitpid(pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      return -1;
-    }
-    std::this_thread::sleep_for(20ms);
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-bool can_cut_packets() {
-  return ::geteuid() == 0 && std::system("iptables -w -L OUTPUT -n >/dev/null 2>&1") == 0;
-}
-
-void iptables(const std::string& args) {
-  const std::string cmd = "iptables -w " + args;
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-}
+using test_support::can_cut_packets;
+using test_support::iptables;
+using test_support::run_in_netns;
 
 // The liveness monitor's part: the device's tick every 250 ms, on its loop thread.
 class Ticker {

@@ -18,6 +18,7 @@
 #include "core/logging.h"
 #include "transport/tcp/device.h"
 #include "transport/tcp/socket_util.h"
+#include "transport/tcp/stall_probe.h"
 
 namespace geoccl::transport::tcp {
 
@@ -225,21 +226,7 @@ void TcpConnection::replace(const std::string& why) {
 }
 
 StallSample TcpConnection::stall_sample(std::chrono::steady_clock::time_point now) {
-  StallSample out;
-  tcp_info ti{};
-  socklen_t len = sizeof ti;
-  if (fd_ < 0 || getsockopt(fd_, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return out;
-  out.open = true;
-  if (ti.tcpi_unacked == 0) idle_seen_ = now;
-  out.unacked_bytes =
-      static_cast<uint64_t>(ti.tcpi_unacked) * std::max<uint32_t>(ti.tcpi_snd_mss, 1);
-  out.since_ack = std::chrono::milliseconds(ti.tcpi_last_ack_recv);
-  if (ti.tcpi_unacked > 0)
-    out.waiting = std::min(out.since_ack,
-                           std::chrono::duration_cast<std::chrono::milliseconds>(now - idle_seen_));
-  out.srtt = std::chrono::microseconds(ti.tcpi_rtt);
-  out.delivery_bps = ti.tcpi_delivery_rate * 8;
-  return out;
+  return tcp::stall_sample(fd_, now, idle_seen_);
 }
 
 uint16_t TcpConnection::local_port() const { return fd_ >= 0 ? tcp::local_port(fd_) : 0; }

@@ -92,6 +92,7 @@ TcpDevice::TcpDevice(Group& group, const std::string& bind_addr, const TcpOption
         if (options_.wan_buffer_bytes > 0) set_buffer_sizes(s, options_.wan_buffer_bytes);
         if (!options_.wan_congestion_control.empty()) set_congestion_control(s, options_.wan_congestion_control);
       }) {
+  relay_.set_stall_timeout(options_.stall_timeout);
   for (int r = 0; r < group_.size(); ++r) {
     auto p = std::make_unique<TcpPeer>();
     p->rank = r;

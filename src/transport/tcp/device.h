@@ -181,6 +181,7 @@ class TcpDevice final : public Device {
   uint64_t rejected_connections() const { return rejected_.load(); }
   // The connections this rank relays for other pairs (relay.h); `rank` >= 0: with it at one end.
   Relay::Counters relay_counters(int rank = -1) const { return relay_.counters(rank); }
+  std::vector<uint16_t> relay_ports_for_test(int to) const { return relay_.onward_ports(to); }
   // Fault injection for tests: resets data stream `stream` (1..S) to `peer` with an RST, as a
   // middlebox would; `silent`: drops it here without telling the peer, as a NAT that forgets
   // the flow would (the peer's socket stays open until it learns otherwise).

@@ -8,10 +8,12 @@
 
 #include <cerrno>
 #include <cstring>
+#include <functional>
 
 #include "core/logging.h"
 #include "geoccl/error.h"
 #include "transport/tcp/socket_util.h"
+#include "transport/tcp/stall_probe.h"
 
 namespace geoccl::transport::tcp {
 
@@ -20,7 +22,9 @@ struct Relay::Tunnel {
   int a = -1;              // the requester's socket
   std::atomic<bool> open{true};
   bool refused = false;  // the target was not reached (written before `open` turns false)
+  bool stalled = false;  // ended because a socket stalled (likewise)
   std::atomic<uint64_t> bytes{0};
+  std::atomic<uint16_t> onward_port{0};  // the local port of the socket to `to`, once connected
   std::thread thread;
 };
 
@@ -73,9 +77,10 @@ bool pump(Direction& d, std::atomic<uint64_t>& bytes) {
   return true;
 }
 
-// Forwards between a and b until both directions are done, either socket fails, or stop_fd is
-// readable.
-void forward(int a, int b, int stop_fd, std::atomic<uint64_t>& bytes) {
+// Forwards between a and b until both directions are done, either socket fails, stop_fd is
+// readable, or `stalled` (asked every `tick`, when positive) says to end.
+void forward(int a, int b, int stop_fd, std::atomic<uint64_t>& bytes, std::chrono::milliseconds tick,
+             const std::function<bool()>& stalled) {
   Direction ab, ba;
   ab.src = ba.dst = a;
   ab.dst = ba.src = b;
@@ -86,9 +91,18 @@ void forward(int a, int b, int stop_fd, std::atomic<uint64_t>& bytes) {
   } catch (const Error&) {
     ok = false;
   }
+  using Clock = std::chrono::steady_clock;
+  auto next_check = Clock::now() + tick;
   while (ok && !(ab.done && ba.done)) {
     ok = pump(ab, bytes) && pump(ba, bytes);
     if (!ok || (ab.done && ba.done)) break;
+    if (tick.count() > 0 && Clock::now() >= next_check) {
+      next_check = Clock::now() + tick;
+      if (stalled()) {
+        ok = false;
+        break;
+      }
+    }
     // Read a socket while its pipe has room; wait to write one while the other direction's pipe
     // holds bytes for it.
     const auto events = [](const Direction& in, const Direction& out) {
@@ -100,7 +114,11 @@ void forward(int a, int b, int stop_fd, std::atomic<uint64_t>& bytes) {
     pollfd fds[3] = {{a, events(ab, ba), 0}, {b, events(ba, ab), 0}, {stop_fd, POLLIN, 0}};
     for (int i = 0; i < 2; ++i)
       if (fds[i].events == 0) fds[i].fd = -1;  // nothing to do with it now: no HUP wake-ups
-    if (::poll(fds, 3, -1) < 0 && errno != EINTR) break;
+    int wait_ms = -1;
+    if (tick.count() > 0)
+      wait_ms = static_cast<int>(std::max<int64_t>(
+          0, std::chrono::duration_cast<std::chrono::milliseconds>(next_check - Clock::now()).count() + 1));
+    if (::poll(fds, 3, wait_ms) < 0 && errno != EINTR) break;
     if (fds[2].revents) break;
     if ((fds[0].revents | fds[1].revents) & POLLERR) ok = false;
   }
@@ -188,16 +206,57 @@ void Relay::run(Tunnel& t, std::string target, std::chrono::milliseconds connect
   try {
     set_nodelay(b);
     set_nodelay(t.a);
+    t.onward_port.store(local_port(b));
   } catch (const Error&) {
   }
   if (write_all(t.a, accepted, reply_by)) {
     GEOCCL_LOG(kDebug, what << ": forwarding to " << target);
-    forward(t.a, b, stop_fd_, t.bytes);
+    // The sockets are sampled a few times per stall timeout.
+    const auto tick = stall_timeout_ / 4;
+    Clock::time_point idle_a = Clock::now(), idle_b = idle_a;
+    forward(t.a, b, stop_fd_, t.bytes, tick, [&] {
+      const auto now = Clock::now();
+      const bool a_stalled = stalled(t.from, t.a, now, idle_a), b_stalled = stalled(t.to, b, now, idle_b);
+      if (!a_stalled && !b_stalled) return false;
+      GEOCCL_LOG(kWarn, what << ": the path to rank " << (b_stalled ? t.to : t.from)
+                             << " stalled (data unacknowledged past " << stall_timeout_.count()
+                             << " ms while no relayed stream to it was acknowledged, or past the busy bound): "
+                                "the tunnel ends and its two ends re-establish the stream");
+      t.stalled = true;
+      return true;
+    });
     GEOCCL_LOG(kDebug, what << ": closed after " << t.bytes.load() << " bytes");
   }
   ::close(t.a);
   ::close(b);
   t.open.store(false);
+}
+
+bool Relay::stalled(int rank, int fd, Clock::time_point now, Clock::time_point& idle_seen) {
+  const StallSample own = stall_sample(fd, now, idle_seen);
+  if (!own.open) return false;
+  // The relay's other sockets to `rank` stand for the path: one acknowledged within the timeout
+  // shows it alive (stall.h).
+  StallSample path;
+  path.open = true;
+  {
+    std::lock_guard lk(life_mu_);
+    auto [it, fresh] = acked_.try_emplace(rank, now - own.since_ack);
+    if (!fresh) it->second = std::max(it->second, now - own.since_ack);
+    path.since_ack = std::chrono::duration_cast<std::chrono::milliseconds>(now - it->second);
+  }
+  const StallSample both[2] = {own, path};
+  for (const StallDecision& d : stalled_streams(both, stall_timeout_))
+    if (d.stream == 0) return true;
+  return false;
+}
+
+std::vector<uint16_t> Relay::onward_ports(int to) const {
+  std::vector<uint16_t> out;
+  std::lock_guard lk(mu_);
+  for (const auto& t : tunnels_)
+    if (t.to == to && t.open.load() && t.onward_port.load() != 0) out.push_back(t.onward_port.load());
+  return out;
 }
 
 Relay::Counters Relay::counters(int rank) const {
@@ -209,6 +268,7 @@ Relay::Counters Relay::counters(int rank) const {
     ++c.tunnels;
     if (open) ++c.open;
     else if (t.refused) ++c.refused;
+    if (!open && t.stalled) ++c.stalled;
     c.bytes += t.bytes.load(std::memory_order_relaxed);
   }
   return c;
