@@ -107,6 +107,12 @@ struct Group3 {
     return true;
   }
   Rank& operator[](int r) { return *ranks[static_cast<size_t>(r)]; }
+  // Every pair across a WAN: striping, stream resume, two-hop paths.
+  void all_wan() {
+    for (size_t r = 0; r < ranks.size(); ++r)
+      for (size_t q = 0; q < ranks.size(); ++q)
+        if (r != q) ranks[r]->dev->set_wan_peer(static_cast<int>(q), true);
+  }
 };
 
 protocol::FrameHeader header(uint64_t i, size_t bytes) {
@@ -179,9 +185,7 @@ TEST(Relay, APairWithoutADirectPathGoesThroughTheThirdRank) {
   });
   for (size_t r = 0; r < g.errors.size(); ++r)
     if (g.errors[r]) std::rethrow_exception(g.errors[r]);
-  for (int r = 0; r < 3; ++r)
-    for (int q = 0; q < 3; ++q)
-      if (r != q) g[r].dev->set_wan_peer(q, true);
+  g.all_wan();
   // Both ends know the pair is relayed, and by whom; the other pairs are direct.
   EXPECT_EQ(g[2].stats(0).relay, 1);
   EXPECT_EQ(g[0].stats(2).relay, 1);
@@ -209,9 +213,7 @@ TEST(Relay, AStreamThatBreaksIsReestablishedThroughTheRelay) {
     return viewer == 2 && rank == 0 ? hole.endpoint : real;
   });
   ASSERT_TRUE(g.connected());
-  for (int r = 0; r < 3; ++r)
-    for (int q = 0; q < 3; ++q)
-      if (r != q) g[r].dev->set_wan_peer(q, true);
+  g.all_wan();
   std::mt19937_64 rng(8);
   transfer(g[2], 2, g[0], 0, 10, 0, rng);
   // Rank 0's end of a data stream is reset (an RST, as from a middlebox): the tunnel passes it
@@ -260,9 +262,7 @@ TEST(Relay, ATwoHopPathCarriesTheBulkFramesAndSmallOnesStayDirect) {
   o.data_streams = 3;
   Group3 g(3, o, [](int, int, const std::string& real) { return real; });
   ASSERT_TRUE(g.connected());
-  for (int r = 0; r < 3; ++r)
-    for (int q = 0; q < 3; ++q)
-      if (r != q) g[r].dev->set_wan_peer(q, true);
+  g.all_wan();
   std::mt19937_64 rng(9);
   transfer(g[2], 2, g[0], 0, 10, 0, rng);  // in flight beside the switch: nothing lost
   EXPECT_EQ(g[1].dev->relay_counters().tunnels, 0u);
@@ -310,9 +310,7 @@ TEST(Relay, ATwoHopPathWhoseRelayCannotReachThePeerFallsBackToDirect) {
     return viewer == 1 && rank == 0 ? hole.endpoint : real;
   });
   ASSERT_TRUE(g.connected());
-  for (int r = 0; r < 3; ++r)
-    for (int q = 0; q < 3; ++q)
-      if (r != q) g[r].dev->set_wan_peer(q, true);
+  g.all_wan();
   ASSERT_EQ(g[1].stats(0).relay, 2);
   std::mt19937_64 rng(10);
   ASSERT_TRUE(g[0].dev->set_two_hop(2, 1, 64 << 10));
@@ -342,9 +340,7 @@ TEST(Relay, ATunnelWhoseLegToTheFarEndIsCutEndsAndTheStreamsComeBack) {
         o.data_streams = 3;
         Group3 g(3, o, [](int, int, const std::string& real) { return real; });
         ASSERT_TRUE(g.connected());
-        for (int r = 0; r < 3; ++r)
-          for (int q = 0; q < 3; ++q)
-            if (r != q) g[r].dev->set_wan_peer(q, true);
+        g.all_wan();
         constexpr size_t kBulk = 64 << 10;
         ASSERT_TRUE(g[0].dev->set_two_hop(2, 1, kBulk));
         ASSERT_TRUE(g[2].dev->set_two_hop(0, 1, kBulk));
@@ -387,9 +383,7 @@ TEST(Relay, FramesToTwoBusyWanPeersTakeHalfTheStreamsEach) {
     o.narrow_fan_out = narrow;
     Group3 g(3, o, [](int, int, const std::string& real) { return real; }, 20s, false);
     ASSERT_TRUE(g.connected());
-    for (int r = 0; r < 3; ++r)
-      for (int q = 0; q < 3; ++q)
-        if (r != q) g[r].dev->set_wan_peer(q, true);
+    g.all_wan();
     // Every data stream of rank 0 to both peers open and striped over before the first frame: a
     // stream still being set up, or re-dialled, under load would take its frames elsewhere.
     const auto all_open = [&] {
