@@ -14,6 +14,16 @@ Gradients can be compressed on the hops that cross domains (docs/compression.md)
 ``comm.allreduce(array, op="avg", compression="int8", feedback_key="grad0")``; for DDP, the
 comm hook ``geoccl.compression_hook`` with ``geoccl.GeocclHookState(pg, compression="int8")``.
 
+A failed operation raises ``geoccl.GeocclError`` (a RuntimeError) with ``code``, the kind of
+failure ("peer_lost", "peer_unresponsive", "peer_unreachable", "timeout", "mismatch", "aborted",
+"protocol", "io", "internal"), and ``ranks``, the peers it is about (the same on every rank;
+empty when it is not about a peer)::
+
+    try:
+        comm.allreduce(array).wait()
+    except geoccl.GeocclError as e:
+        if e.code == "peer_lost": ...          # e.ranks: who
+
 Beyond DDP (docs/diloco.md): ``geoccl.weighted.weighted_allreduce`` (weighted mean, robust
 against outliers, staleness-checked) and ``geoccl.diloco.DiLoCo`` (inner steps, an outer Nesterov
 step on the pseudo-gradients averaged every H steps; streaming and hierarchical).

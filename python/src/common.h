@@ -23,6 +23,8 @@ ReduceOp parse_op(const std::string& name);
 // Parses "gradient", "bulk" (the priority classes); throws std::invalid_argument.
 Priority parse_priority(const std::string& name);
 const char* priority_name(Priority p);
+// The short name GeocclError.code carries for `c` ("peer_lost", "timeout", ...).
+const char* error_code_id(ErrorCode c);
 // Config::from_env() (GEOCCL_* settings) with the identity and rendezvous given from Python; an
 // empty session keeps the environment's.
 Config group_config(int rank, int world_size, const std::string& master_addr, int master_port,

@@ -57,6 +57,23 @@ Priority parse_priority(const std::string& name) {
 
 const char* priority_name(Priority p) { return p == Priority::kBulk ? "bulk" : "gradient"; }
 
+const char* error_code_id(ErrorCode c) {
+  switch (c) {
+    case ErrorCode::kOk: return "ok";
+    case ErrorCode::kInvalidArgument: return "invalid_argument";
+    case ErrorCode::kTimeout: return "timeout";
+    case ErrorCode::kPeerLost: return "peer_lost";
+    case ErrorCode::kMismatch: return "mismatch";
+    case ErrorCode::kProtocol: return "protocol";
+    case ErrorCode::kAborted: return "aborted";
+    case ErrorCode::kIo: return "io";
+    case ErrorCode::kInternal: return "internal";
+    case ErrorCode::kPeerUnresponsive: return "peer_unresponsive";
+    case ErrorCode::kPeerUnreachable: return "peer_unreachable";
+  }
+  return "unknown";
+}
+
 std::optional<Compression> parse_compression(const std::optional<std::string>& text) {
   if (!text) return std::nullopt;
   return invalid_as_value_error([&] { return Compression::parse(*text); });
@@ -91,7 +108,24 @@ PYBIND11_MODULE(_C, m) {
   py::module_::import("torch");
   py::module_::import("torch.distributed");
 
-  py::register_exception<geoccl::Error>(m, "GeocclError", PyExc_RuntimeError);
+  // GeocclError carries the error's kind (`code`, a short name) and the ranks it is about
+  // (`ranks`: the lost, unresponsive or unreachable peer, the same on every rank; empty when the
+  // failure is not about a peer), so that a caller can act on them without parsing the message.
+  static py::exception<geoccl::Error> geoccl_error(m, "GeocclError", PyExc_RuntimeError);
+  geoccl_error.attr("code") = py::none();
+  geoccl_error.attr("ranks") = py::tuple();
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const geoccl::Error& e) {
+      py::object err = py::reinterpret_borrow<py::object>(geoccl_error.ptr())(e.what());
+      err.attr("code") = geoccl::python::error_code_id(e.code());
+      py::tuple ranks(e.ranks().size());
+      for (size_t i = 0; i < e.ranks().size(); ++i) ranks[i] = py::int_(e.ranks()[i]);
+      err.attr("ranks") = ranks;
+      PyErr_SetObject(geoccl_error.ptr(), err.ptr());
+    }
+  });
 
   geoccl::python::bind_communicator(m);
   geoccl::python::bind_process_group(m);

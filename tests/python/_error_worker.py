@@ -46,6 +46,8 @@ try:
 except Exception as e:  # noqa: BLE001
     result["wait"] = f"{type(e).__name__}: {e}"
     result["wait_is_runtime_error"] = isinstance(e, RuntimeError)
+    result["wait_code"] = getattr(e, "code", None)
+    result["wait_ranks"] = list(getattr(e, "ranks", None) or [])
 result["seconds"] = time.monotonic() - start
 try:
     work.get_future().wait()

@@ -27,6 +27,9 @@ def test_dead_rank_raises_from_wait_and_future(tmp_path):
     timeout_s = 20.0
     for res in run("die", 3, timeout_s, tmp_path):
         assert "peer lost" in res["wait"], res
+        # Through torch's Work.wait too, the error is a GeocclError naming its kind and the rank.
+        assert res["wait"].startswith("GeocclError"), res
+        assert res["wait_code"] == "peer_lost" and res["wait_ranks"] == [2], res
         assert res["seconds"] < timeout_s, res  # seen on the connection, not by the deadline
 
 
@@ -35,6 +38,7 @@ def test_group_timeout_is_respected(tmp_path):
     survivors = run("hang", 3, timeout_s, tmp_path)
     for res in survivors:
         assert "timeout" in res["wait"].lower(), res
+        assert res["wait_code"] in ("timeout", "aborted") and res["wait_ranks"] == [], res
         assert res["seconds"] < timeout_s + 5, res
     # The first rank to time out tells the others, who may have issued the op a little later:
     # the deadline holds for the earliest, not necessarily for each.
