@@ -5,6 +5,7 @@
 //   latest                 u32: the newest decided epoch (joiners aim at latest + 1)
 //   e<N>/count             counter: candidates that arrived at epoch N (index 1, 2, ...)
 //   e<N>/c/<index>         a candidate record
+//   e<N>/b/<index>         counter: the beats of candidate <index> while it waits for the decision
 //   e<N>/decider           counter: the member of epoch N-1 that takes it to 1 decides
 //   e<N>/decision          the decision record; e<N>/failed: the decider's reason it could not
 // Only set/get/add/check are used, so any store backend serves.
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
 #include <random>
 #include <set>
 #include <thread>
@@ -191,7 +193,9 @@ class ElasticGroupImpl {
       store_->set(e + "c/" + std::to_string(index),
                   membership::encode_candidate({uid_, prev_rank, label_, dead}));
       if (prev_rank >= 0 && store_->add(e + "decider", 1) == 1) decide(n, prev_size);
-      std::optional<Decision> d = await_decision(n, prev_rank >= 0 ? o_.join_window + o_.give_up + std::chrono::seconds(5) : left(deadline));
+      std::optional<Decision> d =
+          await_decision(n, prev_rank >= 0 ? o_.join_window + o_.give_up + std::chrono::seconds(5) : left(deadline),
+                         e + "b/" + std::to_string(index));
       if (!d) continue;  // the decider went away: the next epoch number, elected anew
       const int rank = d->rank_of(uid_);
       if (rank < 0) {
@@ -227,10 +231,14 @@ class ElasticGroupImpl {
     p.join_window = o_.join_window;
     p.give_up = o_.give_up;
     p.min_members = o_.min_members;
+    p.silent_after = kSilentAfter;
     membership::QuorumDecider q(n, p, Clock::now());
     const auto window_end = Clock::now() + o_.join_window;
     std::set<int64_t> pending;
     int64_t counted = 0;
+    // Joiners not heard yet since their record was read: index -> (uid, beats then).
+    std::map<int64_t, std::pair<uint64_t, int64_t>> unheard;
+    auto next_listen = Clock::now();
     for (;;) {
       const int64_t total = store_->add(e + "count", 0);
       for (int64_t i = counted + 1; i <= total; ++i) pending.insert(i);
@@ -242,9 +250,10 @@ class ElasticGroupImpl {
           continue;
         }
         std::string why;
-        if (auto c = membership::decode_candidate(store_->get(key, milliseconds(1000)), &why))
-          q.observe(*c);
-        else
+        if (auto c = membership::decode_candidate(store_->get(key, milliseconds(1000)), &why)) {
+          if (q.observe(*c) && c->prev_rank < 0)
+            unheard[*it] = {c->uid, store_->add(e + "b/" + std::to_string(*it), 0)};
+        } else
           GEOCCL_LOG(kWarn, "elastic: ignoring a malformed candidate " << key << ": " << why);
         it = pending.erase(it);
       }
@@ -253,6 +262,18 @@ class ElasticGroupImpl {
       if (!pending.empty() && Clock::now() < window_end) {
         std::this_thread::sleep_for(milliseconds(5));
         continue;
+      }
+      // A joiner's beat since its record was read: it is alive (QuorumDecider::heard).
+      if (!unheard.empty() && Clock::now() >= next_listen) {
+        next_listen = Clock::now() + kBeat / 2;
+        for (auto it = unheard.begin(); it != unheard.end();) {
+          if (store_->add(e + "b/" + std::to_string(it->first), 0) == it->second.second) {
+            ++it;
+            continue;
+          }
+          q.heard(it->second.first);
+          it = unheard.erase(it);
+        }
       }
       const auto a = q.poll(Clock::now());
       if (a.kind == membership::QuorumDecider::Action::kDecide) {
@@ -269,14 +290,21 @@ class ElasticGroupImpl {
     }
   }
 
+  // A waiting candidate beats every kBeat or so (one store round trip more); the decider leaves
+  // out a joiner it has not heard for kSilentAfter since it read its record (quorum.h). Wide
+  // enough for a store across a WAN and a loaded host.
+  static constexpr milliseconds kBeat{100};
+  static constexpr milliseconds kSilentAfter{3000};
+
   // The decision of epoch n, nullopt when none came within `limit`; throws the decider's reason
-  // when it gave up.
-  std::optional<Decision> await_decision(uint32_t n, milliseconds limit) {
+  // when it gave up. Meanwhile the candidate beats on `beat` (its liveness for the decider).
+  std::optional<Decision> await_decision(uint32_t n, milliseconds limit, const std::string& beat) {
     const std::string e = epoch_key(n);
     const auto deadline = Clock::now() + limit;
     for (;;) {
+      store_->add(beat, 1);
       try {
-        const auto raw = store_->get(e + "decision", std::clamp(left(deadline), milliseconds(1), milliseconds(200)));
+        const auto raw = store_->get(e + "decision", std::clamp(left(deadline), milliseconds(1), kBeat));
         std::string why;
         auto d = membership::decode_decision(raw, &why);
         if (!d) throw Error(ErrorCode::kProtocol, "elastic group: malformed decision of epoch " + std::to_string(n) + ": " + why);

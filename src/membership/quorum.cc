@@ -174,7 +174,31 @@ bool QuorumDecider::observe(const Candidate& c) {
         prev_[static_cast<size_t>(d)].reported_dead = true;
   }
   seen_.push_back(c);
+  live_.emplace_back();
   return true;
+}
+
+void QuorumDecider::heard(uint64_t uid) {
+  for (size_t i = 0; i < seen_.size(); ++i)
+    if (seen_[i].uid == uid && live_[i].first_seen) live_[i].heard = true;
+}
+
+std::optional<QuorumDecider::Clock::time_point> QuorumDecider::judge_joiners(Clock::time_point now) {
+  std::optional<Clock::time_point> wait;
+  if (p_.silent_after.count() <= 0) return wait;
+  for (size_t i = 0; i < seen_.size(); ++i) {
+    Liveness& l = live_[i];
+    if (seen_[i].prev_rank >= 0 || l.heard || l.silent) continue;
+    if (!l.first_seen) l.first_seen = now;
+    const auto by = *l.first_seen + p_.silent_after;
+    if (now >= by) {
+      l.silent = true;
+      ++silent_;
+    } else {
+      wait = wait ? std::min(*wait, by) : by;
+    }
+  }
+  return wait;
 }
 
 int QuorumDecider::reported_dead() const {
@@ -190,8 +214,8 @@ Decision QuorumDecider::decide() const {
     if (c.prev_rank >= 0) d.members.push_back(c);
   std::sort(d.members.begin(), d.members.end(),
             [](const Candidate& a, const Candidate& b) { return a.prev_rank < b.prev_rank; });
-  for (const auto& c : seen_)
-    if (c.prev_rank < 0) d.members.push_back(c);
+  for (size_t i = 0; i < seen_.size(); ++i)
+    if (seen_[i].prev_rank < 0 && !live_[i].silent) d.members.push_back(seen_[i]);
   for (auto& m : d.members) m.dead.clear();  // a candidate's report, not part of the member
   return d;
 }
@@ -199,7 +223,8 @@ Decision QuorumDecider::decide() const {
 QuorumDecider::Action QuorumDecider::poll(Clock::time_point now) {
   if (decided_) return *decided_;
   Action a;
-  const int have = static_cast<int>(seen_.size());
+  const std::optional<Clock::time_point> joiners_by = judge_joiners(now);
+  const int have = static_cast<int>(seen_.size()) - silent_;
   const auto window_end = start_ + p_.join_window;
   const int dead = reported_dead();
   if (survivors_ == p_.prev_size && have >= p_.min_members) {
@@ -218,11 +243,20 @@ QuorumDecider::Action QuorumDecider::poll(Clock::time_point now) {
     return a;
   } else {
     a.until = now < window_end ? window_end : start_ + p_.give_up;
+    if (joiners_by) a.until = std::min(a.until, *joiners_by);
+    return a;
+  }
+  if (joiners_by) {  // a joiner not yet heard: its beat, or its silence, first
+    a.kind = Action::kWait;
+    a.until = *joiners_by;
+    a.why.clear();
     return a;
   }
   a.kind = Action::kDecide;
   a.decision = decide();
-  a.why += " (" + std::to_string(a.decision.members.size() - static_cast<size_t>(survivors_)) + " joiners)";
+  a.why += " (" + std::to_string(a.decision.members.size() - static_cast<size_t>(survivors_)) + " joiners";
+  if (silent_ > 0) a.why += ", " + std::to_string(silent_) + " left out: not heard for " + std::to_string(p_.silent_after.count()) + " ms";
+  a.why += ")";
   decided_ = a;
   return a;
 }

@@ -21,6 +21,13 @@
 // named with kPeerLost. An unreachable or unresponsive peer may be alive and on its way, so it is
 // waited for (up to the join window) like any member that has not arrived.
 //
+// A joiner may wait long for the members' next step boundary, and die meanwhile; in the decision
+// it would cost every member a connect timeout. So each waiting candidate beats (a counter in the
+// store), and with `silent_after` set the decider takes a joiner only once it has heard a beat of
+// it since it first saw its record (heard()); a joiner not heard within `silent_after` of that is
+// left out as dead. The decision waits for that (a beat period, about) only when joiners are in
+// it. Members of N-1 come straight from their failure and are taken on arrival.
+//
 // Wire format of the records (little-endian, protocol/wire.h):
 //   candidate: u16 version | u64 uid | i32 prev_rank | str label (<= kMaxLabel) |
 //              u32 count (<= kMaxMembers) | count x i32 dead rank (>= 0, each once)
@@ -81,6 +88,8 @@ struct QuorumParams {
   std::chrono::milliseconds join_window{3000};
   std::chrono::milliseconds give_up{30000};  // after the decider's arrival, below min_members
   int min_members = 1;
+  // A joiner first seen this long ago and not heard since is left out; 0: every joiner is taken.
+  std::chrono::milliseconds silent_after{0};
 };
 
 class QuorumDecider {
@@ -101,21 +110,35 @@ class QuorumDecider {
   // the decision. Its dead ranks count when it continues from the previous epoch; a rank outside
   // that epoch, or its own, is not counted.
   bool observe(const Candidate& c);
+  // A beat of candidate `uid` since its record was read (the shell saw its counter move).
+  void heard(uint64_t uid);
   // What to do at `now`. Once it has returned kDecide, it returns the same decision again.
   [[nodiscard]] Action poll(Clock::time_point now);
 
   int survivors() const { return survivors_; }
   size_t candidates() const { return seen_.size(); }
+  // Joiners left out of the decision as dead (silent_after).
+  int silent_joiners() const { return silent_; }
   // Members of the previous epoch that have not arrived but were reported dead.
   int reported_dead() const;
 
  private:
   Decision decide() const;
+  // With silent_after: marks the joiners not heard for it as silent; the time by which every
+  // other joiner not yet heard will be heard or silent (nullopt: none left to wait for).
+  std::optional<Clock::time_point> judge_joiners(Clock::time_point now);
 
   uint32_t epoch_;
   QuorumParams p_;
   Clock::time_point start_;
   std::vector<Candidate> seen_;
+  struct Liveness {
+    std::optional<Clock::time_point> first_seen;  // set by the first poll after its record
+    bool heard = false;
+    bool silent = false;
+  };
+  std::vector<Liveness> live_;  // by index in seen_
+  int silent_ = 0;
   struct PrevMember {
     bool arrived = false;
     bool reported_dead = false;

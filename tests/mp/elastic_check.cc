@@ -194,6 +194,59 @@ int mode_dead_reported() {
   return 1;
 }
 
+// Mode "dead-joiner": 3 members step, and call maybe_grow() only once the test has created
+// GEOCCL_TEST_KILL_STAMP + ".grow": by then a joiner (mode "joiner") has written its candidate
+// record and been killed. The grow must leave it out (it stopped beating) and take well under the
+// 15 s connect timeout a member in the decision that never comes would cost; 3 members, 3 more
+// steps, exit 0.
+int mode_dead_joiner() {
+  Config cfg = Config::from_env();
+  cfg.op_timeout = std::chrono::seconds(30);
+  const ElasticOptions o = options(std::chrono::milliseconds(1000), std::chrono::seconds(15));
+  const std::string go = std::string(std::getenv("GEOCCL_TEST_KILL_STAMP")) + ".grow";
+  ElasticGroup g(cfg, o);
+  bool grown = false;
+  int steps = 0;
+  const auto deadline = Clock::now() + std::chrono::seconds(90);
+  while (Clock::now() < deadline) {
+    // Every member looks for the file, and they agree through a step whether it was there.
+    int64_t ready = access(go.c_str(), F_OK) == 0 ? 1 : 0;
+    g.comm().allreduce(&ready, 1, DataType::kInt64, ReduceOp::kMin).wait();
+    if (!grown && ready) {
+      const uint32_t before = g.epoch();
+      const auto t0 = Clock::now();
+      const bool formed = g.maybe_grow();
+      const double took = ms_since(t0);
+      std::printf("grow with a dead joiner: epoch %u -> %u, %d members, %.0f ms (rank %d)\n", before, g.epoch(),
+                  g.size(), took, g.rank());
+      CHECK(formed && g.epoch() == before + 1, "no epoch formed at the boundary");
+      CHECK(g.size() == 3 && !g.joined(), "the dead joiner is in epoch %u (%d members)", g.epoch(), g.size());
+      CHECK(took < static_cast<double>(o.connect_timeout.count()) * 1000 / 2,
+            "the grow took %.0f ms: a dead member's connect timeout is %lld s", took,
+            static_cast<long long>(o.connect_timeout.count()));
+      grown = true;
+      steps = 0;
+      continue;
+    }
+    step(g.comm(), 1000 + static_cast<size_t>(steps) * 4099);
+    ++steps;
+    if (grown && steps == 3) {
+      std::printf("done: epoch %u, rank %d of %d\n", g.epoch(), g.rank(), g.size());
+      return g_failures ? 1 : 0;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::fprintf(stderr, "not finished in time (grown: %d)\n", grown);
+  return 1;
+}
+
+// Mode "joiner": asks to join and waits to be admitted (the test kills it first).
+int mode_joiner() {
+  ElasticGroup g(Config::from_env(), options(std::chrono::milliseconds(1000), std::chrono::seconds(15)));
+  std::fprintf(stderr, "the joiner was admitted to epoch %u\n", g.epoch());
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -201,6 +254,8 @@ int main(int argc, char** argv) {
   try {
     if (mode == "member") return mode_member();
     if (mode == "dead-reported") return mode_dead_reported();
+    if (mode == "dead-joiner") return mode_dead_joiner();
+    if (mode == "joiner") return mode_joiner();
     std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
     return 2;
   } catch (const std::exception& e) {

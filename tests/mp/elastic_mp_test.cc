@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,6 +39,30 @@ pid_t start(int rank, int world, uint16_t port, const std::string& session,
     _exit(127);
   }
   return pid;
+}
+
+// The exit code of every process (128 + signal when killed by one); those still running at
+// `deadline` are killed and get 999.
+std::vector<int> exit_codes(const std::vector<pid_t>& pids, std::chrono::steady_clock::time_point deadline) {
+  std::vector<int> codes(pids.size(), -1);
+  for (size_t left = pids.size(); left > 0;) {
+    left = 0;
+    for (size_t i = 0; i < pids.size(); ++i) {
+      if (codes[i] != -1) continue;
+      int st = 0;
+      if (waitpid(pids[i], &st, WNOHANG) == pids[i]) {
+        codes[i] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      } else if (std::chrono::steady_clock::now() > deadline) {
+        kill(pids[i], SIGKILL);
+        waitpid(pids[i], nullptr, 0);
+        codes[i] = 999;
+      } else {
+        ++left;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return codes;
 }
 
 // The newest decided epoch in the store, or -1 while there is none.
@@ -110,25 +135,7 @@ void dead_reported(const char* transport) {
   std::vector<pid_t> pids;
   for (int r = 0; r < 4; ++r)
     pids.push_back(start(r, 4, server.port(), session, "", transport, "dead-reported"));
-  std::vector<int> codes(pids.size(), -1);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  for (size_t left = pids.size(); left > 0;) {
-    left = 0;
-    for (size_t i = 0; i < pids.size(); ++i) {
-      if (codes[i] != -1) continue;
-      int st = 0;
-      if (waitpid(pids[i], &st, WNOHANG) == pids[i])
-        codes[i] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-      else if (std::chrono::steady_clock::now() > deadline) {
-        kill(pids[i], SIGKILL);
-        waitpid(pids[i], nullptr, 0);
-        codes[i] = 999;
-      } else {
-        ++left;
-      }
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  const std::vector<int> codes = exit_codes(pids, std::chrono::steady_clock::now() + std::chrono::seconds(120));
   EXPECT_EQ(codes[2], 128 + SIGKILL) << "rank 2, the one killed";
   for (int r : {0, 1, 3})
     EXPECT_EQ(codes[static_cast<size_t>(r)], 0) << "survivor, epoch 0 rank " << r;
@@ -138,5 +145,37 @@ TEST(Elastic, DeadRankNamedByTheFailureEndsTheJoinWindowEarlyOverSharedMemory) {
   dead_reported("auto");
 }
 TEST(Elastic, DeadRankNamedByTheFailureEndsTheJoinWindowEarlyOverTcp) { dead_reported("tcp"); }
+
+// A joiner writes its candidate record and is killed (SIGKILL) before the members reach their
+// step boundary; then they grow (elastic_check.cc, mode "dead-joiner"): the decision leaves the
+// joiner out, and the next epoch forms with the 3 members well within the connect timeout.
+TEST(Elastic, AJoinerThatDiesBeforeTheDecisionIsLeftOut) {
+  geoccl::StoreServer server("127.0.0.1", 0);
+  geoccl::StoreClient store("127.0.0.1", server.port(), std::chrono::seconds(5));
+  const std::string session = "elastic-dead-joiner-" + std::to_string(getpid());
+  const std::string stamp = "/tmp/geoccl-elastic-dead-joiner-" + std::to_string(getpid());
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 3; ++r) pids.push_back(start(r, 3, server.port(), session, stamp, "tcp", "dead-joiner"));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  auto wait_until = [&](const std::function<bool()>& f) {
+    while (!f() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return f();
+  };
+  bool killed = false;
+  if (wait_until([&] { return latest_epoch(store, session) >= 0; })) {
+    const pid_t joiner = start(0, 3, server.port(), session, stamp, "tcp", "joiner");
+    // Its record, and a few beats of it, are in the store.
+    const std::string beats = "geoccl/" + session + "/elastic/e1/b/1";
+    const bool recorded = wait_until([&] { return store.check(beats) && store.add(beats, 0) >= 3; });
+    kill(joiner, SIGKILL);
+    waitpid(joiner, nullptr, 0);
+    killed = recorded;
+    if (FILE* f = std::fopen((stamp + ".grow").c_str(), "w")) std::fclose(f);
+  }
+  const std::vector<int> codes = exit_codes(pids, deadline);
+  std::remove((stamp + ".grow").c_str());
+  ASSERT_TRUE(killed) << "the joiner's candidate record never appeared";
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(codes[static_cast<size_t>(r)], 0) << "member, epoch 0 rank " << r;
+}
 
 }  // namespace

@@ -252,3 +252,61 @@ TEST(Quorum, CandidateDeadRanksRoundTripAndMalformedListsAreRejected) {
   EXPECT_FALSE(decode_candidate(v1, &why));
   EXPECT_NE(why.find("version 1"), std::string::npos) << why;
 }
+
+// A joiner that dies while it waits for the step boundary: its record is in the store, its beats
+// stop. The decider takes the joiners it hears once after reading them, leaves out the one it
+// does not hear within silent_after, and decides no later than that.
+TEST(Quorum, AJoinerNotHeardAfterItsRecordIsLeftOut) {
+  const auto t0 = Clock::now();
+  QuorumParams p = params(2);
+  p.silent_after = 500ms;
+  QuorumDecider q(3, p, t0);
+  ASSERT_TRUE(q.observe(joiner(1)));  // alive: beats
+  ASSERT_TRUE(q.observe(joiner(2)));  // died before the boundary
+  ASSERT_TRUE(q.observe(member(0)));
+  ASSERT_TRUE(q.observe(member(1)));
+  // Every old member arrived, but neither joiner has been heard since its record was read.
+  auto a = q.poll(t0 + 10ms);
+  ASSERT_EQ(a.kind, Action::kWait);
+  EXPECT_EQ(a.until, t0 + 510ms);
+  q.heard(joiner(1).uid);
+  a = q.poll(t0 + 120ms);
+  ASSERT_EQ(a.kind, Action::kWait);  // joiner 2 may still beat
+  EXPECT_EQ(a.until, t0 + 510ms);
+  a = q.poll(t0 + 510ms);
+  ASSERT_EQ(a.kind, Action::kDecide) << a.why;
+  EXPECT_EQ(prev_ranks(a.decision), (std::vector<int>{0, 1, -1}));
+  EXPECT_EQ(a.decision.members[2].uid, joiner(1).uid);
+  EXPECT_EQ(a.decision.rank_of(joiner(2).uid), -1);
+  EXPECT_EQ(q.silent_joiners(), 1);
+  EXPECT_NE(a.why.find("1 left out"), std::string::npos) << a.why;
+}
+
+// Heard before the decider's first look counts for nothing (the record must be read first); a
+// shrink without joiners does not wait for beats; members of the old epoch need none.
+TEST(Quorum, OnlyJoinersWaitForABeatAndOnlyOneReadAfterTheirRecord) {
+  const auto t0 = Clock::now();
+  QuorumParams p = params(2);
+  p.silent_after = 500ms;
+  {
+    QuorumDecider q(3, p, t0);
+    ASSERT_TRUE(q.observe(member(0)));
+    ASSERT_TRUE(q.observe(member(1)));
+    const auto a = q.poll(t0);
+    ASSERT_EQ(a.kind, Action::kDecide) << a.why;
+    EXPECT_EQ(a.decision.members.size(), 2u);
+  }
+  {
+    QuorumDecider q(3, p, t0);
+    ASSERT_TRUE(q.observe(joiner(1)));
+    q.heard(joiner(1).uid);  // before any poll: the decider has not looked at it yet
+    ASSERT_TRUE(q.observe(member(0)));
+    ASSERT_TRUE(q.observe(member(1)));
+    EXPECT_EQ(q.poll(t0).kind, Action::kWait);
+    q.heard(joiner(1).uid);
+    const auto a = q.poll(t0 + 100ms);
+    ASSERT_EQ(a.kind, Action::kDecide) << a.why;
+    EXPECT_EQ(a.decision.members.size(), 3u);
+    EXPECT_EQ(q.silent_joiners(), 0);
+  }
+}
