@@ -149,6 +149,10 @@ struct TopologyInfo {
   // one-way delay (half the fastest RTT) and one flow's delivery rate from row to column.
   std::vector<double> wan_one_way_ms;
   std::vector<double> wan_rate_mbps;
+  // Where the start-up figures came from: "measured", or "carried" from the previous epoch of an
+  // elastic group (the same named domains, measured by rank 0's process within 30 minutes);
+  // empty without figures.
+  std::string paths_source;
   // Re-planning while the job runs (Config::replan_ops): how many times the figures above were
   // replaced, after which collective (counted in the default priority class; 0: never), and what
   // changed. The figures above are the ones in force.

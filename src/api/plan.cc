@@ -19,6 +19,7 @@ TopologyInfo PlanSnapshot::info() const {
   t.describe = topo.describe();
   t.wan_one_way_ms = paths.one_way_ms;
   t.wan_rate_mbps = paths.rate_mbps;
+  t.paths_source = paths.empty() ? "" : paths_carried ? "carried" : "measured";
   t.replans = replans;
   t.replanned_after_op = replanned_after_op;
   t.replan_change = replan_change;

@@ -24,6 +24,7 @@ namespace geoccl::api {
 struct PlanSnapshot {
   topology::Topology topo;         // domains and the ring order across them
   collectives::WanPaths paths;     // measured figures of every pair of domains (empty: one domain)
+  bool paths_carried = false;      // from the previous epoch (startup::carry_paths), not probed
   std::vector<double> rtt_ms;      // rank x rank RTTs when they were measured, else empty
   std::vector<std::string> two_hop;  // the detours taken, one line each
   // Algorithm thresholds (used where the paths were not measured) and the pipelining unit.

@@ -1,6 +1,7 @@
 #include "api/replanner.h"
 
 #include "api/startup/leader_pairs.h"
+#include "api/startup/path_memory.h"
 
 #include "collectives/collectives.h"
 #include "core/logging.h"
@@ -103,6 +104,7 @@ void Replanner::after_collective() {
 void Replanner::apply(const collectives::WanPaths& next) {
   auto plan = std::make_shared<PlanSnapshot>(*plans_.current());
   plan->paths = next;
+  startup::process_paths().record(plan->topo, next);  // the next epoch starts from these
   // The ring order: a hop costs its one-way delay and one chunk's time at its rate.
   std::vector<double> cost(next.one_way_ms.size(), 0.0);
   for (size_t x = 0; x < cost.size(); ++x)

@@ -12,7 +12,9 @@
 // Mode "dead-reported": 4 members with a join window of 20 s; at step 3 rank 2 kills itself.
 // Every survivor's Error must be kPeerLost naming rank 2, and the next epoch (3 members) must be
 // formed in less than half the join window: the survivors' candidates report rank 2 dead, so the
-// decider does not wait for it. Then 3 steps in the new epoch, and every survivor exits 0.
+// decider does not wait for it. With two labelled domains (GEOCCL_DOMAIN), the new epoch must
+// plan with the paths epoch 0 measured, carried, not probed again. Then 3 steps in the new epoch,
+// and every survivor exits 0.
 #include <signal.h>
 #include <unistd.h>
 
@@ -148,6 +150,10 @@ int mode_dead_reported() {
   CHECK(g.size() == 4 && g.epoch() == 0, "epoch %u with %d members, wanted epoch 0 with 4",
         g.epoch(), g.size());
   const int epoch0_rank = g.rank();
+  const TopologyInfo epoch0 = g.comm().topology();
+  const bool two_domains = epoch0.names.size() == 2;
+  if (two_domains)
+    CHECK(epoch0.paths_source == "measured", "epoch 0's paths are '%s', wanted measured", epoch0.paths_source.c_str());
   int steps = 0;
   bool shrunk = false;
   const auto deadline = Clock::now() + std::chrono::seconds(90);
@@ -178,14 +184,25 @@ int mode_dead_reported() {
       g.next_epoch();
       const double took = ms_since(t0);
       std::printf(
-          "shrink: epoch %u with %d members formed in %.0f ms (join window %lld ms; rank %d)\n",
-          g.epoch(), g.size(), took, static_cast<long long>(o.join_window.count()), g.rank());
+          "shrink: epoch %u with %d members formed in %.0f ms (join window %lld ms; rank %d; %zu domains, "
+          "paths %s)\n",
+          g.epoch(), g.size(), took, static_cast<long long>(o.join_window.count()), g.rank(),
+          g.comm().topology().names.size(), g.comm().topology().paths_source.c_str());
       CHECK(took < static_cast<double>(o.join_window.count()) / 2,
             "the transition took %.0f ms, not less than half the %lld ms join window", took,
             static_cast<long long>(o.join_window.count()));
       CHECK(g.size() == 3 && g.epoch() == 1, "epoch %u with %d members, wanted epoch 1 with 3",
             g.epoch(), g.size());
       CHECK(!g.joined(), "a survivor counted as a joiner");
+      if (two_domains) {
+        const TopologyInfo now = g.comm().topology();
+        CHECK(now.names == epoch0.names, "the domains changed across the shrink");
+        CHECK(now.paths_source == "carried", "epoch 1's paths are '%s', wanted carried", now.paths_source.c_str());
+        // Rank 0 of both epochs is the same process: its figures are the ones carried.
+        if (epoch0_rank == 0)
+          CHECK(now.wan_one_way_ms == epoch0.wan_one_way_ms && now.wan_rate_mbps == epoch0.wan_rate_mbps,
+                "the carried figures differ from what epoch 0 measured");
+      }
       shrunk = true;
       steps = 0;
     }

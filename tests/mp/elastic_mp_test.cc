@@ -25,9 +25,11 @@
 namespace {
 
 pid_t start(int rank, int world, uint16_t port, const std::string& session,
-            const std::string& stamp, const char* transport, const char* mode = "member") {
+            const std::string& stamp, const char* transport, const char* mode = "member",
+            const char* domain = nullptr) {
   const pid_t pid = fork();
   if (pid == 0) {
+    if (domain) setenv("GEOCCL_DOMAIN", domain, 1);
     setenv("RANK", std::to_string(rank).c_str(), 1);
     setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
     setenv("MASTER_ADDR", "127.0.0.1", 1);
@@ -126,15 +128,16 @@ void shrink_and_grow(const char* transport) {
 TEST(Elastic, ShrinkGrowShrinkWithRankZeroDyingTwiceOverSharedMemory) { shrink_and_grow("auto"); }
 TEST(Elastic, ShrinkGrowShrinkWithRankZeroDyingTwiceOverTcp) { shrink_and_grow("tcp"); }
 
-// Rank 2 of 4 is killed (SIGKILL) with a join window of 20 s: every survivor's Error names it
-// (kPeerLost, ranks [2]) and the survivors form epoch 1 in less than half the window
-// (elastic_check.cc, mode "dead-reported", checks both and exits 0).
+// Rank 2 of 4 (domains a = {0, 1}, b = {2, 3}) is killed (SIGKILL) with a join window of 20 s:
+// every survivor's Error names it (kPeerLost, ranks [2]), the survivors form epoch 1 in less than
+// half the window, and epoch 1 plans with the paths between a and b that epoch 0 measured
+// (elastic_check.cc, mode "dead-reported", checks all three and exits 0).
 void dead_reported(const char* transport) {
   geoccl::StoreServer server("127.0.0.1", 0);
   const std::string session = "elastic-dead-" + std::to_string(getpid()) + "-" + transport;
   std::vector<pid_t> pids;
   for (int r = 0; r < 4; ++r)
-    pids.push_back(start(r, 4, server.port(), session, "", transport, "dead-reported"));
+    pids.push_back(start(r, 4, server.port(), session, "", transport, "dead-reported", r < 2 ? "a" : "b"));
   const std::vector<int> codes = exit_codes(pids, std::chrono::steady_clock::now() + std::chrono::seconds(120));
   EXPECT_EQ(codes[2], 128 + SIGKILL) << "rank 2, the one killed";
   for (int r : {0, 1, 3})

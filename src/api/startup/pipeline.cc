@@ -1,4 +1,5 @@
 // The start-up pipeline after connect (startup.h): the steps in order, each timed.
+#include "api/startup/path_memory.h"
 #include "api/startup/startup.h"
 #include "core/logging.h"
 #include "transport/router.h"
@@ -46,7 +47,11 @@ std::shared_ptr<const PlanSnapshot> plan(const Context& c) {
   if (topo.domains() > 1) {
     if (c.router.deciding()) timed("choose_transports", [&] { return choose_transports(c, topo); });
     if (cfg.plan_probe_bytes > 0) {
-      snap->paths = timed("measure_paths", [&] { return measure_paths(c, topo); });
+      std::optional<collectives::WanPaths> carried;
+      if (cfg.epoch > 0) carried = timed("carry_paths", [&] { return carry_paths(c, topo); });
+      snap->paths_carried = carried.has_value();
+      snap->paths = carried ? std::move(*carried) : timed("measure_paths", [&] { return measure_paths(c, topo); });
+      process_paths().record(topo, snap->paths);
       if (cfg.two_hop_gain > 0) {
         Detours taken = timed("take_detours", [&] { return take_detours(c, topo, snap->paths); });
         snap->paths = std::move(taken.paths);

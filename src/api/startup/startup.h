@@ -5,6 +5,7 @@
 //   connect           the router: every device, every peer connected, handshakes done
 //   discover_domains  labels, or RTTs clustered, and the ring order across domains
 //   choose_transports TCP or QUIC per pair of domains, from what each carried in a probe
+//   carry_paths       a later epoch of an elastic group: the paths rank 0 measured before
 //   measure_paths     RTT and one flow's rate of every pair of domains, both directions
 //   take_detours      pairs whose direct path is much slower than a way through a third domain
 //   plan              the first plan snapshot (api/plan.h)
@@ -18,6 +19,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -64,6 +66,11 @@ Domains discover_domains(const Context& c);
 // rule (topology::choose_transport), so both ends of a pair choose alike. Returns the decision
 // of every pair of domains, one line each.
 std::vector<std::string> choose_transports(const Context& c, const topology::Topology& topo);
+
+// carry_paths: in a later epoch of an elastic group (Config::epoch > 0), the figures of every
+// pair of domains rank 0's process measured last (path_memory.h), when it has all of them; every
+// rank gets rank 0's answer, so they plan alike (a joiner remembers nothing). nullopt: measure.
+std::optional<collectives::WanPaths> carry_paths(const Context& c, const topology::Topology& topo);
 
 // measure_paths: the leaders of every pair of domains measure its RTT and one flow's rate in each
 // direction (collectives/path_probe.cc); every rank gets the same figures.
