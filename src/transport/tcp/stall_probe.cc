@@ -1,6 +1,7 @@
 #include "transport/tcp/stall_probe.h"
 
 #include <linux/tcp.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <algorithm>
