@@ -331,18 +331,18 @@ TEST(Handshake, Reply) {
 }
 
 TEST(StoreCodec, KeysNameTheirSessionAndServerKeysAreReadInClear) {
-  EXPECT_EQ(protocol::key_session("geoccl/job7/g1/params"), "job7");
-  EXPECT_EQ(protocol::key_session("geoccl/job7/"), "job7");
-  EXPECT_EQ(protocol::key_session("geoccl/job7"), "");  // no key under it
-  EXPECT_EQ(protocol::key_session("geoccl//g1"), "");
-  EXPECT_EQ(protocol::key_session("geoccl/.owner"), "");
-  EXPECT_EQ(protocol::key_session("geoccl/.refused/job7"), "");
-  EXPECT_EQ(protocol::key_session("other/job7/g1"), "");
-  using protocol::StoreCommand;
-  EXPECT_TRUE(protocol::is_public_read({StoreCommand::kGet, "geoccl/.owner", {}, 0, 1}));
-  EXPECT_TRUE(protocol::is_public_read({StoreCommand::kCheck, "geoccl/.refused/job7", {}, 0, 0}));
-  EXPECT_FALSE(protocol::is_public_read({StoreCommand::kSet, "geoccl/.owner", {}, 0, 0}));
-  EXPECT_FALSE(protocol::is_public_read({StoreCommand::kGet, "geoccl/job7/g1/params", {}, 0, 1}));
+  EXPECT_EQ(geoccl::protocol::key_session("geoccl/job7/g1/params"), "job7");
+  EXPECT_EQ(geoccl::protocol::key_session("geoccl/job7/"), "job7");
+  EXPECT_EQ(geoccl::protocol::key_session("geoccl/job7"), "");  // no key under it
+  EXPECT_EQ(geoccl::protocol::key_session("geoccl//g1"), "");
+  EXPECT_EQ(geoccl::protocol::key_session("geoccl/.owner"), "");
+  EXPECT_EQ(geoccl::protocol::key_session("geoccl/.refused/job7"), "");
+  EXPECT_EQ(geoccl::protocol::key_session("other/job7/g1"), "");
+  using geoccl::protocol::StoreCommand;
+  EXPECT_TRUE(geoccl::protocol::is_public_read({StoreCommand::kGet, "geoccl/.owner", {}, 0, 1}));
+  EXPECT_TRUE(geoccl::protocol::is_public_read({StoreCommand::kCheck, "geoccl/.refused/job7", {}, 0, 0}));
+  EXPECT_FALSE(geoccl::protocol::is_public_read({StoreCommand::kSet, "geoccl/.owner", {}, 0, 0}));
+  EXPECT_FALSE(geoccl::protocol::is_public_read({StoreCommand::kGet, "geoccl/job7/g1/params", {}, 0, 1}));
 }
 
 TEST(StoreCodec, RoundTripAndLimits) {
