@@ -17,7 +17,7 @@
 #include "geoccl/geoccl.h"
 #include "metrics/comm_metrics.h"
 #include "metrics/registry.h"
-#include "transport/tcp/socket_util.h"
+#include "runtime/socket.h"
 
 using Clock = std::chrono::steady_clock;
 
@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
     off.session = base.session + "-metrics-off";
     off.metrics_port = 0;
     on.metrics_port =
-        base.metrics_port > 0 ? base.metrics_port : geoccl::transport::tcp::pick_free_port();
+        base.metrics_port > 0 ? base.metrics_port : geoccl::runtime::pick_free_port();
     on.metrics_bind = "127.0.0.1";
     geoccl::Communicator with(on);
     geoccl::Communicator without(off);

@@ -10,7 +10,7 @@
 #include "membership/store_url.h"
 #include "protocol/store_codec.h"
 #include "protocol/wire.h"
-#include "transport/tcp/socket_util.h"
+#include "runtime/socket.h"
 
 namespace geoccl::membership {
 namespace {
@@ -113,7 +113,7 @@ std::unique_ptr<Store> connect_store(const Config& cfg) {
 
 std::string choose_bind_address(const Config& cfg) {
   if (!cfg.bind_addr.empty()) return cfg.bind_addr;
-  std::string a = transport::tcp::route_source_address(cfg.master_addr);
+  std::string a = runtime::route_source_address(cfg.master_addr);
   return a.empty() ? "127.0.0.1" : a;
 }
 

@@ -11,7 +11,7 @@
 #include "protocol/store_codec.h"
 #include "protocol/wire.h"
 #include "security/store_seal.h"
-#include "transport/tcp/socket_util.h"
+#include "runtime/socket.h"
 
 namespace geoccl {
 
@@ -34,11 +34,11 @@ StoreClient::StoreClient(const std::string& host, uint16_t port, std::chrono::mi
     if (left.count() <= 0)
       throw Error(ErrorCode::kTimeout, "cannot reach the rendezvous store at " + address_ +
                                            " (is rank 0 / MASTER_ADDR up?)");
-    fd_ = transport::tcp::connect_with_timeout(host, port, std::min(left, std::chrono::milliseconds(1000)));
+    fd_ = runtime::connect_with_timeout(host, port, std::min(left, std::chrono::milliseconds(1000)));
     if (fd_ < 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   try {
-    transport::tcp::set_nodelay(fd_);
+    runtime::set_nodelay(fd_);
   } catch (...) {
     ::close(fd_);
     throw;
@@ -73,17 +73,17 @@ std::vector<uint8_t> StoreClient::call(const std::vector<uint8_t>& body, std::ch
     w.bytes(body);
   }
   const auto deadline = Clock::now() + timeout + kIoSlack;
-  if (!transport::tcp::write_all(fd_, request, deadline))
+  if (!runtime::write_all(fd_, request, deadline))
     throw Error(ErrorCode::kIo, "store " + address_ + ": write failed: " + std::strerror(errno));
   uint8_t lenb[4];
-  if (!transport::tcp::read_all(fd_, lenb, deadline))
+  if (!runtime::read_all(fd_, lenb, deadline))
     throw Error(ErrorCode::kIo, "store " + address_ + ": read failed: " + std::strerror(errno));
   protocol::Reader r(lenb);
   uint32_t len = 0;
   r.u32(&len);
   if (len > protocol::kMaxStoreMessage) throw Error(ErrorCode::kProtocol, "store " + address_ + ": response too large");
   std::vector<uint8_t> response(len);
-  if (!transport::tcp::read_all(fd_, response, deadline))
+  if (!runtime::read_all(fd_, response, deadline))
     throw Error(ErrorCode::kIo, "store " + address_ + ": read failed: " + std::strerror(errno));
   return response;
 }

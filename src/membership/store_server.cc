@@ -18,7 +18,7 @@
 #include "protocol/wire.h"
 #include "runtime/event_loop.h"
 #include "security/store_seal.h"
-#include "transport/tcp/socket_util.h"
+#include "runtime/socket.h"
 
 namespace geoccl {
 
@@ -34,8 +34,8 @@ class StoreServerImpl {
     if (secret) request_key_ = security::store_request_key(*secret);
     // Before the first client can connect: nobody sees an owned store without its owner.
     if (!owner.empty()) data_[std::string(protocol::kOwnerKey)] = owner;
-    listen_fd_ = transport::tcp::listen_on(bind_addr, port);
-    port_ = transport::tcp::local_port(listen_fd_);
+    listen_fd_ = runtime::listen_on(bind_addr, port);
+    port_ = runtime::local_port(listen_fd_);
     try {
       loop_.run_sync([this] { loop_.add_fd(listen_fd_, EPOLLIN, [this](uint32_t) { on_accept(); }); });
     } catch (...) {
@@ -86,7 +86,7 @@ class StoreServerImpl {
       if (fd < 0) return;
       auto c = std::make_shared<Client>(fd);
       try {
-        transport::tcp::set_nodelay(fd);
+        runtime::set_nodelay(fd);
         loop_.add_fd(fd, EPOLLIN, [this, c](uint32_t ev) { on_client(c, ev); });
       } catch (const Error& e) {
         GEOCCL_LOG(kWarn, "store: refusing a client: " << e.what());

@@ -4,7 +4,8 @@
 //                      the data path of the peers it serves, shutdown
 //   connection.{h,cc}  one peer pair's link: frame I/O on the device's fds
 //   address.{h,cc}     the opaque bytes published in the store, and who can use them
-// plus what is the transport's own (tcp/socket_util, tcp/stripe, shm/ring, shm/segment).
+// plus what is the transport's own (tcp/socket_util, tcp/stripe, shm/ring, shm/segment); the
+// generic socket helpers every layer uses are runtime/socket.h.
 //
 // The Router (router.h) builds every device, publishes each one's address, picks one device per
 // peer and hands it the peers it serves; collectives never see a device. Per-peer protocol state

@@ -36,7 +36,7 @@
 #include "security/secret.h"
 #include "transport/quic/flow_window.h"
 #include "transport/tcp/address.h"
-#include "transport/tcp/socket_util.h"
+#include "runtime/socket.h"
 
 using namespace geoccl;
 using Clock = std::chrono::steady_clock;
@@ -1063,8 +1063,8 @@ struct StrangerConn {
   explicit StrangerConn(const std::string& endpoint) {
     std::string host;
     uint16_t port = 0;
-    transport::tcp::split_host_port(endpoint, &host, &port);
-    fd = transport::tcp::connect_with_timeout(host, port, std::chrono::seconds(5));
+    runtime::split_host_port(endpoint, &host, &port);
+    fd = runtime::connect_with_timeout(host, port, std::chrono::seconds(5));
     const timeval tv{5, 0};
     if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   }
@@ -1072,9 +1072,9 @@ struct StrangerConn {
     if (fd >= 0) ::close(fd);
   }
   bool send(std::span<const uint8_t> b) {
-    return transport::tcp::write_all(fd, b, Clock::now() + std::chrono::seconds(5));
+    return runtime::write_all(fd, b, Clock::now() + std::chrono::seconds(5));
   }
-  bool read(std::span<uint8_t> b) { return transport::tcp::read_all(fd, b, Clock::now() + std::chrono::seconds(5)); }
+  bool read(std::span<uint8_t> b) { return runtime::read_all(fd, b, Clock::now() + std::chrono::seconds(5)); }
   // The rank closed the connection (EOF or reset), rather than taking more from it.
   bool closed_by_rank() {
     uint8_t b[256];
@@ -1655,8 +1655,8 @@ int main(int argc, char** argv) {
         std::string endpoint, host;
         uint16_t port = 0;
         CHECK(transport::tcp::decode_address(a, &endpoint), "rank 0's TCP address");
-        transport::tcp::split_host_port(endpoint, &host, &port);
-        const int fd = transport::tcp::connect_with_timeout(host, port, std::chrono::seconds(5));
+        runtime::split_host_port(endpoint, &host, &port);
+        const int fd = runtime::connect_with_timeout(host, port, std::chrono::seconds(5));
         CHECK(fd >= 0, "connect to rank 0");
         const char junk[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
         [[maybe_unused]] auto w = ::send(fd, junk, sizeof junk, MSG_NOSIGNAL);

@@ -15,7 +15,9 @@
 #include <utility>
 #include <vector>
 
-#include "transport/tcp/socket_util.h"
+#include "runtime/socket.h"
+
+#include "runtime/socket.h"
 
 #ifndef MP_CHECK_PATH
 #error "MP_CHECK_PATH must point at the rank program"
@@ -28,7 +30,7 @@ namespace {
 std::vector<int> run_ranks(int n, const std::string& mode, int timeout_s = 240,
                            const std::vector<std::pair<std::string, std::string>>& env = {},
                            const std::function<void(const std::vector<pid_t>&)>& tick = {}) {
-  const int port = geoccl::transport::tcp::pick_free_port();  // tests run in parallel (ctest -j)
+  const int port = geoccl::runtime::pick_free_port();  // tests run in parallel (ctest -j)
   std::vector<pid_t> pids;
   for (int r = 0; r < n; ++r) {
     const pid_t pid = fork();

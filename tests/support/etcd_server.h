@@ -25,7 +25,7 @@
 #include <thread>
 #include <vector>
 
-#include "transport/tcp/socket_util.h"
+#include "runtime/socket.h"
 
 namespace geoccl::test {
 
@@ -84,8 +84,8 @@ class EtcdServer {
   }
 
   bool start(std::string* why) {
-    client_port_ = transport::tcp::pick_free_port();
-    const uint16_t peer_port = transport::tcp::pick_free_port();
+    client_port_ = runtime::pick_free_port();
+    const uint16_t peer_port = runtime::pick_free_port();
     const std::string client = "http://127.0.0.1:" + std::to_string(client_port_);
     const std::string peer = "http://127.0.0.1:" + std::to_string(peer_port);
     const std::string log = dir_ + "/etcd.log";

@@ -25,7 +25,7 @@
 #include "geoccl/error.h"
 #include "geoccl/store.h"
 #include "membership/etcd_codec.h"
-#include "transport/tcp/socket_util.h"
+#include "runtime/socket.h"
 
 using namespace geoccl;
 using namespace std::chrono_literals;
@@ -341,7 +341,7 @@ TEST_F(EtcdStoreTest, ARenewalThatCannotReachEtcdNeitherHangsNorCrashes) {
 }
 
 TEST(EtcdStore, UnreachableEtcdGivesTimeoutWithinTheTimeout) {
-  const uint16_t port = transport::tcp::pick_free_port();  // nothing listens there
+  const uint16_t port = runtime::pick_free_port();  // nothing listens there
   const Error e =
       error_of([&] { open_store("etcd://127.0.0.1:" + std::to_string(port) + "/x", 700ms); }, 2s);
   EXPECT_EQ(e.code(), ErrorCode::kTimeout) << e.what();

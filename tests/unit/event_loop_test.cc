@@ -20,7 +20,7 @@
 
 #include "geoccl/error.h"
 #include "runtime/event_loop.h"
-#include "transport/tcp/socket_util.h"
+#include "runtime/socket.h"
 
 using namespace geoccl;
 using namespace std::chrono_literals;
@@ -187,11 +187,11 @@ TEST(SocketUtil, RequiredSocketOptionsThatFailThrow) {
   int p[2];
   ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
   // TCP_NODELAY on a pipe: ENOTSOCK.
-  EXPECT_THROW(transport::tcp::set_nodelay(p[0]), Error);
+  EXPECT_THROW(runtime::set_nodelay(p[0]), Error);
   close(p[0]);
   close(p[1]);
   // O_NONBLOCK on a closed fd: EBADF.
-  EXPECT_THROW(transport::tcp::set_nonblocking(p[0], true), Error);
+  EXPECT_THROW(runtime::set_nonblocking(p[0], true), Error);
   // Tuning is best effort: false, no exception.
-  EXPECT_FALSE(transport::tcp::tune_socket(p[0], SOL_SOCKET, SO_RCVBUF, 1 << 20, "SO_RCVBUF"));
+  EXPECT_FALSE(runtime::tune_socket(p[0], SOL_SOCKET, SO_RCVBUF, 1 << 20, "SO_RCVBUF"));
 }

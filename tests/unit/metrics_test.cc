@@ -20,7 +20,7 @@
 #include "metrics/exporter.h"
 #include "metrics/exposition.h"
 #include "metrics/registry.h"
-#include "transport/tcp/socket_util.h"
+#include "runtime/socket.h"
 
 namespace geoccl::metrics {
 namespace {
@@ -147,8 +147,8 @@ void collect_queries(const nlohmann::json& j, std::vector<std::string>* out) {
 // after three 1 MiB allreduces, read through HTTP the way Prometheus does; and every query of the
 // shipped Grafana dashboard names a series found in that scrape.
 TEST(CommunicatorMetrics, TwoRanksOverTcp) {
-  const uint16_t store_port = transport::tcp::pick_free_port();
-  const int ports[2] = {transport::tcp::pick_free_port(), transport::tcp::pick_free_port()};
+  const uint16_t store_port = runtime::pick_free_port();
+  const int ports[2] = {runtime::pick_free_port(), runtime::pick_free_port()};
   constexpr size_t kCount = 256 * 1024;  // 1 MiB of f32
   std::string scraped, after_error;
   auto rank_main = [&](int rank) {

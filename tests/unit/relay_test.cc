@@ -22,7 +22,7 @@
 #include "transport/group.h"
 #include "transport/tcp/address.h"
 #include "transport/tcp/device.h"
-#include "transport/tcp/socket_util.h"
+#include "runtime/socket.h"
 #include "netns_child.h"
 #include "requests.h"
 
@@ -39,10 +39,10 @@ struct BlackHole {
   int listener = -1, filler = -1;
   std::string endpoint;
   BlackHole() {
-    listener = transport::tcp::listen_on("127.0.0.1", 0, 0);
-    const uint16_t port = transport::tcp::local_port(listener);
+    listener = runtime::listen_on("127.0.0.1", 0, 0);
+    const uint16_t port = runtime::local_port(listener);
     endpoint = transport::tcp::join_host_port("127.0.0.1", port);
-    filler = transport::tcp::connect_with_timeout("127.0.0.1", port, 2s);
+    filler = runtime::connect_with_timeout("127.0.0.1", port, 2s);
   }
   ~BlackHole() {
     if (filler >= 0) ::close(filler);

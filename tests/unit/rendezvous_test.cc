@@ -12,7 +12,7 @@
 #include "geoccl/error.h"
 #include "geoccl/store.h"
 #include "membership/rendezvous.h"
-#include "transport/tcp/socket_util.h"
+#include "runtime/socket.h"
 
 using namespace geoccl;
 using namespace std::chrono_literals;
@@ -50,7 +50,7 @@ void expect_refused(const Config& c, ErrorCode code, const std::vector<std::stri
 }  // namespace
 
 TEST(Rendezvous, SecondJobOnTheSamePortIsRefused) {
-  const uint16_t port = transport::tcp::pick_free_port();
+  const uint16_t port = runtime::pick_free_port();
   // Job A: rank 0 hosts the store and publishes its group.
   auto a0 = join_store(member(0, 2, port));
   ASSERT_TRUE(a0.server) << "job A's rank 0 did not host the store";
@@ -91,7 +91,7 @@ TEST(Rendezvous, StandaloneStoreIsSharedByTwoGroups) {
 
 namespace {
 Config external(int rank, int world, const std::string& url, const std::string& session = "default") {
-  Config c = member(rank, world, transport::tcp::pick_free_port(), session);  // nobody listens on master_port
+  Config c = member(rank, world, runtime::pick_free_port(), session);  // nobody listens on master_port
   c.store = url;
   return c;
 }
@@ -123,7 +123,7 @@ TEST(Rendezvous, MalformedStoreUrlIsNamedByItsVariable) {
 }
 
 TEST(Rendezvous, ExternalStoreHostedByAnotherJobsRankZeroIsRefused) {
-  const uint16_t port = transport::tcp::pick_free_port();
+  const uint16_t port = runtime::pick_free_port();
   auto a0 = join_store(member(0, 2, port));  // job A's rank 0 hosts (and owns) the store
   ASSERT_TRUE(a0.server);
   expect_refused(external(0, 2, "tcp://127.0.0.1:" + std::to_string(port)), ErrorCode::kProtocol,

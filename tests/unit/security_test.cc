@@ -366,7 +366,7 @@ TEST(SealedStore, ValuesAreSealedAndStrangersWritesRefused) {
 
 #include "protocol/store_codec.h"
 #include "protocol/wire.h"
-#include "transport/tcp/socket_util.h"
+#include "runtime/socket.h"
 
 TEST(StoreAuth, ReplayGuardTakesEachCounterOncePerClient) {
   StoreReplayGuard g;
@@ -423,17 +423,17 @@ namespace {
 // the answer.
 protocol::StoreStatus send_raw(uint16_t port, const std::vector<uint8_t>& request) {
   using namespace std::chrono_literals;
-  const int fd = transport::tcp::connect_with_timeout("127.0.0.1", port, 5s);
+  const int fd = runtime::connect_with_timeout("127.0.0.1", port, 5s);
   EXPECT_GE(fd, 0);
   const auto deadline = std::chrono::steady_clock::now() + 5s;
-  EXPECT_TRUE(transport::tcp::write_all(fd, request, deadline));
+  EXPECT_TRUE(runtime::write_all(fd, request, deadline));
   uint8_t lenb[4];
-  EXPECT_TRUE(transport::tcp::read_all(fd, lenb, deadline));
+  EXPECT_TRUE(runtime::read_all(fd, lenb, deadline));
   protocol::Reader r(lenb);
   uint32_t len = 0;
   r.u32(&len);
   std::vector<uint8_t> body(len);
-  EXPECT_TRUE(transport::tcp::read_all(fd, body, deadline));
+  EXPECT_TRUE(runtime::read_all(fd, body, deadline));
   ::close(fd);
   const auto resp = protocol::decode_store_response(body);
   EXPECT_TRUE(resp.has_value());

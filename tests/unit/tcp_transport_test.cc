@@ -35,6 +35,7 @@
 #include "transport/group.h"
 #include "transport/tcp/address.h"
 #include "transport/tcp/device.h"
+#include "runtime/socket.h"
 #include "transport/tcp/socket_util.h"
 
 using namespace geoccl;
@@ -707,12 +708,12 @@ TEST(TcpTransport, UnknownControlFramesOfANewerMinorVersionAreSkipped) {
   Side t0("t0", 0, o);
   std::string host;
   uint16_t port = 0;
-  transport::tcp::split_host_port(t0.dev->endpoint(), &host, &port);
+  runtime::split_host_port(t0.dev->endpoint(), &host, &port);
   const auto deadline = std::chrono::steady_clock::now() + 10s;
   std::thread accept([&] { t0.dev->connect({1}, [](int) { return std::vector<uint8_t>{}; }, {}, deadline); });
   int fds[2];
   for (int stream = 0; stream < 2; ++stream) {
-    fds[stream] = transport::tcp::connect_with_timeout(host, port, 5s);
+    fds[stream] = runtime::connect_with_timeout(host, port, 5s);
     ASSERT_GE(fds[stream], 0);
     protocol::Hello h;
     h.stream = static_cast<uint16_t>(stream);
@@ -722,8 +723,8 @@ TEST(TcpTransport, UnknownControlFramesOfANewerMinorVersionAreSkipped) {
     h.minor = protocol::kProtocolMinor + 1;
     const auto hb = protocol::encode_hello(h);
     std::array<uint8_t, protocol::kReplySize> rb{};
-    ASSERT_TRUE(transport::tcp::write_all(fds[stream], hb, deadline));
-    ASSERT_TRUE(transport::tcp::read_all(fds[stream], rb, deadline));
+    ASSERT_TRUE(runtime::write_all(fds[stream], hb, deadline));
+    ASSERT_TRUE(runtime::read_all(fds[stream], rb, deadline));
     protocol::Reply reply;
     ASSERT_EQ(protocol::decode_reply(rb, &reply), protocol::HandshakeStatus::kAccepted);
     ASSERT_EQ(reply.status, protocol::HandshakeStatus::kAccepted);
@@ -741,12 +742,12 @@ TEST(TcpTransport, UnknownControlFramesOfANewerMinorVersionAreSkipped) {
   protocol::FrameHeader unknown;
   unknown.type = static_cast<protocol::FrameType>(protocol::kFirstUnknownControlType + 3);
   // On the control stream and on the data stream, then a data frame behind it.
-  ASSERT_TRUE(transport::tcp::write_all(fds[0], frame(unknown, junk), deadline));
-  ASSERT_TRUE(transport::tcp::write_all(fds[1], frame(unknown, junk), deadline));
+  ASSERT_TRUE(runtime::write_all(fds[0], frame(unknown, junk), deadline));
+  ASSERT_TRUE(runtime::write_all(fds[1], frame(unknown, junk), deadline));
   protocol::FrameHeader d = header(0, data.size());
   d.type = protocol::FrameType::kData;
   d.frame = 0;
-  ASSERT_TRUE(transport::tcp::write_all(fds[1], frame(d, data), deadline));
+  ASSERT_TRUE(runtime::write_all(fds[1], frame(d, data), deadline));
   std::vector<uint8_t> dst(data.size());
   auto r = t0.recv(1, header(0, dst.size()), dst);
   ASSERT_TRUE(wait_all({r}, 10s));
@@ -757,7 +758,7 @@ TEST(TcpTransport, UnknownControlFramesOfANewerMinorVersionAreSkipped) {
   protocol::FrameHeader bye;
   bye.type = protocol::FrameType::kGoodbye;
   for (int fd : fds) {
-    ASSERT_TRUE(transport::tcp::write_all(fd, frame(bye, {}), deadline));
+    ASSERT_TRUE(runtime::write_all(fd, frame(bye, {}), deadline));
     ::shutdown(fd, SHUT_WR);
   }
   std::this_thread::sleep_for(50ms);
@@ -784,8 +785,8 @@ class Relay {
  public:
   using Edit = std::function<void(int conn, const std::vector<uint8_t>& sent, std::vector<uint8_t>& chunk)>;
   Relay(const std::string& target, Edit edit) : target_(target), edit_(std::move(edit)) {
-    listen_fd_ = transport::tcp::listen_on("127.0.0.1", 0);
-    endpoint_ = transport::tcp::join_host_port("127.0.0.1", transport::tcp::local_port(listen_fd_));
+    listen_fd_ = runtime::listen_on("127.0.0.1", 0);
+    endpoint_ = transport::tcp::join_host_port("127.0.0.1", runtime::local_port(listen_fd_));
     threads_.emplace_back([this] { accept_loop(); });
   }
   ~Relay() {
@@ -819,8 +820,8 @@ class Relay {
       if (in < 0) continue;
       std::string host;
       uint16_t port = 0;
-      transport::tcp::split_host_port(target_, &host, &port);
-      const int out = transport::tcp::connect_with_timeout(host, port, 5s);
+      runtime::split_host_port(target_, &host, &port);
+      const int out = runtime::connect_with_timeout(host, port, 5s);
       int conn = 0;
       {
         std::lock_guard<std::mutex> l(mu_);
@@ -849,7 +850,7 @@ class Relay {
         sent.insert(sent.end(), chunk.begin(), chunk.end());
         if (edit_) edit_(conn, sent, chunk);
       }
-      if (!chunk.empty() && !transport::tcp::write_all(to, chunk, std::chrono::steady_clock::now() + 5s)) break;
+      if (!chunk.empty() && !runtime::write_all(to, chunk, std::chrono::steady_clock::now() + 5s)) break;
     }
     ::shutdown(to, SHUT_WR);
   }
@@ -1063,7 +1064,7 @@ TEST(SecureTransport, StrangerWhoKnowsTheStoreCannotJoinNorReplaceADataStream) {
   transfer(p, 20, rng);
   std::string host;
   uint16_t port = 0;
-  transport::tcp::split_host_port(p.t0->dev->endpoint(), &host, &port);
+  runtime::split_host_port(p.t0->dev->endpoint(), &host, &port);
   const auto deadline = std::chrono::steady_clock::now() + 5s;
   // The stranger's Hello is perfect (session id and parameters from the store), for data stream 1
   // of rank 1, which exists: before authentication that replaced the stream.
@@ -1074,7 +1075,7 @@ TEST(SecureTransport, StrangerWhoKnowsTheStoreCannotJoinNorReplaceADataStream) {
   h.session_id = 42;
   for (bool claims_auth : {false, true}) {
     h.flags = claims_auth ? protocol::kHelloFlagAuth : 0;
-    const int fd = transport::tcp::connect_with_timeout(host, port, 5s);
+    const int fd = runtime::connect_with_timeout(host, port, 5s);
     ASSERT_GE(fd, 0);
     const timeval tv{5, 0};  // bounded: the last recv below must not hang if the rank keeps it open
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
@@ -1086,9 +1087,9 @@ TEST(SecureTransport, StrangerWhoKnowsTheStoreCannotJoinNorReplaceADataStream) {
       const auto init = guess.init();
       out.insert(out.end(), init.begin(), init.end());
     }
-    ASSERT_TRUE(transport::tcp::write_all(fd, out, deadline));
+    ASSERT_TRUE(runtime::write_all(fd, out, deadline));
     std::array<uint8_t, protocol::kReplySize> rb{};
-    ASSERT_TRUE(transport::tcp::read_all(fd, rb, deadline));
+    ASSERT_TRUE(runtime::read_all(fd, rb, deadline));
     protocol::Reply reply;
     ASSERT_EQ(protocol::decode_reply(rb, &reply), protocol::HandshakeStatus::kAccepted);
     if (!claims_auth) {
@@ -1096,15 +1097,15 @@ TEST(SecureTransport, StrangerWhoKnowsTheStoreCannotJoinNorReplaceADataStream) {
     } else {
       EXPECT_EQ(reply.status, protocol::HandshakeStatus::kAccepted);
       std::array<uint8_t, security::kAuthRespSize> resp{};
-      ASSERT_TRUE(transport::tcp::read_all(fd, resp, deadline));
+      ASSERT_TRUE(runtime::read_all(fd, resp, deadline));
       std::array<uint8_t, security::kAuthFinSize> fin{};
       security::ConnectionKeys keys;
       EXPECT_EQ(guess.on_resp(hb, rb, resp, &fin, &keys), security::AuthStatus::kBadProof);
       fin[8] = 0;  // claims success, with a proof it cannot make
-      ASSERT_TRUE(transport::tcp::write_all(fd, fin, deadline));
+      ASSERT_TRUE(runtime::write_all(fd, fin, deadline));
       // Then frames, as if it had joined: never read.
       const auto junk = marked(4096);
-      (void)transport::tcp::write_all(fd, junk, deadline);
+      (void)runtime::write_all(fd, junk, deadline);
     }
     uint8_t b = 0;
     EXPECT_LE(::recv(fd, &b, 1, 0), 0) << "the stranger's connection stays open";

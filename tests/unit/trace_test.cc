@@ -18,7 +18,7 @@
 #include "error_code.h"
 #include "geoccl/geoccl.h"
 #include "metrics/trace_merge.h"
-#include "transport/tcp/socket_util.h"
+#include "runtime/socket.h"
 
 namespace geoccl::metrics {
 namespace {
@@ -59,7 +59,7 @@ TEST(Trace, MergeRefusesForeignFiles) {
 TEST(Trace, FourRanksOnOneTimeline) {
   const std::string dir = "/tmp/geoccl-trace-" + std::to_string(getpid());
   std::filesystem::remove_all(dir);
-  const uint16_t port = transport::tcp::pick_free_port();
+  const uint16_t port = runtime::pick_free_port();
   constexpr size_t kLarge = 1 << 20;  // floats: 4 MiB, the hierarchical ring
   auto rank_main = [&](int rank) {
     Config c;

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <optional>
 #include <random>
 #include <string>
@@ -39,6 +40,9 @@ struct Kind {
   bool secret = false;
   std::function<std::unique_ptr<Device>(transport::Group&)> make;
 };
+
+// gtest names a case's parameter by this (not by its bytes).
+void PrintTo(const Kind& k, std::ostream* os) { *os << k.name; }
 
 std::vector<Kind> kinds() {
   auto tcp = [](transport::Group& g) { return std::make_unique<transport::tcp::TcpDevice>(g, "127.0.0.1", transport::tcp::TcpOptions{}); };

@@ -16,7 +16,7 @@
 #include <iostream>
 
 #include "security/secret.h"
-#include "transport/tcp/socket_util.h"
+#include "runtime/socket.h"
 
 namespace geoccl::tools {
 namespace {
@@ -57,7 +57,7 @@ std::string build_tree_python_path() {
 
 int launch(const LaunchSpec& spec) {
   using Clock = std::chrono::steady_clock;
-  const int port = spec.master_port ? spec.master_port : transport::tcp::pick_free_port();
+  const int port = spec.master_port ? spec.master_port : runtime::pick_free_port();
   const std::string run_id = std::to_string(getpid()) + "-" + std::to_string(port);
   struct sigaction sa{};
   sa.sa_handler = on_signal;

@@ -2,7 +2,7 @@
 
 #include "geoccl/error.h"
 #include "protocol/wire.h"
-#include "transport/tcp/socket_util.h"
+#include "runtime/socket.h"
 
 namespace geoccl::transport::quic {
 
@@ -31,7 +31,7 @@ bool decode_address(std::span<const uint8_t> in, Address* out) {
   try {
     std::string host;
     uint16_t port = 0;
-    tcp::split_host_port(a.endpoint, &host, &port);
+    runtime::split_host_port(a.endpoint, &host, &port);
     if (port == 0) return false;
   } catch (const Error&) {
     return false;

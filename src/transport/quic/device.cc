@@ -9,7 +9,7 @@
 #include "core/logging.h"
 #include "geoccl/error.h"
 #include "transport/tcp/address.h"
-#include "transport/tcp/socket_util.h"
+#include "runtime/socket.h"
 
 namespace geoccl::transport::quic {
 
@@ -35,7 +35,7 @@ QuicDevice::QuicDevice(Group& group, const std::string& bind_addr, const QuicOpt
     : group_(group), options_(options), sock_(bind_addr, options.socket_buffer_bytes) {
   std::string host;
   uint16_t port = 0;
-  tcp::split_host_port(endpoint_string(sock_.local()), &host, &port);
+  runtime::split_host_port(endpoint_string(sock_.local()), &host, &port);
   endpoint_ = tcp::join_host_port(bind_addr, port);
   for (int r = 0; r < group_.size(); ++r) {
     auto p = std::make_unique<QuicPeer>();

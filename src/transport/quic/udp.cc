@@ -12,7 +12,7 @@
 #include "core/logging.h"
 #include "geoccl/error.h"
 #include "transport/tcp/address.h"
-#include "transport/tcp/socket_util.h"
+#include "runtime/socket.h"
 
 #ifndef UDP_SEGMENT
 #define UDP_SEGMENT 103
@@ -38,7 +38,7 @@ bool Endpoint::operator==(const Endpoint& o) const {
 Endpoint resolve_endpoint(const std::string& endpoint) {
   std::string host;
   uint16_t port = 0;
-  tcp::split_host_port(endpoint, &host, &port);
+  runtime::split_host_port(endpoint, &host, &port);
   addrinfo hints{};
   hints.ai_socktype = SOCK_DGRAM;
   hints.ai_flags = AI_NUMERICSERV;
@@ -93,11 +93,11 @@ UdpSocket::UdpSocket(const std::string& host, uint64_t buffer_bytes) : rbuf_(kMa
   }
   local_.len = sizeof local_.addr;
   getsockname(fd_, reinterpret_cast<sockaddr*>(&local_.addr), &local_.len);
-  if (buffer_bytes > 0) tcp::set_buffer_sizes(fd_, buffer_bytes);
+  if (buffer_bytes > 0) runtime::set_buffer_sizes(fd_, buffer_bytes);
   const bool v6 = local_.addr.ss_family == AF_INET6;
-  tcp::tune_socket(fd_, v6 ? IPPROTO_IPV6 : IPPROTO_IP, v6 ? IPV6_RECVERR : IP_RECVERR, 1, "IP_RECVERR");
+  runtime::tune_socket(fd_, v6 ? IPPROTO_IPV6 : IPPROTO_IP, v6 ? IPV6_RECVERR : IP_RECVERR, 1, "IP_RECVERR");
   // Path MTU: do not fragment (QUIC sizes its own packets).
-  tcp::tune_socket(fd_, v6 ? IPPROTO_IPV6 : IPPROTO_IP, v6 ? IPV6_MTU_DISCOVER : IP_MTU_DISCOVER,
+  runtime::tune_socket(fd_, v6 ? IPPROTO_IPV6 : IPPROTO_IP, v6 ? IPV6_MTU_DISCOVER : IP_MTU_DISCOVER,
                    v6 ? IPV6_PMTUDISC_DO : IP_PMTUDISC_DO, "IP_MTU_DISCOVER");
   int one = 1;
   gso_ = setsockopt(fd_, SOL_UDP, UDP_SEGMENT, &(one = 0), sizeof one) == 0;
