@@ -219,13 +219,32 @@ TEST_F(WanSessionTest, RoundTripTimeIsTheConfiguredRtt) {
   EXPECT_LT(fastest, 21.0);  // and nothing systematic on top of it
 }
 
+// Every packet the emulator took in: its links' packets_in and the unroutable ones.
+std::uint64_t emulator_packets(const std::string& stats) {
+  std::uint64_t n = 0;
+  std::istringstream in(stats);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string name;
+    std::uint64_t packets_in = 0;
+    if (line.rfind("unroutable ", 0) == 0) n += std::stoull(line.substr(11));
+    else if (fields >> name >> packets_in && name.find('>') != std::string::npos) n += packets_in;
+  }
+  return n;
+}
+
 TEST_F(WanSessionTest, IntraDomainTrafficBypassesTheEmulator) {
-  // Ranks 0 and 1 share domain a: their traffic stays on loopback speed.
+  // Ranks 0 and 1 share domain a: their packets never reach the emulator (it counts none of the
+  // 20 of 10 round trips), so its 20 ms is not in their round trip. The fastest of them is the
+  // host's own; the median is not asserted (a loaded CI machine moved it to 2.8 ms).
   UdpEcho echo(session_->netns_of_rank(0), session_->addr_of_rank(1), 7002);
+  const std::uint64_t before = emulator_packets(session_->stats());
   std::vector<double> rtts = udp_rtts(session_->netns_of_rank(1), session_->addr_of_rank(0), 7002, 10, 1000);
+  const std::uint64_t after = emulator_packets(session_->stats());
   ASSERT_EQ(rtts.size(), 10u);
-  std::sort(rtts.begin(), rtts.end());
-  EXPECT_LT(rtts[5], 1.0);
+  EXPECT_LE(after - before, 2u) << "the emulator took in packets of an exchange inside one domain";
+  EXPECT_LT(*std::min_element(rtts.begin(), rtts.end()), 10.0);
 }
 
 TEST_F(WanSessionTest, RateCapHoldsWithinTenPercent) {
