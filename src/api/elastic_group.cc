@@ -263,18 +263,6 @@ class ElasticGroupImpl {
         std::this_thread::sleep_for(milliseconds(5));
         continue;
       }
-      // A joiner's beat since its record was read: it is alive (QuorumDecider::heard).
-      if (!unheard.empty() && Clock::now() >= next_listen) {
-        next_listen = Clock::now() + kBeat / 2;
-        for (auto it = unheard.begin(); it != unheard.end();) {
-          if (store_->add(e + "b/" + std::to_string(it->first), 0) == it->second.second) {
-            ++it;
-            continue;
-          }
-          q.heard(it->second.first);
-          it = unheard.erase(it);
-        }
-      }
       const auto a = q.poll(Clock::now());
       if (a.kind == membership::QuorumDecider::Action::kDecide) {
         GEOCCL_LOG(kInfo, "elastic: epoch " << n << " decided: " << a.decision.members.size() << " members, " << a.why);
@@ -285,6 +273,19 @@ class ElasticGroupImpl {
       if (a.kind == membership::QuorumDecider::Action::kFail) {
         store_->set(e + "failed", std::vector<uint8_t>(a.why.begin(), a.why.end()));
         return;
+      }
+      // A joiner's beat since its record was read: it is alive (QuorumDecider::heard). After the
+      // poll, which starts the decider's clock for the joiners it read.
+      if (!unheard.empty() && Clock::now() >= next_listen) {
+        next_listen = Clock::now() + kBeat / 2;
+        for (auto it = unheard.begin(); it != unheard.end();) {
+          if (store_->add(e + "b/" + std::to_string(it->first), 0) == it->second.second) {
+            ++it;
+            continue;
+          }
+          q.heard(it->second.first);
+          it = unheard.erase(it);
+        }
       }
       std::this_thread::sleep_until(std::min(a.until, Clock::now() + milliseconds(10)));
     }

@@ -50,8 +50,12 @@ std::shared_ptr<const PlanSnapshot> plan(const Context& c) {
       std::optional<collectives::WanPaths> carried;
       if (cfg.epoch > 0) carried = timed("carry_paths", [&] { return carry_paths(c, topo); });
       snap->paths_carried = carried.has_value();
-      snap->paths = carried ? std::move(*carried) : timed("measure_paths", [&] { return measure_paths(c, topo); });
-      process_paths().record(topo, snap->paths);
+      if (carried) {
+        snap->paths = std::move(*carried);
+      } else {
+        snap->paths = timed("measure_paths", [&] { return measure_paths(c, topo); });
+        process_paths().record(topo, snap->paths);  // carried figures keep their own age
+      }
       if (cfg.two_hop_gain > 0) {
         Detours taken = timed("take_detours", [&] { return take_detours(c, topo, snap->paths); });
         snap->paths = std::move(taken.paths);
