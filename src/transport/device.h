@@ -76,6 +76,9 @@ class Device {
   // After topology discovery: `peer` is in another domain (a WAN path) or in this rank's own
   // (a LAN path). Both ends of a pair decide alike, as every rank knows the same domains.
   virtual void set_wan_peer(int peer, bool wan) = 0;
+  // Waits until what set_wan_peer started for the WAN peers is in place (TCP: their striped data
+  // streams are open), or `deadline`: what the path measurements after it take for granted.
+  virtual void await_wan_streams(Clock::time_point /*deadline*/) {}
   // ---- Liveness (transport/liveness_monitor.h), loop thread. The device reports everything it
   // receives from a peer to Group::heard, and heartbeats to Group::heartbeat.
   // Sends `peer` a heartbeat frame with `payload` (protocol/liveness.h), on its control path.

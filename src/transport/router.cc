@@ -284,6 +284,11 @@ void Router::set_wan_peer(int peer, bool wan) {
   for (int c = 0; c < kPriorityClasses; ++c) of(peer, static_cast<uint8_t>(c)).set_wan_peer(peer, wan);
 }
 
+void Router::await_wan_streams(Clock::time_point deadline) {
+  for (auto& ch : channels_)
+    for (auto& d : ch.devices) d->await_wan_streams(deadline);
+}
+
 bool Router::set_two_hop(int peer, int via, size_t min_bytes) {
   bool taken = false;
   for (int c = 0; c < kPriorityClasses; ++c) {

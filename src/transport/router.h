@@ -85,6 +85,8 @@ class Router final : public Transport {
 
   // After topology discovery: `peer` is across a WAN (another domain) or not.
   void set_wan_peer(int peer, bool wan);
+  // Until the links set_wan_peer asked for are in place on every device (Device::await_wan_streams).
+  void await_wan_streams(Clock::time_point deadline);
   // After the path probe: bulk frames to `peer` take a two-hop path through rank `via`, on every
   // priority class's device that can (Device::set_two_hop); whether the gradient class's does.
   bool set_two_hop(int peer, int via, size_t min_bytes);

@@ -112,6 +112,7 @@ struct Group3 {
     for (size_t r = 0; r < ranks.size(); ++r)
       for (size_t q = 0; q < ranks.size(); ++q)
         if (r != q) ranks[r]->dev->set_wan_peer(static_cast<int>(q), true);
+    for (auto& r : ranks) r->dev->await_wan_streams(std::chrono::steady_clock::now() + std::chrono::seconds(10));
   }
 };
 

@@ -101,6 +101,9 @@ struct Pair {
     c0.join();
     if (t0_decides) t0->dev->set_wan_peer(1, wan);
     t1->dev->set_wan_peer(0, wan);
+    // Both ends see the WAN peer's striped streams open (the dialling end, rank 1, opens them).
+    t1->dev->await_wan_streams(deadline);
+    t0->dev->await_wan_streams(deadline);
   }
   ~Pair() {
     t1.reset();
@@ -355,6 +358,7 @@ TEST(TcpTransport, AStreamReplacedBeforeTheOtherEndKnowsItIsAWanPeerIsTakenBack)
   EXPECT_FALSE(p.t0->failure().has_value());
   EXPECT_FALSE(p.t1->failure().has_value());
   p.t0->dev->set_wan_peer(1, true);
+  p.t0->dev->await_wan_streams(std::chrono::steady_clock::now() + 10s);
   transfer(p, 20, rng);
   uint64_t reconnects = 0;
   const auto stats = p.t0->stats();

@@ -71,6 +71,11 @@ Domains discover_domains(const Context& c) {
   const auto& dom = d.topo.domain_of;
   for (int r = 0; r < c.cfg.world_size; ++r)
     if (r != c.cfg.rank) c.router.set_wan_peer(r, dom[static_cast<size_t>(r)] != dom[static_cast<size_t>(c.cfg.rank)]);
+  // A WAN peer's striped data streams open now (connect() opened one data stream per peer): the
+  // path measurements and the first operations spread over them. Bounded: a stream that cannot be
+  // opened leaves the pair on fewer (the stream width controller tries again later).
+  c.router.await_wan_streams(std::chrono::steady_clock::now() +
+                             std::min<std::chrono::steady_clock::duration>(c.cfg.connect_timeout, std::chrono::seconds(10)));
   c.router.set_domains(d.topo.domain_of, d.topo.names);
   return d;
 }

@@ -472,7 +472,7 @@ void TcpDevice::connect_through_relay(TcpPeer& p, const std::vector<int>& peers,
   }
   GEOCCL_LOG(kInfo, "rank " << p.rank << " reached through rank " << chosen << "'s relay");
   group_.set_relay(p.rank, chosen);
-  for (int stream = 1; stream < initial_streams_; ++stream) {
+  for (int stream = 1; stream < kSetupStreams; ++stream) {
     std::string swhy;
     bool rejected = false;
     security::ConnectionKeys keys;
@@ -490,7 +490,11 @@ void TcpDevice::connect_through_relay(TcpPeer& p, const std::vector<int>& peers,
 void TcpDevice::adopt(int fd, int peer_rank, int stream, const security::ConnectionKeys& keys, int via) {
   TcpPeer& p = peer(peer_rank);
   p.streams[static_cast<size_t>(stream)] = std::make_unique<TcpConnection>(*this, p, fd, stream, keys, via);
-  if (p.wan && stream != kControlStream) p.streams[static_cast<size_t>(stream)]->tune_for_wan();  // opened later
+  if (p.wan && stream != kControlStream) {  // opened after set_wan_peer
+    p.streams[static_cast<size_t>(stream)]->tune_for_wan();
+    const int want = p.width_control ? p.width_control->width() : initial_streams_ - 1;
+    p.width = std::clamp(want, 1, std::max(1, open_prefix(p)));
+  }
   ++connected_;
   group_.notify();
 }
@@ -529,7 +533,7 @@ void TcpDevice::connect(const std::vector<int>& peers, const AddressOf& address_
     }
     const auto direct_deadline = may_relay ? std::min(deadline, Clock::now() + options_.relay_after) : deadline;
     bool relay = false;
-    for (int stream = 0; stream < initial_streams_ && !relay; ++stream) {
+    for (int stream = 0; stream < kSetupStreams && !relay; ++stream) {
       std::string why;
       bool rejected = false, refused = false;
       int fd = -1;
@@ -564,7 +568,7 @@ void TcpDevice::connect(const std::vector<int>& peers, const AddressOf& address_
       for (int r : peers) {
         if (r < group_.rank()) continue;
         const auto& s = peer(r).streams;
-        if (std::any_of(s.begin(), s.begin() + initial_streams_, [](const auto& c) { return !c; }))
+        if (std::any_of(s.begin(), s.begin() + kSetupStreams, [](const auto& c) { return !c; }))
           missing += (missing.empty() ? "" : ",") + std::to_string(r);
       }
     });
@@ -1017,12 +1021,20 @@ void TcpDevice::set_wan_peer(int peer_rank, bool wan) {
     p.wan = wan;
     // Striping and stream recovery are for the WAN: a LAN peer gets one warm data stream and no
     // copies of what is sent to it.
-    p.width = wan ? initial_streams_ - 1 : 1;
+    const int open = open_prefix(p);
+    p.width = wan ? std::clamp(initial_streams_ - 1, 1, std::max(1, open)) : 1;
     p.resume = options_.resume || (wan && options_.wan_resume);
     p.session.set_keep_copies(p.resume);
     if (!wan) return;
     for (int s = 1; s < streams_; ++s)
       if (TcpConnection* c = p.streams[static_cast<size_t>(s)].get()) c->tune_for_wan();
+    // The WAN peer's other initial data streams: the dialling end opens them now, in the
+    // background (their handshakes take round trips on the WAN path).
+    if (group_.rank() > p.rank && p.streams[kControlStream] && open < initial_streams_ - 1 &&
+        !p.opening.exchange(true)) {
+      if (p.opener.joinable()) p.opener.join();
+      p.opener = std::thread([this, &p, open] { open_streams(p, open + 1, initial_streams_ - 1); });
+    }
     if (initial_streams_ < streams_ && !p.width_control) {
       StreamWidthOptions wo;
       wo.start = initial_streams_ - 1;
@@ -1177,6 +1189,20 @@ void TcpDevice::width_tick() {
                                           << before << "; " << w.last_rate() * 8 / 1e6 << " Mbit/s measured)");
   }
   width_tick_ = group_.loop().add_timer(now + kWidthInterval, [this] { width_tick(); });
+}
+
+void TcpDevice::await_wan_streams(Clock::time_point deadline) {
+  for (;;) {
+    bool ready = true;
+    group_.loop().run_owned([&] {
+      for (const auto& p : peers_)
+        if (p->wan && p->streams[kControlStream] && open_prefix(*p) < initial_streams_ - 1 &&
+            (group_.rank() < p->rank || p->opening.load()))
+          ready = false;
+    });
+    if (ready || Clock::now() >= deadline || closing_.load() || group_.failed()) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
 }
 
 void TcpDevice::open_streams(TcpPeer& p, int from, int upto) {

@@ -162,7 +162,12 @@ class TcpDevice final : public Device {
   void send_heartbeat(int peer, std::span<const uint8_t> payload) override;
   bool host_answers(int peer, std::chrono::milliseconds recent) const override;
   void tick(Clock::time_point now) override;
+  // A WAN peer's data streams beyond the first (connect() opens one for every peer): the dialling
+  // end opens them (up to the initial count) and frames spread over them as they come.
   void set_wan_peer(int peer, bool wan) override;
+  // Until every WAN peer has its initial data streams, the dialling end's opening has ended, or
+  // `deadline`.
+  void await_wan_streams(Clock::time_point deadline) override;
   void stats(PeerStats* ps) const override;
   // Every connection's smoothed RTT (the least), the data streams' non-app-limited delivery rates
   // (their sum), read on the loop thread.
@@ -307,7 +312,10 @@ class TcpDevice final : public Device {
   Group::ListenerId failure_listener_ = 0;
   const TcpOptions options_;
   const int streams_;  // per peer: control + data streams (the most)
-  const int initial_streams_;  // per peer: control + data streams connect() opens
+  // Per peer: control + data streams connect() opens (one data stream: a LAN peer uses no
+  // more), and what a WAN peer opens at first (set_wan_peer).
+  static constexpr int kSetupStreams = 2;
+  const int initial_streams_;
   int listen_fd_ = -1;
   std::string endpoint_;
   // By global rank, every rank (a higher rank dials us only if it chose TCP for the pair too).
