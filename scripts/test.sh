@@ -18,7 +18,8 @@ fuzzers=(fuzz_frame fuzz_handshake fuzz_store_codec fuzz_group_params fuzz_trans
 phase "build (RelWithDebInfo, unity)"
 bash scripts/build.sh build -DCMAKE_UNITY_BUILD=ON
 
-# The ASan+UBSan build runs in the background at nice 19 while the release ctest runs: it leaves about half of the 2 cores idle (its tests wait on peers, timers and the
+# The ASan+UBSan build and the fuzzers build in the background at nice 19 while the release
+# ctest runs: it leaves about half of the 2 cores idle (its tests wait on peers, timers and the
 # emulated WAN), and a nice-19 compiler gives a test its core back as soon as it wants it. The
 # build is stopped while the WAN timing tests and pytest run (pytest's training jobs keep both
 # cores busy: it took 606 s beside the build against 390 s alone) and continued after them.
@@ -26,19 +27,22 @@ bash scripts/build.sh build -DCMAKE_UNITY_BUILD=ON
 # same tree builds in 5.6 min on 2 cores where g++ takes 8.2 (and the release build stays g++).
 # No Python module: pytest runs on the release build, and the torch-heavy files are a sixth of the
 # compile time.
-phase "build (ASan+UBSan; clang, in the background at nice 19: build/background-build.log)"
+phase "build (ASan+UBSan, then the fuzzers; clang, in the background at nice 19: build/background-build.log)"
 background_log="$root/build/background-build.log"
 setsid nice -n 19 bash -c '
   set -euo pipefail
   CC=clang CXX=clang++ bash scripts/build.sh build-asan -DGEOCCL_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug \
     -DGEOCCL_BUILD_BENCH=OFF -DGEOCCL_BUILD_PYTHON=OFF "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1"
-' >"$background_log" 2>&1 &
+  CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DGEOCCL_BUILD_FUZZERS=ON \
+    -DGEOCCL_BUILD_TESTS=OFF -DGEOCCL_BUILD_BENCH=OFF -DGEOCCL_BUILD_PYTHON=OFF -DGEOCCL_WERROR=ON >/dev/null
+  ninja -C build-fuzz "$@"
+' background-build "${fuzzers[@]}" >"$background_log" 2>&1 &
 background=$!
-# A failed phase ends the script: a background build goes with it.
+# A failed phase ends the script: the background build goes with it.
 trap 'kill -CONT -- -"$background" 2>/dev/null; kill -TERM -- -"$background" 2>/dev/null || true' EXIT
 
-phase "ctest (RelWithDebInfo), all but the WAN tests"
-ctest --test-dir build --output-on-failure --timeout 600 -j "$jobs" -LE wan
+phase "ctest (RelWithDebInfo), all but the WAN timing tests"
+ctest --test-dir build --output-on-failure --timeout 600 -j "$jobs" -LE serial
 
 # The WAN tests that compare measured times and rates (label "serial") run alone, with the
 # background build stopped: a compiler beside the emulator skews the rates it delivers.
@@ -54,43 +58,19 @@ fi
 PYTHONPATH="$root/build/python${PYTHONPATH:+:$PYTHONPATH}" /usr/bin/python3 -m pytest -q --durations=12 tests/python
 kill -CONT -- -"$background" 2>/dev/null || true
 
-# The other WAN tests (outages of 5 and 60 s, a cut for good, relays) spend most of their time
-# waiting out a fault: they run while the background build finishes, which takes the CPU they
-# leave (they do not measure rates; the build stays at nice 19).
-phase "ctest (RelWithDebInfo), the WAN fault tests, beside the background build"
-ctest --test-dir build --output-on-failure --timeout 600 -j "$jobs" -L wan -LE serial
-
 phase "waiting for the background build"
 if ! wait "$background"; then
   tail -n 60 "$background_log" >&2
-  echo "the ASan+UBSan build failed (whole log: $background_log)" >&2
+  echo "the ASan+UBSan or fuzzer build failed (whole log: $background_log)" >&2
   exit 1
 fi
-
-# The fuzzers build in the background while the ASan tests run (those wait on peers and timers
-# for much of their time).
-fuzz_log="$root/build/fuzz-build.log"
-setsid nice -n 19 bash -c '
-  set -euo pipefail
-  CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DGEOCCL_BUILD_FUZZERS=ON \
-    -DGEOCCL_BUILD_TESTS=OFF -DGEOCCL_BUILD_BENCH=OFF -DGEOCCL_BUILD_PYTHON=OFF -DGEOCCL_WERROR=ON >/dev/null
-  ninja -C build-fuzz "$@"
-' fuzz-build "${fuzzers[@]}" >"$fuzz_log" 2>&1 &
-background=$!
+trap - EXIT
 
 phase "ctest (ASan+UBSan)"
 # Everything but the WAN tests (real namespaces and rate measurements, meaningless under ASan).
 # On 2 cores the whole run takes about 5 min.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure --timeout 900 -j "$jobs" -LE wan
-
-phase "waiting for the fuzzer build"
-if ! wait "$background"; then
-  tail -n 60 "$fuzz_log" >&2
-  echo "the fuzzer build failed (whole log: $fuzz_log)" >&2
-  exit 1
-fi
-trap - EXIT
 
 phase "fuzzers (clang, libFuzzer, 3 s each, $jobs at a time)"
 # One fuzzer: its last line of output, or its whole output and a non-zero status on a finding.
