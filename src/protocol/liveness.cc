@@ -34,6 +34,21 @@ bool decode_heartbeat(std::span<const uint8_t> in, uint32_t world_size, std::vec
   return true;
 }
 
+bool watches(int rank, int peer, int size) {
+  if (rank == peer || rank < 0 || peer < 0 || rank >= size || peer >= size) return false;
+  if (size <= kWatchEveryPeerUpTo) return true;
+  const int d = (peer - rank + size) % size;
+  const int dist = std::min(d, size - d);  // either way round the ring
+  return (dist & (dist - 1)) == 0;         // a power of two
+}
+
+std::vector<int> watched_peers(int rank, int size) {
+  std::vector<int> out;
+  for (int q = 0; q < size; ++q)
+    if (watches(rank, q, size)) out.push_back(q);
+  return out;
+}
+
 namespace {
 
 std::string seconds(std::chrono::steady_clock::duration d) {
@@ -46,7 +61,7 @@ std::string seconds(std::chrono::steady_clock::duration d) {
 
 Liveness::Liveness(int rank, int size, const LivenessOptions& o, TimePoint now)
     : rank_(rank), size_(size), o_(o), peers_(static_cast<size_t>(size)),
-      domain_of_(static_cast<size_t>(size), 0), last_tick_(now) {
+      watched_(watched_peers(rank, size)), domain_of_(static_cast<size_t>(size), 0), last_tick_(now) {
   for (auto& p : peers_) p.last_heard = now;
 }
 
@@ -76,8 +91,7 @@ void Liveness::host_answers(int peer, bool answers, TimePoint now) {
 
 std::vector<SilentPeer> Liveness::silent_peers(TimePoint now) const {
   std::vector<SilentPeer> out;
-  for (int q = 0; q < size_; ++q) {
-    if (q == rank_) continue;
+  for (int q : watched_) {
     const auto silent = now - peers_[static_cast<size_t>(q)].last_heard;
     if (silent <= 2 * o_.interval) continue;
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(silent).count();
@@ -91,8 +105,8 @@ bool Liveness::fresh(const Peer& q, TimePoint now) const {
 }
 
 int Liveness::witness_hearing(int p, TimePoint now) const {
-  for (int w = 0; w < size_; ++w) {
-    if (w == rank_ || w == p) continue;
+  for (int w : watched_) {
+    if (w == p || !watches(w, p, size_)) continue;
     const Peer& q = peers_[static_cast<size_t>(w)];
     if (!fresh(q, now)) continue;
     const bool lists = std::any_of(q.silent.begin(), q.silent.end(),
@@ -106,7 +120,8 @@ bool Liveness::domain_heard(int p, TimePoint now) const {
   const int d = domain_of_[static_cast<size_t>(p)];
   for (int q = 0; q < size_; ++q) {
     if (q == p || domain_of_[static_cast<size_t>(q)] != d) continue;
-    if (q == rank_ || now - peers_[static_cast<size_t>(q)].last_heard <= 2 * o_.interval) return true;
+    if (q == rank_) return true;
+    if (watches(rank_, q, size_) && now - peers_[static_cast<size_t>(q)].last_heard <= 2 * o_.interval) return true;
     if (witness_hearing(q, now) >= 0) return true;
   }
   return false;
@@ -125,8 +140,7 @@ std::vector<Liveness::Action> Liveness::tick(TimePoint now) {
   last_tick_ = now;
   const bool deciding = now >= grace_until_;
   bool failed = false;
-  for (int i = 0; i < size_; ++i) {
-    if (i == rank_) continue;
+  for (int i : watched_) {
     Peer& p = peers_[static_cast<size_t>(i)];
     const auto silent = now - p.last_heard;
     if (silent <= 2 * o_.interval) {

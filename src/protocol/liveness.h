@@ -1,8 +1,8 @@
 // Liveness: heartbeats and the failure detector of one rank, as an I/O-free state machine
 // (tests/unit/liveness_test.cc drives it with invented timestamps).
 //
-// Every rank sends every peer a heartbeat each `interval` (transport/liveness_monitor.h does the
-// I/O). A heartbeat carries the sender's view of the group: the peers it has not heard from for
+// Every rank sends each peer it watches (watched_peers: every peer up to 32 ranks) a heartbeat
+// each `interval` (transport/liveness_monitor.h does the I/O). A heartbeat carries the sender's view of the group: the peers it has not heard from for
 // more than two intervals, with how long. Hearing anything from a peer (a heartbeat, any frame)
 // counts. A peer silent for the `window` is then told apart three ways:
 //
@@ -55,6 +55,16 @@ std::vector<uint8_t> encode_heartbeat(std::span<const SilentPeer> silent);
 bool decode_heartbeat(std::span<const uint8_t> in, uint32_t world_size, std::vector<SilentPeer>* out);
 inline size_t max_heartbeat_payload() { return 4 + 8 * size_t{kMaxHeartbeatEntries}; }
 
+// The peers a rank heartbeats and judges. Up to kWatchEveryPeerUpTo ranks: every other rank.
+// Beyond: the ranks at distance 1, 2, 4, 8, ... either way round the ring of ranks (about
+// 2 log2(size) of them), so that heartbeats per rank grow with the log of the job, not with it.
+// Symmetric (q watches r when r watches q), and the same function on every rank: a rank knows
+// whom any other rank watches. A rank that finds a watched peer failed fails the group and tells
+// every peer (the group's abort), so every rank still learns of the failure.
+inline constexpr int kWatchEveryPeerUpTo = 32;
+std::vector<int> watched_peers(int rank, int size);
+bool watches(int rank, int peer, int size);
+
 struct LivenessOptions {
   std::chrono::milliseconds interval{1000};   // GEOCCL_HEARTBEAT_MS
   std::chrono::milliseconds window{10000};    // GEOCCL_LIVENESS_WINDOW_MS
@@ -67,8 +77,10 @@ class Liveness {
   using Clock = std::chrono::steady_clock;
   using TimePoint = Clock::time_point;
 
-  // Every other rank is watched from `now` on (as if heard then).
+  // The watched peers (watched_peers) are watched from `now` on (as if heard then); the others
+  // are neither listed nor judged.
   Liveness(int rank, int size, const LivenessOptions& o, TimePoint now);
+  const std::vector<int>& watched() const { return watched_; }
 
   // After topology discovery: the domain of every rank (index = rank) and the domains' names
   // (for messages; may be empty). Until then all ranks count as one domain.
@@ -84,7 +96,8 @@ class Liveness {
   // heartbeats are through.
   void host_answers(int peer, bool answers, TimePoint now);
 
-  // The peers this rank has not heard from for more than two intervals: the next heartbeat.
+  // The watched peers this rank has not heard from for more than two intervals: the next
+  // heartbeat.
   std::vector<SilentPeer> silent_peers(TimePoint now) const;
 
   struct Action {
@@ -115,8 +128,8 @@ class Liveness {
     TimePoint warned_at{};  // last warning about this peer
     bool warned = false;
   };
-  // Whether a third rank we hear says it hears `p` (its last heartbeat is fresh and does not list
-  // p as silent for a window): the rank that says so, or -1.
+  // Whether a third rank we hear and that watches `p` says it hears `p` (its last heartbeat is
+  // fresh and does not list p as silent for a window): the rank that says so, or -1.
   int witness_hearing(int p, TimePoint now) const;
   // Whether some rank of p's domain other than p is heard, by us or by a rank we hear.
   bool domain_heard(int p, TimePoint now) const;
@@ -126,6 +139,7 @@ class Liveness {
   const int rank_, size_;
   const LivenessOptions o_;
   std::vector<Peer> peers_;
+  std::vector<int> watched_;  // sorted
   std::vector<int> domain_of_;
   std::vector<std::string> domain_names_;
   TimePoint last_tick_;

@@ -41,14 +41,14 @@ void LivenessMonitor::tick() {
   for (Device* d : devices_) d->tick(now);
   if (now >= next_heartbeat_) {
     const auto payload = protocol::encode_heartbeat(liveness_.silent_peers(now));
-    for (size_t p = 0; p < carrier_.size(); ++p)
-      if (carrier_[p]) carrier_[p]->send_heartbeat(static_cast<int>(p), payload);
+    for (int p : liveness_.watched())
+      if (Device* d = carrier_[static_cast<size_t>(p)]) d->send_heartbeat(p, payload);
     next_heartbeat_ = now + options_.interval;
   }
   // A host answers when it acknowledged something within three intervals: a heartbeat left in
   // each of them.
-  for (size_t p = 0; p < carrier_.size(); ++p)
-    if (carrier_[p]) liveness_.host_answers(static_cast<int>(p), carrier_[p]->host_answers(static_cast<int>(p), 3 * options_.interval), now);
+  for (int p : liveness_.watched())
+    if (Device* d = carrier_[static_cast<size_t>(p)]) liveness_.host_answers(p, d->host_answers(p, 3 * options_.interval), now);
   for (auto& a : liveness_.tick(now)) {
     using Kind = protocol::Liveness::Action::Kind;
     if (a.kind == Kind::kWarn) GEOCCL_LOG(kWarn, a.message);

@@ -3,7 +3,8 @@
 // the progress of its links (Device::tick: TCP re-dials a stalled connection), samples whether
 // each peer's host answers, runs the detector and acts on what it decides: a warning line, a
 // recovery line, or the group's failure (told to every peer). Every heartbeat interval it sends
-// each peer a heartbeat over the device that carries the peer's gradient class.
+// each watched peer (protocol::watched_peers) a heartbeat over the device that carries the peer's
+// gradient class.
 #pragma once
 
 #include <chrono>

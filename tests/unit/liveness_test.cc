@@ -232,3 +232,72 @@ TEST(Liveness, AHostThatAnswersAgainAfterAnOutageIsNotCalledUnresponsive) {
   EXPECT_EQ(o2.fail->code, ErrorCode::kPeerUnresponsive);
   EXPECT_LE(o2.at, 10250ms);
 }
+
+// Whom a rank watches: everyone up to 32 ranks; beyond, the ranks at power-of-two distances
+// round the ring, the same relation seen from both ends, and few enough that heartbeats per rank
+// grow with the log of the job.
+TEST(Liveness, WatchSetsAreEveryPeerInSmallGroupsAndLogarithmicSymmetricInLargeOnes) {
+  for (int n = 1; n <= 300; ++n) {
+    int bound = 0;
+    while ((1 << bound) < n) ++bound;
+    for (int r = 0; r < n; ++r) {
+      const auto w = watched_peers(r, n);
+      if (n <= kWatchEveryPeerUpTo) {
+        ASSERT_EQ(w.size(), static_cast<size_t>(n - 1)) << n;
+      } else {
+        ASSERT_LE(w.size(), static_cast<size_t>(2 * bound)) << n << " " << r;
+        // The ring neighbours are always watched: every rank is watched by someone.
+        ASSERT_TRUE(watches(r, (r + 1) % n, n) && watches(r, (r + n - 1) % n, n)) << n << " " << r;
+      }
+      ASSERT_FALSE(watches(r, r, n));
+      for (int q = 0; q < n; ++q) ASSERT_EQ(watches(r, q, n), watches(q, r, n)) << n << " " << r << " " << q;
+    }
+  }
+  EXPECT_EQ(watched_peers(0, 128), (std::vector<int>{1, 2, 4, 8, 16, 32, 64, 96, 112, 120, 124, 126, 127}));
+}
+
+// In a 64-rank group rank 0 judges only the peers it watches: an unwatched peer's silence is
+// neither listed in its heartbeats nor a failure of its own (a rank that watches it reports it).
+TEST(Liveness, InALargeGroupOnlyWatchedPeersAreListedAndJudged) {
+  const auto t0 = Clock::now();
+  Liveness l(0, 64, opts(), t0);
+  ASSERT_FALSE(watches(0, 3, 64));
+  ASSERT_TRUE(watches(0, 1, 64));
+  auto o = run(l, t0, 20s, [&](Clock::time_point now, Clock::duration) {
+    for (int q : l.watched())
+      if (q != 1) l.report(q, {}, now);
+    l.host_answers(1, true, now);  // rank 1 stopped; rank 3 is never heard either
+  });
+  ASSERT_TRUE(o.fail);
+  EXPECT_EQ(o.fail->peer, 1);
+  EXPECT_EQ(o.fail->code, ErrorCode::kPeerUnresponsive);
+  const auto listed = l.silent_peers(t0 + o.at);
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].rank, 1u);
+  EXPECT_EQ(l.state(3), Liveness::State::kAlive);
+}
+
+// A witness counts only for the peers it watches: rank 4 (distance 3 from rank 1) listing nobody
+// as silent does not mean it hears rank 1; rank 2 (distance 1) does.
+TEST(Liveness, AWitnessThatDoesNotWatchThePeerIsNotTakenAsHearingIt) {
+  ASSERT_FALSE(watches(4, 1, 64));
+  ASSERT_TRUE(watches(2, 1, 64));
+  for (int witness : {4, 2}) {
+    const auto t0 = Clock::now();
+    Liveness l(0, 64, opts(), t0);
+    auto o = run(l, t0, 40s, [&](Clock::time_point now, Clock::duration) {
+      // Every watched rank but 1 is heard; those that watch rank 1 (2 and 63) list it as silent
+      // unless it is the witness; the others, rank 4 among them, list nobody.
+      const auto ms = static_cast<uint32_t>(std::chrono::duration_cast<std::chrono::milliseconds>(now - t0).count());
+      for (int q : l.watched()) {
+        if (q == 1) continue;
+        const bool lists = watches(q, 1, 64) && q != witness;
+        l.report(q, lists ? std::vector<SilentPeer>{{1, ms}} : std::vector<SilentPeer>{}, now);
+      }
+      l.host_answers(1, false, now);
+    });
+    ASSERT_TRUE(o.fail) << witness;
+    // Unwatched silence and no witness: nobody we hear hears it while its domain (ours) is heard.
+    EXPECT_EQ(o.fail->code, witness == 2 ? ErrorCode::kPeerUnreachable : ErrorCode::kPeerLost) << witness;
+  }
+}
