@@ -1,8 +1,10 @@
-// Published transport addresses (tcp/address.h, shm/address.h, quic/address.h): never crash;
-// what decodes re-encodes to the same bytes.
+// Published transport addresses (tcp/address.h, shm/address.h, quic/address.h) and the address
+// card that carries them (address_card.h): never crash; what decodes re-encodes to the same bytes.
+#include <algorithm>
 #include <cstdlib>
 #include <span>
 
+#include "transport/address_card.h"
 #include "transport/quic/address.h"
 #include "transport/shm/address.h"
 #include "transport/tcp/address.h"
@@ -27,6 +29,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   quic::Address q;
   if (quic::decode_address(in, &q)) {
     const auto again = quic::encode_address(q);
+    if (!std::equal(again.begin(), again.end(), in.begin(), in.end())) std::abort();
+  }
+  if (const auto card = decode_address_card(in)) {
+    const auto again = encode_address_card(*card);
     if (!std::equal(again.begin(), again.end(), in.begin(), in.end())) std::abort();
   }
   return 0;

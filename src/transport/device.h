@@ -7,8 +7,8 @@
 // plus what is the transport's own (tcp/socket_util, tcp/stripe, shm/ring, shm/segment); the
 // generic socket helpers every layer uses are runtime/socket.h.
 //
-// The Router (router.h) builds every device, publishes each one's address, picks one device per
-// peer and hands it the peers it serves; collectives never see a device. Per-peer protocol state
+// The Router (router.h) builds every device, publishes their addresses (address_card.h), picks
+// one device per peer and hands it the peers it serves; collectives never see a device. Per-peer protocol state
 // (frame numbers, the receive window, acknowledgements, kept copies) is protocol::PeerSession,
 // which each device's connection drives.
 //

@@ -1,9 +1,12 @@
 #include "transport/router.h"
 
 #include <algorithm>
+#include <mutex>
+#include <optional>
 
 #include "core/logging.h"
 #include "geoccl/error.h"
+#include "transport/address_card.h"
 #include "transport/liveness_monitor.h"
 #include "transport/quic/device.h"
 #include "transport/shm/device.h"
@@ -96,13 +99,24 @@ Router::Router(Group& group, const Config& cfg, int data_streams, const std::str
       devices.push_back(std::make_unique<shm::ShmDevice>(group_, o));
     }
   }
-  // Store keys: "tcp/3" for the gradient class, "tcp.bulk/3" for the bulk class.
-  auto key = [](const Device& d, int c, int r) {
-    return std::string(d.name()) + (c == 0 ? "" : ".bulk") + "/" + std::to_string(r);
-  };
+  // Every device's address on one card, under "3" for rank 3: "tcp" for the gradient class's
+  // TCP device, "tcp.bulk" for the bulk class's.
+  auto key = [](const Device& d, int c) { return std::string(d.name()) + (c == 0 ? "" : ".bulk"); };
+  AddressCard mine;
   for (int c = 0; c < kPriorityClasses; ++c)
-    for (auto& d : channels_[static_cast<size_t>(c)].devices)
-      publish(key(*d, c, group_.rank()), d->address());
+    for (auto& d : channels_[static_cast<size_t>(c)].devices) mine.entries.emplace_back(key(*d, c), d->address());
+  publish(std::to_string(group_.rank()), encode_address_card(mine));
+  // A peer's card is read once, when one of its addresses is first needed.
+  std::vector<std::optional<AddressCard>> cards(static_cast<size_t>(group_.size()));
+  std::mutex cards_mu;
+  auto address = [&](int p, const std::string& name) {
+    std::lock_guard lk(cards_mu);
+    auto& card = cards[static_cast<size_t>(p)];
+    if (!card && !(card = decode_address_card(lookup(std::to_string(p)))))
+      throw Error(ErrorCode::kProtocol, "rank " + std::to_string(p) + " published a malformed address card");
+    const auto* a = card->find(name);
+    return a ? *a : std::vector<uint8_t>{};  // none: the device reports a malformed address
+  };
 
   try {
     for (int c = 0; c < kPriorityClasses; ++c) {
@@ -121,7 +135,7 @@ Router::Router(Group& group, const Config& cfg, int data_streams, const std::str
       for (int p = 0; p < group_.size(); ++p) {
         if (p == group_.rank()) continue;
         Device* d = remote;
-        if (host && host != remote && host->reaches(lookup(key(*host, c, p)))) d = host;
+        if (host && host != remote && host->reaches(address(p, key(*host, c)))) d = host;
         ch.by_peer[static_cast<size_t>(p)] = d;
         for (size_t i = 0; i < ch.devices.size(); ++i)
           if (ch.devices[i].get() == d) peers_of[i].push_back(p);
@@ -133,7 +147,7 @@ Router::Router(Group& group, const Config& cfg, int data_streams, const std::str
         if (peers_of[i].empty()) continue;
         GEOCCL_LOG(kInfo, d.name() << (c == 0 ? "" : " (bulk)") << ": connecting to "
                                    << peers_of[i].size() << " peer(s)");
-        d.connect(peers_of[i], [&](int p) { return lookup(key(d, c, p)); }, poll, deadline);
+        d.connect(peers_of[i], [&](int p) { return address(p, key(d, c)); }, poll, deadline);
       }
       // The decider's second candidate: QUIC to every peer TCP carries, best effort.
       if (c == 0 && deciding_) {
@@ -143,7 +157,7 @@ Router::Router(Group& group, const Config& cfg, int data_streams, const std::str
         if (!remote_peers.empty()) {
           GEOCCL_LOG(kInfo, "quic: connecting to " << remote_peers.size() << " peer(s) (remote=auto)");
           try {
-            quic_->connect(remote_peers, [&](int p) { return lookup(key(*quic_, c, p)); }, poll,
+            quic_->connect(remote_peers, [&](int p) { return address(p, key(*quic_, c)); }, poll,
                            std::min(deadline, Clock::now() + cfg.quic_connect_budget));
           } catch (const Error& e) {
             if (e.code() == ErrorCode::kInvalidArgument) throw;  // another rank's setup error

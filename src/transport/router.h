@@ -1,7 +1,7 @@
-// Router: the group's Transport. It builds one device per transport (tcp/, shm/), publishes each
-// device's address in the store, chooses for every peer the device that carries its frames (by
-// path class, GEOCCL_TRANSPORT), hands each device the peers it serves, and then forwards every
-// send and receive to the peer's device. The devices share one Group: one identity, one first
+// Router: the group's Transport. It builds one device per transport (tcp/, shm/), publishes the
+// devices' addresses in the store on one card (address_card.h), chooses for every peer the
+// device that carries its frames (by path class, GEOCCL_TRANSPORT), hands each device the peers
+// it serves, and then forwards every send and receive to the peer's device. The devices share one Group: one identity, one first
 // failure, one early-frame check, one loop thread.
 //
 // Channels: every priority class (geoccl::Priority; the frame header's `channel`) has a device

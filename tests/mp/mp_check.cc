@@ -35,6 +35,7 @@
 #include "security/sealer.h"
 #include "security/secret.h"
 #include "transport/quic/flow_window.h"
+#include "transport/address_card.h"
 #include "transport/tcp/address.h"
 #include "runtime/socket.h"
 
@@ -1049,8 +1050,8 @@ StoreDump dump_store(const Config& cfg) {
   if (g) d.params_hash = g->hash();
   for (int i = 0; i < cfg.world_size; ++i) {
     std::string ep;
-    CHECK(transport::tcp::decode_address(store.get(prefix + "addr/tcp/" + std::to_string(i), std::chrono::seconds(5)), &ep),
-          "rank %d's TCP address", i);
+    const auto card = transport::decode_address_card(store.get(prefix + "addr/" + std::to_string(i), std::chrono::seconds(5)));
+    CHECK(card && card->find("tcp") && transport::tcp::decode_address(*card->find("tcp"), &ep), "rank %d's TCP address", i);
     d.endpoints.push_back(ep);
   }
   return d;
@@ -1194,7 +1195,7 @@ int stranger_main(const Config& cfg) {
     const std::string prefix = "geoccl/" + cfg.session + "/g1/";
     for (StoreClient* s : {&raw, &guessed}) {
       for (const auto& attempt : std::vector<std::function<void()>>{
-               [&] { s->set(prefix + "addr/tcp/0", {1, 2, 3}); }, [&] { s->remove(prefix + "params"); },
+               [&] { s->set(prefix + "addr/0", {1, 2, 3}); }, [&] { s->remove(prefix + "params"); },
                [&] { s->add(prefix + "count", 1); }, [&] { s->get(prefix + "params", std::chrono::seconds(1)); }}) {
         try {
           attempt();
@@ -1651,10 +1652,10 @@ int main(int argc, char** argv) {
       // group must keep working.
       if (me == 1) {
         StoreClient store(cfg.master_addr, cfg.master_port, std::chrono::seconds(10));
-        auto a = store.get("geoccl/" + cfg.session + "/g1/addr/tcp/0", std::chrono::seconds(10));
+        const auto card = transport::decode_address_card(store.get("geoccl/" + cfg.session + "/g1/addr/0", std::chrono::seconds(10)));
         std::string endpoint, host;
         uint16_t port = 0;
-        CHECK(transport::tcp::decode_address(a, &endpoint), "rank 0's TCP address");
+        CHECK(card && card->find("tcp") && transport::tcp::decode_address(*card->find("tcp"), &endpoint), "rank 0's TCP address");
         runtime::split_host_port(endpoint, &host, &port);
         const int fd = runtime::connect_with_timeout(host, port, std::chrono::seconds(5));
         CHECK(fd >= 0, "connect to rank 0");
