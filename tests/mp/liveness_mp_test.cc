@@ -22,10 +22,10 @@ std::string stamp_path(const std::string& tag) {
 std::vector<int> run_freeze(int n, const Env& extra, const std::string& tag) {
   const std::string stamp = stamp_path(tag);
   std::remove(stamp.c_str());
-  Env env = extra;
+  // The defaults first: `extra` may override them (a rank sets them in this order).
+  Env env{{"GEOCCL_HEARTBEAT_MS", "500"}, {"GEOCCL_LIVENESS_WINDOW_MS", "3000"}};
+  env.insert(env.end(), extra.begin(), extra.end());
   env.emplace_back("GEOCCL_TEST_STAMP", stamp);
-  env.emplace_back("GEOCCL_HEARTBEAT_MS", "500");
-  env.emplace_back("GEOCCL_LIVENESS_WINDOW_MS", "3000");
   auto stopped_at = std::chrono::steady_clock::time_point{};
   auto codes = run_ranks(n, "freeze", 120, env, [&](const std::vector<pid_t>& pids) {
     const pid_t victim = pids.back();
@@ -66,6 +66,18 @@ TEST(Liveness, StoppedPeerIsUnresponsiveOnEveryOtherRankWithinTheWindow) {
                                   transport);
     expect_survivors_ok(codes, 3, 128 + SIGKILL, transport);
   }
+}
+
+// From 33 ranks on, a rank watches only the peers at power-of-two distances round the ring
+// (protocol::watched_peers): 10 of the 39 survivors watch rank 39, and one of them fails the
+// group. Every survivor must still get kPeerUnresponsive within the window's bounds, the others
+// through the abort. A 5 s window: 40 processes share this machine's cores with another test.
+TEST(Liveness, StoppedPeerInAGroupLargerThanTheWatchSetsReachesEveryRank) {
+#ifdef GEOCCL_TEST_SANITIZED
+  GTEST_SKIP() << "40 processes under the sanitizers: the release build runs it";
+#endif
+  const auto codes = run_freeze(40, {{"GEOCCL_TRANSPORT", "tcp"}, {"GEOCCL_LIVENESS_WINDOW_MS", "5000"}}, "watched");
+  expect_survivors_ok(codes, 39, 128 + SIGKILL, "40 ranks");
 }
 
 TEST(Liveness, StoppedPeerOnOneSiteIsUnresponsive) {
