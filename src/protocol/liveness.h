@@ -2,8 +2,9 @@
 // (tests/unit/liveness_test.cc drives it with invented timestamps).
 //
 // Every rank sends each peer it watches (watched_peers: every peer up to 32 ranks) a heartbeat
-// each `interval` (transport/liveness_monitor.h does the I/O). A heartbeat carries the sender's view of the group: the peers it has not heard from for
-// more than two intervals, with how long. Hearing anything from a peer (a heartbeat, any frame)
+// each `interval` (transport/liveness_monitor.h does the I/O). A heartbeat carries the sender's
+// view of the group: the watched peers it has not heard from for more than two intervals, with
+// how long. Hearing anything from a peer (a heartbeat, any frame)
 // counts. A peer silent for the `window` is then told apart three ways:
 //
 //  - unresponsive: its host still acknowledges what we send (the transport reports that: TCP's

@@ -1,7 +1,6 @@
 #include "transport/router.h"
 
 #include <algorithm>
-#include <mutex>
 #include <optional>
 
 #include "core/logging.h"
@@ -106,11 +105,10 @@ Router::Router(Group& group, const Config& cfg, int data_streams, const std::str
   for (int c = 0; c < kPriorityClasses; ++c)
     for (auto& d : channels_[static_cast<size_t>(c)].devices) mine.entries.emplace_back(key(*d, c), d->address());
   publish(std::to_string(group_.rank()), encode_address_card(mine));
-  // A peer's card is read once, when one of its addresses is first needed.
+  // A peer's card is read once, when one of its addresses is first needed (every device's
+  // connect() asks for its peers' addresses on this thread).
   std::vector<std::optional<AddressCard>> cards(static_cast<size_t>(group_.size()));
-  std::mutex cards_mu;
   auto address = [&](int p, const std::string& name) {
-    std::lock_guard lk(cards_mu);
     auto& card = cards[static_cast<size_t>(p)];
     if (!card && !(card = decode_address_card(lookup(std::to_string(p)))))
       throw Error(ErrorCode::kProtocol, "rank " + std::to_string(p) + " published a malformed address card");
