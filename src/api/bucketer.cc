@@ -18,7 +18,8 @@ struct GradientBucketer::Bucket {
   std::vector<Slot> slots;
   std::unique_ptr<uint8_t[]> packed;
   size_t bytes = 0;
-  Work work;  // its allreduce
+  size_t seq = 0;  // the bucketer's count of buckets started before this one
+  Work work;       // its allreduce
 
   void unpack() const {
     size_t o = 0;
@@ -32,21 +33,19 @@ struct GradientBucketer::Bucket {
 // Buckets started and not unpacked yet, oldest first. Callbacks of successive buckets may run
 // concurrently (one that takes long lets the next start), so each one unpacks every bucket up to
 // its own, in order: when a bucket's callback returns, it and every earlier bucket are unpacked.
+// A callback names its bucket by sequence number, never by address: a later callback may have
+// unpacked and freed the bucket already, and a bucket started since may live at the same address
+// with its allreduce still writing into it.
 struct GradientBucketer::Unpacker {
   std::mutex mu;
   std::deque<std::shared_ptr<Bucket>> pending;
 
-  void unpack_through(const Bucket* last) {
+  void unpack_through(size_t last) {
     std::lock_guard lk(mu);
-    // A later bucket's callback may have taken the lock first and unpacked this one already:
-    // then nothing is left to do here. Popping on regardless would free buckets whose allreduce
-    // is still writing into them (seen as heap corruption in the 6- and 8-rank collectives test).
-    if (std::none_of(pending.begin(), pending.end(), [last](const auto& b) { return b.get() == last; })) return;
-    while (!pending.empty()) {
+    while (!pending.empty() && pending.front()->seq <= last) {
       auto b = std::move(pending.front());
       pending.pop_front();
       if (b->work.ok()) b->unpack();  // done: Works complete in issue order
-      if (b.get() == last) return;
     }
   }
 };
@@ -114,6 +113,7 @@ void GradientBucketer::start_current() {
   // step, so the n-th bucket is the same tensors each time).
   OpOptions o = options_;
   if (!o.feedback_key.empty()) o.feedback_key += "/" + std::to_string(started_);
+  b->seq = started_;
   b->work = comm_.allreduce(b->packed.get(), b->bytes / dtype_size(dtype_), dtype_, op_, o);
   last_ = b->work;
   {
@@ -121,7 +121,7 @@ void GradientBucketer::start_current() {
     unpacker_->pending.push_back(b);
   }
   // Unpack on completion (a completion thread); the queue owns the bucket until then.
-  last_.on_complete([u = unpacker_, last = b.get()](std::exception_ptr) { u->unpack_through(last); });
+  last_.on_complete([u = unpacker_, seq = b->seq](std::exception_ptr) { u->unpack_through(seq); });
   ++started_;
 }
 
