@@ -18,17 +18,6 @@ namespace geoccl {
 
 class CommunicatorImpl;
 
-// Priority class (channel) of an operation. Each class has its own frame space and operation
-// sequence: operations of different classes run concurrently, operations of one class complete
-// in issue order. Senders always serve the higher class first; kBulk is a scavenger that uses
-// only what gradients leave (GEOCCL_BULK_RATE caps it) and backs off when the path's queueing
-// delay grows. Every rank must issue an operation on the same class.
-enum class Priority : uint8_t {
-  kGradient = 0,  // default, highest
-  kBulk = 1,      // background: checkpoints, blobs
-};
-inline constexpr int kPriorityClasses = 2;
-
 // Per-call options; unset fields come from the communicator's Config.
 struct OpOptions {
   std::optional<std::chrono::milliseconds> timeout;

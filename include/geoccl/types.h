@@ -38,4 +38,15 @@ std::optional<ReduceOp> parse_reduce_op(std::string_view s);
 bool is_valid(DataType t);
 bool is_valid(ReduceOp op);
 
+// Priority class (channel) of an operation. Each class has its own frame space and operation
+// sequence: operations of different classes run concurrently, operations of one class complete
+// in issue order. Senders always serve the higher class first; kBulk is a scavenger that uses
+// only what gradients leave (GEOCCL_BULK_RATE caps it) and backs off when the path's queueing
+// delay grows. Every rank must issue an operation on the same class.
+enum class Priority : uint8_t {
+  kGradient = 0,  // default, highest
+  kBulk = 1,      // background: checkpoints, blobs
+};
+inline constexpr int kPriorityClasses = 2;
+
 }  // namespace geoccl

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "api/op_engine.h"
+#include "api/peer_stats.h"
 #include "api/plan.h"
 #include "api/replanner.h"
 #include "api/startup/startup.h"
@@ -160,7 +161,11 @@ CommunicatorImpl::~CommunicatorImpl() {
 void CommunicatorImpl::start_metrics() {
   const auto& topo = plans_.current()->topo;
   metrics_->set_topology(topo.domain_of, topo.names);
-  metrics_->set_peer_source([this] { return router_->stats(); });
+  metrics_->set_peer_source([this] {
+    std::vector<metrics::PeerFigures> out;
+    for (const auto& l : router_->stats()) out.push_back(api::to_peer_figures(l));
+    return out;
+  });
   exporter_ = std::make_unique<metrics::HttpExporter>(*registry_, cfg_.metrics_bind, cfg_.metrics_port);
   GEOCCL_LOG(kInfo, "metrics at http://" << cfg_.metrics_bind << ":" << exporter_->port() << "/metrics");
 }
@@ -226,7 +231,11 @@ int Communicator::size() const { return impl_->size(); }
 const Config& Communicator::config() const { return impl_->config(); }
 uint32_t Communicator::epoch() const { return impl_->config().epoch; }
 void Communicator::abort(const std::string& reason) { impl_->abort(reason); }
-std::vector<PeerStats> Communicator::peer_stats() const { return impl_->transport().stats(); }
+std::vector<PeerStats> Communicator::peer_stats() const {
+  std::vector<PeerStats> out;
+  for (const auto& l : impl_->transport().stats()) out.push_back(api::to_peer_stats(l));
+  return out;
+}
 TopologyInfo Communicator::topology() const { return impl_->plan()->info(); }
 
 std::optional<collectives::WanCompression> CommunicatorImpl::wan_compression(const api::PlanSnapshot& plan,

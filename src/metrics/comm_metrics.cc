@@ -90,7 +90,7 @@ CommMetrics::CommMetrics(Registry& r, int rank, int world_size, std::string doma
   r.add_collector([this] { collect(); });
 }
 
-void CommMetrics::set_peer_source(std::function<std::vector<PeerStats>()> peers) {
+void CommMetrics::set_peer_source(std::function<std::vector<PeerFigures>()> peers) {
   std::lock_guard lk(mu_);
   peers_ = std::move(peers);
 }
@@ -180,19 +180,16 @@ void CommMetrics::collect() {
   for (const auto& ps : peers) {
     const std::string peer = std::to_string(ps.peer);
     if (ps.rtt_ms > 0) rtt_.with({peer, ps.transport}).set(ps.rtt_ms / 1e3);
-    if (ps.tcp.min_rtt_ms > 0) min_rtt_.with({peer}).set(ps.tcp.min_rtt_ms / 1e3);
-    sent_.with({peer}).set(ps.bytes_sent + ps.bulk_bytes_sent);
-    received_.with({peer}).set(ps.bytes_received + ps.bulk_bytes_received);
-    retransmits_.with({peer}).set(ps.tcp.retransmits);
-    uint64_t reconnects = 0;
-    for (const auto& s : ps.tcp.streams) reconnects += s.reconnects;
-    reconnects += ps.quic.reconnects;
-    reconnects_.with({peer}).set(reconnects);
+    if (ps.min_rtt_ms > 0) min_rtt_.with({peer}).set(ps.min_rtt_ms / 1e3);
+    sent_.with({peer}).set(ps.bytes_sent);
+    received_.with({peer}).set(ps.bytes_received);
+    retransmits_.with({peer}).set(ps.retransmits);
+    reconnects_.with({peer}).set(ps.reconnects);
     const int d = domain_of(ps.peer);
     if (d >= 0 && d != mine && static_cast<size_t>(d) < to_domain.size()) {
-      to_domain[static_cast<size_t>(d)] += ps.bytes_sent + ps.bulk_bytes_sent;
-      delivery[static_cast<size_t>(d)] += static_cast<double>(ps.tcp.delivery_rate_bps);
-      const double r = ps.tcp.min_rtt_ms > 0 ? ps.tcp.min_rtt_ms : ps.rtt_ms;
+      to_domain[static_cast<size_t>(d)] += ps.bytes_sent;
+      delivery[static_cast<size_t>(d)] += static_cast<double>(ps.delivery_rate_bps);
+      const double r = ps.min_rtt_ms > 0 ? ps.min_rtt_ms : ps.rtt_ms;
       wan_rtt_s = std::max(wan_rtt_s, r / 1e3);
     }
   }

@@ -12,11 +12,21 @@
 #include <string>
 #include <vector>
 
-#include "geoccl/communicator.h"
 #include "geoccl/error.h"
 #include "metrics/registry.h"
 
 namespace geoccl::metrics {
+
+// What a scrape reads of one peer's link (the communicator fills it from its peer statistics).
+struct PeerFigures {
+  int peer = -1;
+  std::string transport;
+  double rtt_ms = 0;
+  double min_rtt_ms = 0;                        // 0: not reported
+  uint64_t bytes_sent = 0, bytes_received = 0;  // both priority classes
+  uint64_t retransmits = 0, reconnects = 0;
+  uint64_t delivery_rate_bps = 0;
+};
 
 // Size classes of the duration histogram's size_class label: powers of 16 from 4 KiB.
 const char* size_class(uint64_t bytes);
@@ -43,7 +53,7 @@ class CommMetrics {
   CommMetrics(Registry& registry, int rank, int world_size, std::string domain, double link_bps);
 
   // What the scrape-time series read: the peers' statistics and the domains.
-  void set_peer_source(std::function<std::vector<PeerStats>()> peers);
+  void set_peer_source(std::function<std::vector<PeerFigures>()> peers);
   void set_topology(std::vector<int> domain_of, std::vector<std::string> names);
 
   // One completed operation. `kind` < kOpKinds with its name, `algo` a string with static
@@ -95,7 +105,7 @@ class CommMetrics {
   std::array<PerKind, kOpKinds> kinds_;
   std::mutex mu_;  // creation of series; the collector's state below
 
-  std::function<std::vector<PeerStats>()> peers_;
+  std::function<std::vector<PeerFigures>()> peers_;
   std::vector<int> domain_of_;
   std::vector<std::string> domain_names_;
   std::vector<LinkSample> links_;  // per destination domain

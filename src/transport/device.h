@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "geoccl/communicator.h"
+#include "transport/link_stats.h"
 #include "protocol/frame.h"
 #include "transport/group.h"
 #include "transport/transport.h"
@@ -41,7 +41,7 @@ class Device {
   using Poll = std::function<void()>;
 
   virtual ~Device() = default;
-  // "tcp", "shm": the device's name in GEOCCL_TRANSPORT, store keys, logs and PeerStats.
+  // "tcp", "shm": the device's name in GEOCCL_TRANSPORT, store keys, logs and LinkStats.
   virtual const char* name() const = 0;
   // Opaque bytes a peer needs to reach this rank through this device.
   virtual std::vector<uint8_t> address() const = 0;
@@ -90,7 +90,7 @@ class Device {
   virtual void tick(Clock::time_point /*now*/) {}
 
   // Fills the device's part of `ps` (ps->peer is set): counters, and the device's own detail.
-  virtual void stats(PeerStats* ps) const = 0;
+  virtual void stats(LinkStats* ps) const = 0;
   // The path to `peer` as the device's own statistics show it now, for re-planning while a job
   // runs (collectives/path_monitor.h): the least smoothed RTT of its connections, and the
   // delivery rate of the samples that were not application-limited (0: none, or not measured).

@@ -264,20 +264,20 @@ void Router::abort(ErrorCode code, const std::string& message) {
 
 std::optional<Failure> Router::failure() const { return group_.failure(); }
 
-std::vector<PeerStats> Router::stats() const {
-  std::vector<PeerStats> out;
+std::vector<LinkStats> Router::stats() const {
+  std::vector<LinkStats> out;
   for (int p = 0; p < group_.size(); ++p) {
     if (p == group_.rank()) continue;
-    PeerStats ps;
+    LinkStats ps;
     ps.peer = p;
-    ps.transport = of(p, 0).name();
+    ps.device = of(p, 0).name();
     {
       std::lock_guard lk(why_mu_);
-      ps.transport_choice = why_[static_cast<size_t>(p)];
+      ps.choice = why_[static_cast<size_t>(p)];
     }
     of(p, 0).stats(&ps);
     // The bulk class's link to the peer: its own counters.
-    PeerStats bulk;
+    LinkStats bulk;
     bulk.peer = p;
     of(p, 1).stats(&bulk);
     ps.bulk_bytes_sent = bulk.bytes_sent;

@@ -75,7 +75,7 @@ class Router final : public Transport {
   void begin_operation(const protocol::FrameHeader& h) override;
   void abort(ErrorCode code, const std::string& message) override;
   std::optional<Failure> failure() const override;
-  std::vector<PeerStats> stats() const override;
+  std::vector<LinkStats> stats() const override;
   // The gradient class's device's reading of the path to `peer` (Device::path_reading).
   Device::PathReading path_reading(int peer) const { return of(peer, 0).path_reading(peer); }
 
@@ -103,7 +103,7 @@ class Router final : public Transport {
   // Whether this rank's device `name` has a working link to `peer`.
   bool connected(int peer, const std::string& name) const;
   // The gradient class's frames to `peer` go on device `name` from now on; `why` is reported in
-  // PeerStats::transport_choice. The caller makes sure no frame of the class is in flight to or
+  // LinkStats::choice. The caller makes sure no frame of the class is in flight to or
   // from the peer (both ends switch at the same operation boundary).
   void use(int peer, const std::string& name, const std::string& why = "");
 

@@ -15,9 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "geoccl/communicator.h"
 #include "geoccl/error.h"
+#include "geoccl/types.h"
 #include "protocol/frame.h"
+#include "transport/link_stats.h"
 
 namespace geoccl::transport {
 
@@ -96,7 +97,7 @@ class Transport {
   virtual void abort(ErrorCode code, const std::string& message) = 0;
   // The first failure, if any.
   virtual std::optional<Failure> failure() const = 0;
-  virtual std::vector<PeerStats> stats() const = 0;
+  virtual std::vector<LinkStats> stats() const = 0;
 };
 
 }  // namespace geoccl::transport

@@ -98,7 +98,7 @@ TEST(QuicTransport, FramesArriveIntactPostedEarlyOrLateAndAreDelivered) {
     ASSERT_EQ(recvs[i]->bytes, src[i].size());
     ASSERT_EQ(src[i], dst[i]) << "frame " << i;
   }
-  PeerStats ps;
+  transport::LinkStats ps;
   ps.peer = 1;
   s0.dev->stats(&ps);
   EXPECT_EQ(ps.frames_sent, frames);
@@ -167,7 +167,7 @@ constexpr size_t kRedialFrames = 24;
 // on it is acknowledged, and the new connection resumes the first one's TLS session and carries
 // them all. Returns rank 1's and rank 0's view of each other once every frame arrived; every
 // frame is checked, and each arrives exactly once.
-std::pair<PeerStats, PeerStats> redial_with_frames_in_flight(QuicSide& s0, QuicSide& s1) {
+std::pair<transport::LinkStats, transport::LinkStats> redial_with_frames_in_flight(QuicSide& s0, QuicSide& s1) {
   const auto [e0, e1] = connect(s0, s1, s0.dev->address(), s1.dev->address());
   EXPECT_EQ(e0, "");
   EXPECT_EQ(e1, "");
@@ -209,7 +209,7 @@ std::pair<PeerStats, PeerStats> redial_with_frames_in_flight(QuicSide& s0, QuicS
     seq += frames;
     if (round == 0) std::this_thread::sleep_for(100ms);  // the ticket follows the handshake
   }
-  PeerStats p1, p0;
+  transport::LinkStats p1, p0;
   p1.peer = 0;
   s1.dev->stats(&p1);
   p0.peer = 1;

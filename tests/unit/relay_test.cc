@@ -59,8 +59,8 @@ struct Rank {
     group.set_security(key);
     dev = std::make_unique<TcpDevice>(group, "127.0.0.1", o);
   }
-  PeerStats stats(int peer) const {
-    PeerStats ps;
+  transport::LinkStats stats(int peer) const {
+    transport::LinkStats ps;
     ps.peer = peer;
     dev->stats(&ps);
     return ps;
@@ -159,8 +159,8 @@ bool streams_through(Rank& r, int peer, int first, int via, std::chrono::seconds
   const auto until = std::chrono::steady_clock::now() + limit;
   for (;;) {
     const auto ps = r.stats(peer);
-    bool all = !ps.tcp.streams.empty();
-    for (const auto& st : ps.tcp.streams)
+    bool all = !ps.streams.each.empty();
+    for (const auto& st : ps.streams.each)
       if (st.index >= first && (st.via != via || st.rtt_ms <= 0)) all = false;
     if (all) return true;
     if (std::chrono::steady_clock::now() > until) return false;
@@ -281,7 +281,7 @@ TEST(Relay, ATwoHopPathCarriesTheBulkFramesAndSmallOnesStayDirect) {
   EXPECT_EQ(g[2].stats(0).two_hop_min_bytes, kBulk);
   EXPECT_EQ(g[2].stats(0).relay, -1);  // the pair itself is direct
   EXPECT_EQ(g[2].stats(1).two_hop, -1);
-  auto stream1_frames = [&](Rank& r, int peer) { return r.stats(peer).tcp.streams.at(0).frames_sent; };
+  auto stream1_frames = [&](Rank& r, int peer) { return r.stats(peer).streams.each.at(0).frames_sent; };
   const uint64_t s1_2 = stream1_frames(g[2], 0), s1_0 = stream1_frames(g[0], 2);
   const uint64_t relayed0 = g[1].dev->relay_counters(0).bytes;
   std::vector<size_t> sizes;
@@ -390,7 +390,7 @@ TEST(Relay, FramesToTwoBusyWanPeersTakeHalfTheStreamsEach) {
     const auto all_open = [&] {
       for (int peer : {1, 2}) {
         const auto ps = g[0].stats(peer);
-        if (ps.tcp.data_streams != 4 || ps.tcp.width != 4) return false;
+        if (ps.streams.open != 4 || ps.streams.width != 4) return false;
       }
       return true;
     };
@@ -420,17 +420,17 @@ TEST(Relay, FramesToTwoBusyWanPeersTakeHalfTheStreamsEach) {
       const auto ps = g[0].stats(peer);
       int used = 0;
       uint64_t beyond = 0;  // frames on streams 3 and 4
-      for (const auto& st : ps.tcp.streams) {
+      for (const auto& st : ps.streams.each) {
         used += st.frames_sent > 0;
         if (st.index > 2) beyond += st.frames_sent;
       }
       if (narrow) {
         // The first frame to peer 1 went before peer 2 was busy: at most that one beyond.
         std::string per_stream;
-        for (const auto& st : ps.tcp.streams)
+        for (const auto& st : ps.streams.each)
           per_stream += " [stream " + std::to_string(st.index) + ": " + std::to_string(st.frames_sent) + " frames, " +
                         std::to_string(st.reconnects) + " reconnects]";
-        EXPECT_LE(beyond, 1u) << "peer " << peer << ", width " << ps.tcp.width << ":" << per_stream;
+        EXPECT_LE(beyond, 1u) << "peer " << peer << ", width " << ps.streams.width << ":" << per_stream;
       } else {
         EXPECT_EQ(used, 4) << "peer " << peer;
       }

@@ -193,10 +193,10 @@ TEST(shm_device, RandomFramesArriveIntactInOrderBothWays) {
   });
   transfer(p.r0, p.r1, 150, rng);
   back.join();
-  PeerStats ps;
+  transport::LinkStats ps;
   ps.peer = 1;
   p.r0.dev->stats(&ps);
-  EXPECT_EQ(ps.transport, "shm");
+  EXPECT_EQ(ps.device, "shm");
   EXPECT_EQ(ps.frames_sent, 150u);
   EXPECT_EQ(ps.frames_received, 150u);
   EXPECT_GT(ps.bytes_sent, 150u * protocol::kFrameHeaderSize);

@@ -67,8 +67,8 @@ struct Side {
   RequestPtr recv(int peer, const protocol::FrameHeader& h, std::span<uint8_t> b) {
     return dev->recv(peer, h, b);
   }
-  std::vector<PeerStats> stats() const {
-    PeerStats ps;
+  std::vector<transport::LinkStats> stats() const {
+    transport::LinkStats ps;
     ps.peer = 1 - rank;
     dev->stats(&ps);
     return {ps};
@@ -156,11 +156,11 @@ TEST(TcpTransport, StripedFramesArriveIntactWithStats) {
   ASSERT_EQ(stats.size(), 1u);
   const auto& s = stats[0];
   EXPECT_EQ(s.peer, 1);
-  EXPECT_EQ(s.tcp.data_streams, 4);
-  ASSERT_EQ(s.tcp.streams.size(), 4u);
-  EXPECT_FALSE(s.tcp.congestion_control.empty());
+  EXPECT_EQ(s.streams.open, 4);
+  ASSERT_EQ(s.streams.each.size(), 4u);
+  EXPECT_FALSE(s.streams.congestion_control.empty());
   uint64_t frames = 0;
-  for (const auto& st : s.tcp.streams) {
+  for (const auto& st : s.streams.each) {
     frames += st.frames_sent;
     EXPECT_GT(st.mss, 0u);
     EXPECT_GT(st.cwnd_segments, 0u);
@@ -305,7 +305,7 @@ void reset_while_transferring(int streams, uint64_t seed, bool zerocopy = false,
   uint64_t reconnects = 0, resent = 0;
   for (Side* t : {p.t0.get(), p.t1.get()})
     for (const auto& ps : t->stats())
-      for (const auto& st : ps.tcp.streams) {
+      for (const auto& st : ps.streams.each) {
         reconnects += st.reconnects;
         resent += st.frames_resent;
       }
@@ -362,7 +362,7 @@ TEST(TcpTransport, AStreamReplacedBeforeTheOtherEndKnowsItIsAWanPeerIsTakenBack)
   transfer(p, 20, rng);
   uint64_t reconnects = 0;
   const auto stats = p.t0->stats();
-  for (const auto& st : stats[0].tcp.streams) reconnects += st.reconnects;
+  for (const auto& st : stats[0].streams.each) reconnects += st.reconnects;
   EXPECT_EQ(reconnects, 2u);
 }
 
@@ -405,11 +405,11 @@ TEST(TcpTransport, SilentlyForgottenStreamIsReplacedByThePeer) {
   expect_delivered(up);
   expect_delivered(down);
   const auto dialler = p.t1->stats(), lower = p.t0->stats();
-  ASSERT_EQ(dialler[0].tcp.streams.size(), 2u);
-  ASSERT_EQ(lower[0].tcp.streams.size(), 2u);
-  for (const auto& st : dialler[0].tcp.streams) EXPECT_EQ(st.reconnects, 1u) << "rank 1, stream " << st.index;
+  ASSERT_EQ(dialler[0].streams.each.size(), 2u);
+  ASSERT_EQ(lower[0].streams.each.size(), 2u);
+  for (const auto& st : dialler[0].streams.each) EXPECT_EQ(st.reconnects, 1u) << "rank 1, stream " << st.index;
   // The lower rank saw both streams replaced.
-  for (const auto& st : lower[0].tcp.streams) EXPECT_GE(st.reconnects, 1u) << "rank 0, stream " << st.index;
+  for (const auto& st : lower[0].streams.each) EXPECT_GE(st.reconnects, 1u) << "rank 0, stream " << st.index;
 }
 
 // The control stream (acks, heartbeats, aborts) breaks while both ranks are alive: reset by
@@ -535,7 +535,7 @@ void paced_flow(Pair& p, Flow& f, int frames, const std::function<void(int)>& at
 uint64_t reconnects(const Side& s) {
   uint64_t n = 0;
   for (const auto& ps : s.stats())
-    for (const auto& st : ps.tcp.streams) n += st.reconnects;
+    for (const auto& st : ps.streams.each) n += st.reconnects;
   return n;
 }
 
@@ -1121,7 +1121,7 @@ TEST(SecureTransport, StrangerWhoKnowsTheStoreCannotJoinNorReplaceADataStream) {
   // The group goes on, on the same streams.
   transfer(p, 20, rng);
   for (const auto& ps : p.t0->stats())
-    for (const auto& st : ps.tcp.streams) EXPECT_EQ(st.reconnects, 0u);
+    for (const auto& st : ps.streams.each) EXPECT_EQ(st.reconnects, 0u);
 }
 
 TEST(SecureTransport, ResetStreamsAreResumedUnderFreshKeys) {
@@ -1173,6 +1173,6 @@ TEST(SecureTransport, FrameResentOnAResumedStreamIsSealedIdentically) {
   EXPECT_FALSE(p.t0->failure().has_value());
   uint64_t resent = 0;
   for (const auto& ps : p.t1->stats())
-    for (const auto& st : ps.tcp.streams) resent += st.frames_resent;
+    for (const auto& st : ps.streams.each) resent += st.frames_resent;
   EXPECT_GE(resent, 1u);
 }

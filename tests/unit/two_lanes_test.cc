@@ -49,7 +49,7 @@ class FakeTransport final : public transport::Transport {
     std::lock_guard lk(mu_);
     return failure_;
   }
-  std::vector<PeerStats> stats() const override { return {}; }
+  std::vector<transport::LinkStats> stats() const override { return {}; }
   int aborts() const {
     std::lock_guard lk(mu_);
     return aborts_;

@@ -57,7 +57,7 @@ Detours take_detours(const Context& c, const topology::Topology& topo, const col
     const auto stats = c.router.stats();
     std::erase_if(moving, [&](const std::pair<int, int>& m) {
       return std::any_of(stats.begin(), stats.end(),
-                         [&](const PeerStats& ps) { return ps.peer == m.first && ps.two_hop == m.second; });
+                         [&](const transport::LinkStats& ps) { return ps.peer == m.first && ps.two_hop == m.second; });
     });
     if (moving.empty()) break;
     if (Clock::now() > until) {

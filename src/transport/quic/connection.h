@@ -35,7 +35,6 @@
 #include <string>
 #include <vector>
 
-#include "geoccl/communicator.h"
 #include "protocol/frame.h"
 #include "protocol/handshake.h"
 #include "runtime/event_loop.h"

@@ -589,14 +589,14 @@ bool QuicDevice::host_answers(int peer_rank, std::chrono::milliseconds recent) c
   return p.conn->bytes_in_flight() == 0 || Clock::now() - p.conn->last_received() < recent;
 }
 
-void QuicDevice::stats(PeerStats* ps) const {
+void QuicDevice::stats(LinkStats* ps) const {
   const QuicPeer& p = *peers_[static_cast<size_t>(ps->peer)];
   ps->bytes_sent = p.bytes_sent.load();
   ps->bytes_received = p.bytes_received.load();
   ps->frames_sent = p.frames_sent.load();
   ps->frames_received = p.frames_received.load();
   group_.loop().run_owned([&] {
-    PeerStats::Quic& q = ps->quic;
+    LinkStats::Quic& q = ps->quic;
     q.congestion_control = options_.congestion_control;
     q.gso = sock_.gso();
     q.frames_duplicated = p.frames_duplicated.load();

@@ -42,7 +42,7 @@
 // after a full handshake (tls.h says what binds a resumed session to the pinned certificate);
 // frame numbers keep delivery exactly once. An acceptor that refuses the early data makes the
 // dialler send it all again after the full handshake (zero_rtt=false refuses, and does not
-// try). PeerStats::Quic counts both.
+// try). LinkStats::Quic counts both.
 //
 // Threads: as device.h. Every socket operation and every ngtcp2 call is on the loop thread.
 #pragma once
@@ -153,7 +153,7 @@ class QuicDevice final : public Device {
   void set_wan_peer(int /*peer*/, bool /*wan*/) override {}
   void send_heartbeat(int peer, std::span<const uint8_t> payload) override;
   bool host_answers(int peer, std::chrono::milliseconds recent) const override;
-  void stats(PeerStats* ps) const override;
+  void stats(LinkStats* ps) const override;
   void shutdown() override;
 
   uint64_t rejected_connections() const { return rejected_.load(); }

@@ -532,10 +532,10 @@ void ShmDevice::send_heartbeat(int peer, std::span<const uint8_t> payload) {
   if (Connection* c = conns_[static_cast<size_t>(peer)].get()) c->post_control(protocol::FrameType::kHeartbeat, payload);
 }
 
-void ShmDevice::stats(PeerStats* ps) const {
+void ShmDevice::stats(LinkStats* ps) const {
   if (ps->peer < 0 || ps->peer >= group_.size()) return;
   const Counters& c = *counters_[static_cast<size_t>(ps->peer)];
-  ps->transport = "shm";
+  ps->device = "shm";
   ps->bytes_sent = c.bytes_sent.load(std::memory_order_relaxed);
   ps->bytes_received = c.bytes_received.load(std::memory_order_relaxed);
   ps->frames_sent = c.frames_sent.load(std::memory_order_relaxed);

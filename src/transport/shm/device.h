@@ -70,7 +70,7 @@ class ShmDevice final : public Device {
   void send_heartbeat(int peer, std::span<const uint8_t> payload) override;
   // A peer on this host: its host is ours, so a silent peer is a stopped or hung process.
   bool host_answers(int /*peer*/, std::chrono::milliseconds /*recent*/) const override { return true; }
-  void stats(PeerStats* ps) const override;
+  void stats(LinkStats* ps) const override;
   // Bounded wait (2 s) for queued frames to be in the rings, goodbye to every peer, then closes
   // everything; requests still pending complete with kAborted. Idempotent.
   void shutdown() override;

@@ -328,8 +328,8 @@ uint64_t TcpConnection::backlog() const {
   return queued_ + static_cast<uint64_t>(std::max(unsent, 0));
 }
 
-PeerStats::TcpStream TcpConnection::info() const {
-  PeerStats::TcpStream s;
+StreamStats TcpConnection::info() const {
+  StreamStats s;
   s.index = stream_;
   s.frames_sent = frames_sent_;
   s.frames_received = frames_received_;

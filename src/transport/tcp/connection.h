@@ -10,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "geoccl/communicator.h"
 #include "protocol/frame.h"
 #include "security/auth.h"
 #include "security/sealer.h"
@@ -109,7 +108,7 @@ class TcpConnection {
   // (SIOCOUTQNSD): how far behind this stream is. The sender picks the stream with the least.
   uint64_t backlog() const;
   // TCP_INFO of the socket plus this stream's counters (loop thread).
-  PeerStats::TcpStream info() const;
+  StreamStats info() const;
   // The kernel's view of the path, for the bulk class's delay controller: smoothed and minimum
   // RTT, and whether data is in flight (an RTT sample is fresh only then). Zero when closed.
   struct PathSample {

@@ -1422,7 +1422,7 @@ Device::PathReading TcpDevice::path_reading(int peer) const {
   return out;
 }
 
-void TcpDevice::stats(PeerStats* ps) const {
+void TcpDevice::stats(LinkStats* ps) const {
   const TcpPeer& p = *peers_[static_cast<size_t>(ps->peer)];
   ps->bytes_sent = p.bytes_sent.load();
   ps->bytes_received = p.bytes_received.load();
@@ -1430,15 +1430,15 @@ void TcpDevice::stats(PeerStats* ps) const {
   ps->relayed_bytes = relay_.counters(ps->peer).bytes;
   // TCP_INFO is read on the loop thread, the only owner of the sockets.
   auto read_info = [&] {
-    PeerStats::Tcp& t = ps->tcp;
+    LinkStats::Streams& t = ps->streams;
     for (int s = 1; s < streams_; ++s)
-      if (const TcpConnection* c = p.streams[static_cast<size_t>(s)].get()) t.streams.push_back(c->info());
-    t.data_streams = static_cast<int>(t.streams.size());
+      if (const TcpConnection* c = p.streams[static_cast<size_t>(s)].get()) t.each.push_back(c->info());
+    t.open = static_cast<int>(t.each.size());
     t.width = p.width;
     if (p.width_control) t.width_changes = p.width_control->changes();
     if (ps->relay < 0 && p.two_hop_min_bytes > 0) {
       ps->two_hop_min_bytes = p.two_hop_min_bytes;
-      for (const auto& st : t.streams)
+      for (const auto& st : t.each)
         if (st.via >= 0) ps->two_hop = st.via;
     }
     // The smoothed RTT: the data streams' mean weighted by the bytes each sent, the RTT this
@@ -1448,7 +1448,7 @@ void TcpDevice::stats(PeerStats* ps) const {
     // path, to a peer a ring only receives from). With no data sent, the control stream's, which
     // heartbeats keep sampling; the plain mean when there is none.
     double rtt_weighted = 0, rtt_all = 0, weight = 0;
-    for (const auto& st : t.streams) {
+    for (const auto& st : t.each) {
       rtt_all += st.rtt_ms;
       rtt_weighted += st.rtt_ms * static_cast<double>(st.bytes_sent);
       weight += static_cast<double>(st.bytes_sent);
@@ -1459,9 +1459,9 @@ void TcpDevice::stats(PeerStats* ps) const {
       ps->rtt_ms = rtt_weighted / weight;
     else if (control_ms > 0)
       ps->rtt_ms = control_ms;
-    else if (!t.streams.empty())
-      ps->rtt_ms = rtt_all / static_cast<double>(t.streams.size());
-    for (const auto& st : t.streams) {
+    else if (!t.each.empty())
+      ps->rtt_ms = rtt_all / static_cast<double>(t.each.size());
+    for (const auto& st : t.each) {
       if (t.congestion_control.empty()) t.congestion_control = st.congestion_control;
       if (st.min_rtt_ms > 0 && (t.min_rtt_ms == 0 || st.min_rtt_ms < t.min_rtt_ms)) t.min_rtt_ms = st.min_rtt_ms;
       ps->frames_sent += st.frames_sent;

@@ -168,7 +168,7 @@ class TcpDevice final : public Device {
   // Until every WAN peer has its initial data streams, the dialling end's opening has ended, or
   // `deadline`.
   void await_wan_streams(Clock::time_point deadline) override;
-  void stats(PeerStats* ps) const override;
+  void stats(LinkStats* ps) const override;
   // Every connection's smoothed RTT (the least), the data streams' non-app-limited delivery rates
   // (their sum), read on the loop thread.
   PathReading path_reading(int peer) const override;
