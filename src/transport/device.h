@@ -54,6 +54,9 @@ class Device {
   // reason), Error(kIo).
   virtual void connect(const std::vector<int>& peers, const AddressOf& address_of, const Poll& poll,
                        Clock::time_point deadline) = 0;
+  // Whether the link to `peer` works now. A device whose connect() fails unless every peer is
+  // connected answers true; one connected best effort (QUIC beside TCP) answers per peer.
+  virtual bool connected_to(int /*peer*/) const { return true; }
 
   // Transport::send / recv for a peer this device serves.
   virtual RequestPtr send(int peer, const protocol::FrameHeader& h,

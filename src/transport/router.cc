@@ -1,103 +1,37 @@
 #include "transport/router.h"
 
 #include <algorithm>
+#include <cctype>
 #include <optional>
 
 #include "core/logging.h"
 #include "geoccl/error.h"
 #include "transport/address_card.h"
 #include "transport/liveness_monitor.h"
-#include "transport/quic/device.h"
-#include "transport/shm/device.h"
-#include "transport/tcp/device.h"
+#include "transport/device_factory.h"
 
 namespace geoccl::transport {
 
 namespace {
 
-constexpr uint64_t kBulkNotsentLowat = 128 << 10;
-
-bool known_device(const std::string& name, bool host_class) {
-  return name == "tcp" || name == "quic" || (host_class ? name == "shm" : name == "auto");
+// A device's name as logs spell the protocol: "QUIC", "TCP".
+std::string upper(std::string name) {
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return static_cast<char>(std::toupper(ch)); });
+  return name;
 }
 
 }  // namespace
 
-PathChoice PathChoice::parse(const std::string& s) {
-  PathChoice c;
-  if (s == "auto") return c;
-  if (s == "tcp") {
-    c.host = "tcp";
-    return c;
-  }
-  if (s == "quic") {
-    c.host = c.remote = "quic";
-    return c;
-  }
-  size_t pos = 0;
-  while (pos <= s.size()) {
-    const size_t end = std::min(s.find(',', pos), s.size());
-    const std::string item = s.substr(pos, end - pos);
-    const size_t eq = item.find('=');
-    const std::string key = item.substr(0, eq), value = eq == std::string::npos ? "" : item.substr(eq + 1);
-    if (key == "host" && known_device(value, true))
-      c.host = value;
-    else if (key == "remote" && known_device(value, false))
-      c.remote = value;
-    else
-      throw Error(ErrorCode::kInvalidArgument,
-                  "GEOCCL_TRANSPORT: '" + item + "' is not host=shm|tcp|quic or remote=tcp|quic|auto (in '" + s + "')");
-    pos = end + 1;
-  }
-  return c;
-}
-
 Router::Router(Group& group, const Config& cfg, int data_streams, const std::string& bind_addr,
                const Publish& publish, const Lookup& lookup, const Poll& poll, Clock::time_point deadline)
     : group_(group) {
-  PathChoice choice = PathChoice::parse(cfg.transport);
-  if (group.security()) {
-    // Shared memory authenticates its handshake with the secret but does not seal frames (the
-    // segment's memfd reaches only the authenticated peer, yet root and ptrace on the host see
-    // it): it is used only where the host is trusted explicitly (docs/security.md). TCP authenticates every connection with the
-    // secret and seals every frame. QUIC's TLS 1.3 seals every packet and both ends present the
-    // certificate whose fingerprint the peer published in the store; with a secret the store's
-    // values are sealed, so that fingerprint comes from a rank that holds the secret.
-    if (choice.host == "shm" && !cfg.shm_trust_host) {
-      GEOCCL_LOG(kInfo, "group secret set: same-host peers use authenticated TCP, not shared memory "
-                        "(GEOCCL_SHM_TRUST_HOST=1 trusts the host)");
-      choice.host = "tcp";
-    }
-  }
   for (auto& ch : channels_) ch.by_peer = std::vector<std::atomic<Device*>>(static_cast<size_t>(group.size()));
   why_.resize(static_cast<size_t>(group.size()));
   if (group_.size() == 1) return;  // a group of one needs no network
-  tcp::TcpDevice* gradient_tcp = nullptr;
-  for (int c = 0; c < kPriorityClasses; ++c) {
-    auto& devices = channels_[static_cast<size_t>(c)].devices;
-    auto options = tcp::TcpOptions::from_config(cfg, data_streams);
-    options.channel = static_cast<uint8_t>(c);
-    // What the bulk class's WAN sockets hold beyond the frames in flight is what a gradient
-    // frame may find in front of it when the bulk class yields: keep it small.
-    if (c > 0 && options.wan_notsent_lowat > kBulkNotsentLowat) options.wan_notsent_lowat = kBulkNotsentLowat;
-    auto tcp = std::make_unique<tcp::TcpDevice>(group_, bind_addr, options);
-    if (c == 0) gradient_tcp = tcp.get();
-    else tcp->yield_to(*gradient_tcp, ScavengerOptions::from_config(cfg));
-    devices.push_back(std::move(tcp));
-    // QUIC carries the gradient class; the bulk class stays on TCP, whose scavenger paces it
-    // beneath the gradient class's traffic through the kernel.
-    if ((choice.remote == "quic" || choice.remote == "auto" || choice.host == "quic") && c == 0) {
-      auto q = std::make_unique<quic::QuicDevice>(group_, bind_addr, quic::QuicOptions::from_config(cfg));
-      quic_ = q.get();
-      devices.push_back(std::move(q));
-      deciding_ = choice.remote == "auto";
-    }
-    if (choice.host == "shm") {
-      shm::ShmOptions o;
-      o.ring_bytes = cfg.shm_ring_bytes;
-      devices.push_back(std::make_unique<shm::ShmDevice>(group_, o));
-    }
-  }
+  DeviceSet set = make_devices(group_, cfg, data_streams, bind_addr);
+  for (int c = 0; c < kPriorityClasses; ++c) channels_[static_cast<size_t>(c)].devices = std::move(set.channels[static_cast<size_t>(c)].devices);
+  candidate_ = set.candidate;
+  if (candidate_) candidates_ = {set.channels[0].remote->name(), candidate_->name()};
   // Every device's address on one card, under "3" for rank 3: "tcp" for the gradient class's
   // TCP device, "tcp.bulk" for the bulk class's.
   auto key = [](const Device& d, int c) { return std::string(d.name()) + (c == 0 ? "" : ".bulk"); };
@@ -119,16 +53,9 @@ Router::Router(Group& group, const Config& cfg, int data_streams, const std::str
   try {
     for (int c = 0; c < kPriorityClasses; ++c) {
       Channel& ch = channels_[static_cast<size_t>(c)];
-      auto find = [&](const std::string& name) -> Device* {
-        for (auto& d : ch.devices)
-          if (name == d->name()) return d.get();
-        return nullptr;
-      };
       // Both ends of a pair see the same two addresses and the same choice: they pick alike.
-      Device* host = find(choice.host);
-      Device* remote = find(choice.remote);
-      if (!host) host = find("tcp");  // the bulk class has no QUIC device
-      if (!remote || choice.remote == "auto") remote = find("tcp");  // the decider starts on TCP
+      Device* host = set.channels[static_cast<size_t>(c)].host;
+      Device* remote = set.channels[static_cast<size_t>(c)].remote;
       std::vector<std::vector<int>> peers_of(ch.devices.size());
       for (int p = 0; p < group_.size(); ++p) {
         if (p == group_.rank()) continue;
@@ -147,23 +74,24 @@ Router::Router(Group& group, const Config& cfg, int data_streams, const std::str
                                    << peers_of[i].size() << " peer(s)");
         d.connect(peers_of[i], [&](int p) { return address(p, key(d, c)); }, poll, deadline);
       }
-      // The decider's second candidate: QUIC to every peer TCP carries, best effort.
-      if (c == 0 && deciding_) {
+      // The decider's second candidate, to every peer the first carries: best effort.
+      if (c == 0 && candidate_) {
         std::vector<int> remote_peers;
         for (int p = 0; p < group_.size(); ++p)
           if (p != group_.rank() && ch.by_peer[static_cast<size_t>(p)].load() == remote) remote_peers.push_back(p);
         if (!remote_peers.empty()) {
-          GEOCCL_LOG(kInfo, "quic: connecting to " << remote_peers.size() << " peer(s) (remote=auto)");
+          GEOCCL_LOG(kInfo, candidate_->name() << ": connecting to " << remote_peers.size() << " peer(s) (remote=auto)");
           try {
-            quic_->connect(remote_peers, [&](int p) { return address(p, key(*quic_, c)); }, poll,
+            candidate_->connect(remote_peers, [&](int p) { return address(p, key(*candidate_, c)); }, poll,
                            std::min(deadline, Clock::now() + cfg.quic_connect_budget));
           } catch (const Error& e) {
             if (e.code() == ErrorCode::kInvalidArgument) throw;  // another rank's setup error
             std::string missing;
             for (int p : remote_peers)
-              if (!quic_->connected_to(p)) missing += (missing.empty() ? "" : ",") + std::to_string(p);
-            GEOCCL_LOG(kWarn, "QUIC does not reach rank(s) " << missing << " (" << e.what()
-                                                            << "): TCP carries their traffic (is UDP blocked?)");
+              if (!candidate_->connected_to(p)) missing += (missing.empty() ? "" : ",") + std::to_string(p);
+            GEOCCL_LOG(kWarn, upper(candidate_->name()) << " does not reach rank(s) " << missing << " (" << e.what()
+                                                        << "): " << upper(remote->name())
+                                                        << " carries their traffic (is UDP blocked?)");
           }
         }
       }
@@ -195,11 +123,11 @@ Device& Router::of(int peer, uint8_t channel) const {
 }
 
 bool Router::connected(int peer, const std::string& name) const {
-  if (name == "quic") return quic_ && quic_->connected_to(peer);
   for (auto& d : channels_[0].devices)
-    if (name == d->name()) return true;  // TCP and shm are connected to every peer they serve
+    if (name == d->name()) return d->connected_to(peer);
   return false;
 }
+
 
 void Router::use(int peer, const std::string& name, const std::string& why) {
   for (auto& d : channels_[0].devices)

@@ -1,4 +1,4 @@
-// Router: the group's Transport. It builds one device per transport (tcp/, shm/), publishes the
+// Router: the group's Transport. It has the devices made (device_factory.h), publishes the
 // devices' addresses in the store on one card (address_card.h), chooses for every peer the
 // device that carries its frames (by path class, GEOCCL_TRANSPORT), hands each device the peers
 // it serves, and then forwards every send and receive to the peer's device. The devices share one Group: one identity, one first
@@ -28,25 +28,13 @@
 
 #include "geoccl/config.h"
 #include "transport/device.h"
+#include "transport/device_factory.h"
 #include "transport/group.h"
 #include "transport/transport.h"
 
 namespace geoccl::transport {
 
-// GEOCCL_TRANSPORT parsed: the device name for each path class.
-struct PathChoice {
-  std::string host = "shm";
-  std::string remote = "tcp";
-  // "auto", "tcp" (everywhere), "quic" (everywhere: tests on one host), or
-  // "host=shm|tcp|quic,remote=tcp|quic" (either key may be left out). Throws
-  // Error(kInvalidArgument) naming the bad part.
-  static PathChoice parse(const std::string& s);
-};
-
 class LivenessMonitor;
-namespace quic {
-class QuicDevice;
-}
 
 class Router final : public Transport {
  public:
@@ -96,10 +84,10 @@ class Router final : public Transport {
   // ---- The protocol decider (GEOCCL_TRANSPORT remote=auto): TCP and QUIC are both connected to
   // the peers on other hosts (QUIC best effort: a peer it cannot reach, e.g. with UDP blocked,
   // stays on TCP with a warning) and a start-up probe chooses per pair of domains.
-  // Whether the decider runs: remote=auto and a QUIC device exists.
-  bool deciding() const { return deciding_; }
-  // The candidates, in order ("tcp" first: it wins ties).
-  std::vector<std::string> candidates() const { return {"tcp", "quic"}; }
+  // Whether the decider runs: remote=auto (DeviceSet::candidate).
+  bool deciding() const { return candidate_ != nullptr; }
+  // The candidates, in order: the remote path class's device first (TCP: it wins ties).
+  const std::vector<std::string>& candidates() const { return candidates_; }
   // Whether this rank's device `name` has a working link to `peer`.
   bool connected(int peer, const std::string& name) const;
   // The gradient class's frames to `peer` go on device `name` from now on; `why` is reported in
@@ -120,8 +108,8 @@ class Router final : public Transport {
 
   Group& group_;
   std::array<Channel, kPriorityClasses> channels_;
-  bool deciding_ = false;
-  quic::QuicDevice* quic_ = nullptr;  // channel 0's QUIC device, if any
+  Device* candidate_ = nullptr;  // the decider's second candidate (DeviceSet::candidate)
+  std::vector<std::string> candidates_;
   mutable std::mutex why_mu_;
   std::vector<std::string> why_;  // by peer: the decider's reason
   // Heartbeats and the failure detector (GEOCCL_HEARTBEAT_MS > 0); goes before the devices.

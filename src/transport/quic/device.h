@@ -166,7 +166,7 @@ class QuicDevice final : public Device {
   // arrives; a connection dialled or accepted later hears normally.
   void deafen_for_test(int peer);
   // Whether the connection to `peer` is established (any thread).
-  bool connected_to(int peer) const;
+  bool connected_to(int peer) const override;
 
   // ---- For QuicConnection (loop thread).
   Group& group() const { return group_; }
