@@ -143,7 +143,7 @@ RendezvousInfo join_store(const Config& cfg) {
   const int64_t gen = info.store->add(base + "gen/" + std::to_string(cfg.rank), 1);
   info.prefix = base + "g" + std::to_string(gen) + "/";
   info.session = std::string(protocol::key_session(info.prefix));
-  // Unset (0): each WAN peer's stream count is measured (TcpOptions::from_config).
+  // Unset (0): each WAN peer's stream count is measured (api/startup/device_options.cc).
   const GroupParams mine = GroupParams::from_config(cfg, cfg.tcp_streams);
   if (cfg.rank == 0) {
     info.session_id = random_u64();

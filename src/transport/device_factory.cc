@@ -4,10 +4,6 @@
 
 #include "core/logging.h"
 #include "geoccl/error.h"
-#include "transport/quic/device.h"
-#include "transport/scavenger.h"
-#include "transport/shm/device.h"
-#include "transport/tcp/device.h"
 
 namespace geoccl::transport {
 
@@ -50,8 +46,9 @@ PathChoice PathChoice::parse(const std::string& s) {
   return c;
 }
 
-DeviceSet make_devices(Group& group, const Config& cfg, int data_streams, const std::string& bind_addr) {
-  PathChoice choice = PathChoice::parse(cfg.transport);
+DeviceSet make_devices(Group& group, const DeviceOptions& o, const std::string& bind_addr) {
+  DeviceSet set;
+  PathChoice choice = o.choice;
   if (group.security()) {
     // Shared memory authenticates its handshake with the secret but does not seal frames (the
     // segment's memfd reaches only the authenticated peer, yet root and ptrace on the host see
@@ -60,17 +57,16 @@ DeviceSet make_devices(Group& group, const Config& cfg, int data_streams, const 
     // every packet and both ends present the certificate whose fingerprint the peer published in
     // the store; with a secret the store's values are sealed, so that fingerprint comes from a
     // rank that holds the secret.
-    if (choice.host == "shm" && !cfg.shm_trust_host) {
+    if (choice.host == "shm" && !o.shm_trust_host) {
       GEOCCL_LOG(kInfo, "group secret set: same-host peers use authenticated TCP, not shared memory "
                         "(GEOCCL_SHM_TRUST_HOST=1 trusts the host)");
       choice.host = "tcp";
     }
   }
-  DeviceSet set;
   tcp::TcpDevice* gradient_tcp = nullptr;
   for (int c = 0; c < kPriorityClasses; ++c) {
     auto& ch = set.channels[static_cast<size_t>(c)];
-    auto options = tcp::TcpOptions::from_config(cfg, data_streams);
+    auto options = o.tcp;
     options.channel = static_cast<uint8_t>(c);
     // What the bulk class's WAN sockets hold beyond the frames in flight is what a gradient
     // frame may find in front of it when the bulk class yields: keep it small.
@@ -79,19 +75,15 @@ DeviceSet make_devices(Group& group, const Config& cfg, int data_streams, const 
     if (c == 0)
       gradient_tcp = tcp.get();
     else
-      tcp->yield_to(*gradient_tcp, ScavengerOptions::from_config(cfg));
+      tcp->yield_to(*gradient_tcp, o.bulk);
     ch.devices.push_back(std::move(tcp));
     // QUIC carries the gradient class; the bulk class stays on TCP, whose scavenger paces it
     // beneath the gradient class's traffic through the kernel.
     if ((choice.remote == "quic" || choice.remote == "auto" || choice.host == "quic") && c == 0) {
-      ch.devices.push_back(std::make_unique<quic::QuicDevice>(group, bind_addr, quic::QuicOptions::from_config(cfg)));
+      ch.devices.push_back(std::make_unique<quic::QuicDevice>(group, bind_addr, o.quic));
       if (choice.remote == "auto") set.candidate = ch.devices.back().get();
     }
-    if (choice.host == "shm") {
-      shm::ShmOptions o;
-      o.ring_bytes = cfg.shm_ring_bytes;
-      ch.devices.push_back(std::make_unique<shm::ShmDevice>(group, o));
-    }
+    if (choice.host == "shm") ch.devices.push_back(std::make_unique<shm::ShmDevice>(group, o.shm));
     auto find = [&](const std::string& name) -> Device* {
       for (auto& d : ch.devices)
         if (name == d->name()) return d.get();

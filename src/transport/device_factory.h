@@ -1,5 +1,5 @@
-// The devices a group uses, made from its configuration: GEOCCL_TRANSPORT, the group secret and
-// each transport's options. The only place above the device folders that names a transport; the
+// The devices a group uses, made from the transport choice (GEOCCL_TRANSPORT) and each
+// transport's options. The only place above the device folders that names a transport; the
 // router sees the result as Devices.
 #pragma once
 
@@ -8,9 +8,12 @@
 #include <string>
 #include <vector>
 
-#include "geoccl/config.h"
 #include "transport/device.h"
 #include "transport/group.h"
+#include "transport/quic/device.h"
+#include "transport/scavenger.h"
+#include "transport/shm/device.h"
+#include "transport/tcp/device.h"
 
 namespace geoccl::transport {
 
@@ -22,6 +25,18 @@ struct PathChoice {
   // "host=shm|tcp|quic,remote=tcp|quic|auto" (either key may be left out). Throws
   // Error(kInvalidArgument) naming the bad part.
   static PathChoice parse(const std::string& s);
+};
+
+// What make_devices builds from (the api resolves the configuration into it).
+struct DeviceOptions {
+  PathChoice choice;
+  // Shared memory does not seal frames: with a group secret, same-host peers take TCP unless
+  // the host is trusted (GEOCCL_SHM_TRUST_HOST).
+  bool shm_trust_host = false;
+  tcp::TcpOptions tcp;  // both classes' (the bulk class's unsent bytes kept smaller)
+  ScavengerOptions bulk;
+  quic::QuicOptions quic;
+  shm::ShmOptions shm;
 };
 
 struct DeviceSet {
@@ -40,11 +55,10 @@ struct DeviceSet {
   Device* candidate = nullptr;
 };
 
-// The gradient class gets TCP, QUIC where GEOCCL_TRANSPORT names it, and shared memory for peers
-// on this host unless a group secret is set without GEOCCL_SHM_TRUST_HOST (shared memory does not
-// seal frames); the bulk class the same but QUIC, with its TCP device yielding to the gradient
-// class's. `data_streams`: TCP data streams per peer (rank 0's choice). Throws
-// Error(kInvalidArgument) on a bad GEOCCL_TRANSPORT, Error(kIo) when a device cannot listen.
-DeviceSet make_devices(Group& group, const Config& cfg, int data_streams, const std::string& bind_addr);
+// The gradient class gets TCP, QUIC where the choice names it, and shared memory for peers on
+// this host (not with a group secret on an untrusted host); the bulk class the same but QUIC,
+// with its TCP device yielding to the gradient class's. Throws
+// Error(kIo) when a device cannot listen.
+DeviceSet make_devices(Group& group, const DeviceOptions& o, const std::string& bind_addr);
 
 }  // namespace geoccl::transport

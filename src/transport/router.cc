@@ -22,13 +22,13 @@ std::string upper(std::string name) {
 
 }  // namespace
 
-Router::Router(Group& group, const Config& cfg, int data_streams, const std::string& bind_addr,
+Router::Router(Group& group, const DeviceOptions& devices, const RouterOptions& options, const std::string& bind_addr,
                const Publish& publish, const Lookup& lookup, const Poll& poll, Clock::time_point deadline)
     : group_(group) {
   for (auto& ch : channels_) ch.by_peer = std::vector<std::atomic<Device*>>(static_cast<size_t>(group.size()));
   why_.resize(static_cast<size_t>(group.size()));
   if (group_.size() == 1) return;  // a group of one needs no network
-  DeviceSet set = make_devices(group_, cfg, data_streams, bind_addr);
+  DeviceSet set = make_devices(group_, devices, bind_addr);
   for (int c = 0; c < kPriorityClasses; ++c) channels_[static_cast<size_t>(c)].devices = std::move(set.channels[static_cast<size_t>(c)].devices);
   candidate_ = set.candidate;
   if (candidate_) candidates_ = {set.channels[0].remote->name(), candidate_->name()};
@@ -83,7 +83,7 @@ Router::Router(Group& group, const Config& cfg, int data_streams, const std::str
           GEOCCL_LOG(kInfo, candidate_->name() << ": connecting to " << remote_peers.size() << " peer(s) (remote=auto)");
           try {
             candidate_->connect(remote_peers, [&](int p) { return address(p, key(*candidate_, c)); }, poll,
-                           std::min(deadline, Clock::now() + cfg.quic_connect_budget));
+                           std::min(deadline, Clock::now() + options.candidate_budget));
           } catch (const Error& e) {
             if (e.code() == ErrorCode::kInvalidArgument) throw;  // another rank's setup error
             std::string missing;
@@ -100,17 +100,13 @@ Router::Router(Group& group, const Config& cfg, int data_streams, const std::str
     close_devices();
     throw;
   }
-  if (cfg.heartbeat_interval.count() > 0) {
-    protocol::LivenessOptions lo;
-    lo.interval = cfg.heartbeat_interval;
-    lo.window = cfg.liveness_window;
-    lo.link_bound = cfg.resume_timeout();
+  if (options.heartbeats) {
     std::vector<Device*> every;
     for (auto& ch : channels_)
       for (auto& d : ch.devices) every.push_back(d.get());
     std::vector<Device*> carrier;
     for (auto& d : channels_[0].by_peer) carrier.push_back(d.load());
-    liveness_ = std::make_unique<LivenessMonitor>(group_, lo, std::move(carrier), std::move(every));
+    liveness_ = std::make_unique<LivenessMonitor>(group_, options.liveness, std::move(carrier), std::move(every));
   }
 }
 

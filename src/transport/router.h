@@ -26,7 +26,6 @@
 #include <string>
 #include <vector>
 
-#include "geoccl/config.h"
 #include "transport/device.h"
 #include "transport/device_factory.h"
 #include "transport/group.h"
@@ -35,6 +34,15 @@
 namespace geoccl::transport {
 
 class LivenessMonitor;
+
+// What the router itself needs beyond the devices.
+struct RouterOptions {
+  // remote=auto: how long the decider's second candidate may take to connect (GEOCCL's
+  // quic_connect_ms).
+  std::chrono::milliseconds candidate_budget{8000};
+  bool heartbeats = true;  // GEOCCL_HEARTBEAT_MS > 0
+  protocol::LivenessOptions liveness;
+};
 
 class Router final : public Transport {
  public:
@@ -46,10 +54,10 @@ class Router final : public Transport {
   // Throws when the setup must stop (Device::Poll).
   using Poll = Device::Poll;
 
-  // Builds the devices (tcp listening on `bind_addr`; `data_streams` per TCP peer: rank 0's
-  // choice), publishes their addresses, chooses a device per peer and connects every device to
-  // its peers by `deadline`. Throws Error(kInvalidArgument / kTimeout / kProtocol / kIo).
-  Router(Group& group, const Config& cfg, int data_streams, const std::string& bind_addr,
+  // Has the devices made (listening on `bind_addr`), publishes their addresses, chooses a device
+  // per peer and connects every device to its peers by `deadline`. Throws
+  // Error(kInvalidArgument / kTimeout / kProtocol / kIo).
+  Router(Group& group, const DeviceOptions& devices, const RouterOptions& options, const std::string& bind_addr,
          const Publish& publish, const Lookup& lookup, const Poll& poll, Clock::time_point deadline);
   // Shuts every device down (goodbyes, bounded wait), then closes.
   ~Router() override;

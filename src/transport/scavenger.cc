@@ -4,13 +4,6 @@
 
 namespace geoccl::transport {
 
-ScavengerOptions ScavengerOptions::from_config(const Config& cfg) {
-  ScavengerOptions o;
-  o.cap_bps = cfg.bulk_rate_bps;
-  o.target_delay = std::chrono::duration_cast<std::chrono::microseconds>(cfg.bulk_target_delay);
-  return o;
-}
-
 ScavengerRate::ScavengerRate(const ScavengerOptions& o) : opt_(o) {
   rate_ = o.initial_bps ? o.initial_bps : std::min<uint64_t>(cap(), 100'000'000);
   rate_ = std::clamp(rate_, std::min(opt_.min_bps, cap()), cap());

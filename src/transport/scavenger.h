@@ -22,7 +22,6 @@
 #include <chrono>
 #include <cstdint>
 
-#include "geoccl/config.h"
 
 namespace geoccl::transport {
 
@@ -32,7 +31,6 @@ struct ScavengerOptions {
   uint64_t initial_bps = 0;  // 0: min(cap, 100 Mbit/s)
   std::chrono::microseconds target_delay{5000};  // GEOCCL_EXPERIMENT bulk_delay_ms
   static constexpr uint64_t kNoCap = 100'000'000'000ull;
-  static ScavengerOptions from_config(const Config& cfg);
 };
 
 class ScavengerRate {

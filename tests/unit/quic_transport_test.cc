@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "api/startup/device_options.h"
 #include "geoccl/config.h"
 #include "geoccl/error.h"
 #include "runtime/event_loop.h"
@@ -251,8 +252,8 @@ TEST(QuicTransport, ARedialFallsBackToAFullHandshakeWhenTheAcceptorRefusesZeroRt
 TEST(QuicTransport, OptionsAndTransportChoiceFromEnvironment) {
   ::setenv("GEOCCL_EXPERIMENT", "quic_cc=cubic,quic_window=16M", 1);
   Config c = Config::from_env();
-  EXPECT_EQ(QuicOptions::from_config(c).congestion_control, "cubic");
-  EXPECT_EQ(QuicOptions::from_config(c).window_bytes, 16u << 20);
+  EXPECT_EQ(api::startup::quic_options(c).congestion_control, "cubic");
+  EXPECT_EQ(api::startup::quic_options(c).window_bytes, 16u << 20);
   ::setenv("GEOCCL_EXPERIMENT", "quic_cc=vegas", 1);
   EXPECT_THROW(
       {
@@ -265,9 +266,9 @@ TEST(QuicTransport, OptionsAndTransportChoiceFromEnvironment) {
       },
       Error);
   ::unsetenv("GEOCCL_EXPERIMENT");
-  EXPECT_TRUE(QuicOptions::from_config(Config::from_env()).zero_rtt);
+  EXPECT_TRUE(api::startup::quic_options(Config::from_env()).zero_rtt);
   ::setenv("GEOCCL_EXPERIMENT", "quic_0rtt=0", 1);
-  EXPECT_FALSE(QuicOptions::from_config(Config::from_env()).zero_rtt);
+  EXPECT_FALSE(api::startup::quic_options(Config::from_env()).zero_rtt);
   ::unsetenv("GEOCCL_EXPERIMENT");
   const auto q = transport::PathChoice::parse("quic");
   EXPECT_EQ(q.host, "quic");

@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "api/startup/device_options.h"
 #include "geoccl/config.h"
 #include "geoccl/error.h"
 #include "protocol/handshake.h"
@@ -192,7 +193,7 @@ TEST(TcpTransport, SingleStreamKeepsWorking) {
 TEST(TcpTransport, OptionsFromEnvironment) {
   ::unsetenv("GEOCCL_DOMAIN");
   ::unsetenv("GEOCCL_EXPERIMENT");
-  auto o = TcpOptions::from_config(Config::from_env(), 4);
+  auto o = api::startup::tcp_options(Config::from_env(), 4);
   EXPECT_EQ(o.data_streams, 4);
   EXPECT_EQ(o.buffer_bytes, 0u);  // no labels: kernel autotuning until a peer is found remote
   EXPECT_EQ(o.notsent_lowat, 0u);
@@ -202,17 +203,17 @@ TEST(TcpTransport, OptionsFromEnvironment) {
   EXPECT_EQ(o.wan_congestion_control, "bbr");
   EXPECT_FALSE(o.zerocopy);
   ::setenv("GEOCCL_DOMAIN", "us-east", 1);
-  o = TcpOptions::from_config(Config::from_env(), 4);
+  o = api::startup::tcp_options(Config::from_env(), 4);
   EXPECT_EQ(o.buffer_bytes, 32u << 20);  // WAN job defaults
   EXPECT_EQ(o.notsent_lowat, 1u << 20);
   ::setenv("GEOCCL_EXPERIMENT", "tcp_buf=8M,notsent_lowat=0,zerocopy=1", 1);
-  o = TcpOptions::from_config(Config::from_env(), 4);
+  o = api::startup::tcp_options(Config::from_env(), 4);
   EXPECT_EQ(o.buffer_bytes, 8u << 20);
   EXPECT_EQ(o.notsent_lowat, 0u);
   EXPECT_TRUE(o.zerocopy);
   EXPECT_FALSE(o.round_robin);
   ::setenv("GEOCCL_EXPERIMENT", "stripe=rr", 1);
-  EXPECT_TRUE(TcpOptions::from_config(Config::from_env(), 4).round_robin);
+  EXPECT_TRUE(api::startup::tcp_options(Config::from_env(), 4).round_robin);
   ::setenv("GEOCCL_EXPERIMENT", "stripe=random", 1);
   EXPECT_THROW(Config::from_env().validate(), Error);
   ::setenv("GEOCCL_EXPERIMENT", "tcp_buf=lots", 1);
@@ -369,16 +370,16 @@ TEST(TcpTransport, AStreamReplacedBeforeTheOtherEndKnowsItIsAWanPeerIsTakenBack)
 TEST(TcpTransport, ResumeOptionFromEnvironment) {
   ::unsetenv("GEOCCL_DOMAIN");
   ::unsetenv("GEOCCL_EXPERIMENT");
-  auto auto_o = TcpOptions::from_config(Config::from_env(), 4);
+  auto auto_o = api::startup::tcp_options(Config::from_env(), 4);
   EXPECT_FALSE(auto_o.resume);     // peers in the rank's own domain: off
   EXPECT_TRUE(auto_o.wan_resume);  // peers across a WAN: on
   ::setenv("GEOCCL_EXPERIMENT", "resume=off", 1);
-  EXPECT_FALSE(TcpOptions::from_config(Config::from_env(), 4).wan_resume);
+  EXPECT_FALSE(api::startup::tcp_options(Config::from_env(), 4).wan_resume);
   ::setenv("GEOCCL_EXPERIMENT", "resume=maybe", 1);
   EXPECT_THROW(Config::from_env().validate(), Error);
   ::setenv("GEOCCL_EXPERIMENT", "resume=on", 1);
   ::setenv("GEOCCL_TCP_RESUME_TIMEOUT_MS", "1500", 1);
-  const auto o = TcpOptions::from_config(Config::from_env(), 4);
+  const auto o = api::startup::tcp_options(Config::from_env(), 4);
   EXPECT_TRUE(o.resume);
   EXPECT_EQ(o.resume_timeout.count(), 1500);
   ::unsetenv("GEOCCL_EXPERIMENT");

@@ -1,6 +1,7 @@
 // Start-up step "connect" (startup.h).
 #include <algorithm>
 
+#include "api/startup/device_options.h"
 #include "api/startup/startup.h"
 #include "core/logging.h"
 #include "transport/router.h"
@@ -49,8 +50,8 @@ std::unique_ptr<transport::Router> connect(const Config& cfg, transport::Group& 
   };
   try {
     auto router = std::make_unique<transport::Router>(
-        group, cfg, rdv.data_streams, cfg.world_size > 1 ? membership::choose_bind_address(cfg) : "", publish,
-        lookup, poll, deadline);
+        group, device_options(cfg, rdv.data_streams), router_options(cfg),
+        cfg.world_size > 1 ? membership::choose_bind_address(cfg) : "", publish, lookup, poll, deadline);
     if (cfg.world_size > 1) GEOCCL_LOG(kInfo, "connected to all peers");
     return router;
   } catch (const Error& e) {

@@ -20,17 +20,6 @@ enum Target { kUnknown = 0, kPosted = 1, kStaged = 2, kDiscard = 3 };
 
 }  // namespace
 
-QuicOptions QuicOptions::from_config(const Config& cfg) {
-  QuicOptions o;
-  o.congestion_control = cfg.quic_cc;
-  o.window_bytes = cfg.quic_window_bytes;
-  o.idle_timeout = cfg.resume_timeout();
-  o.duplicate_bytes = cfg.quic_duplicate_bytes;
-  o.redial_after = cfg.quic_redial_after;
-  o.zero_rtt = cfg.quic_zero_rtt;
-  return o;
-}
-
 QuicDevice::QuicDevice(Group& group, const std::string& bind_addr, const QuicOptions& options)
     : group_(group), options_(options), sock_(bind_addr, options.socket_buffer_bytes) {
   std::string host;

@@ -55,7 +55,6 @@
 #include <string>
 #include <vector>
 
-#include "geoccl/config.h"
 #include "protocol/peer_session.h"
 #include "transport/device.h"
 #include "transport/quic/address.h"
@@ -75,7 +74,6 @@ struct QuicOptions {
   uint64_t duplicate_bytes = 16u << 10;          // GEOCCL_EXPERIMENT quic_duplicate
   std::chrono::milliseconds redial_after{2000};  // GEOCCL_EXPERIMENT quic_redial_ms (0 = never)
   bool zero_rtt = true;                           // GEOCCL_EXPERIMENT quic_0rtt
-  static QuicOptions from_config(const Config& cfg);
   // The bounds of the flow-control windows (flow_window.h): window_bytes for an unmeasured path.
   WindowLimits window_limits() const {
     WindowLimits l;

@@ -28,47 +28,9 @@ using protocol::FrameHeader;
 namespace {
 // An inbound connection must introduce itself within this time or it is dropped.
 constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
-constexpr uint64_t kWanBufferBytes = 32ull << 20;
-constexpr uint64_t kWanNotsentLowat = 1ull << 20;
-// Measured stream counts: the streams a pair starts with, the most a WAN peer gets, and how
-// often the controller samples (stream_width.h).
-constexpr int kInitialStreams = 4, kMostStreams = 16;
+// How often the stream width controller samples (stream_width.h).
 constexpr auto kWidthInterval = std::chrono::milliseconds(50);
 }  // namespace
-
-TcpOptions TcpOptions::from_config(const Config& cfg, int data_streams) {
-  // Domain labels say up front that this is a multi-region job: its sockets get the WAN options
-  // from the start. Otherwise peers found to be in other domains get them after discovery.
-  const bool labelled = !cfg.domain.empty();
-  TcpOptions o;
-  o.data_streams = data_streams > 0 ? data_streams : kMostStreams;
-  o.initial_streams = data_streams > 0 ? 0 : kInitialStreams;
-  if (cfg.tcp_cc == "auto") {
-    o.wan_congestion_control = "bbr";
-    o.congestion_control = labelled ? "bbr" : "";
-  } else if (cfg.tcp_cc != "system") {
-    o.congestion_control = o.wan_congestion_control = cfg.tcp_cc;
-  }
-  auto resolve = [&](int64_t v, uint64_t wan_default, uint64_t* all, uint64_t* wan) {
-    *wan = v >= 0 ? static_cast<uint64_t>(v) : wan_default;
-    *all = v >= 0 ? static_cast<uint64_t>(v) : (labelled ? wan_default : 0);
-  };
-  resolve(cfg.tcp_buf_bytes, kWanBufferBytes, &o.buffer_bytes, &o.wan_buffer_bytes);
-  resolve(cfg.tcp_notsent_lowat, kWanNotsentLowat, &o.notsent_lowat, &o.wan_notsent_lowat);
-  o.zerocopy = cfg.tcp_zerocopy;
-  o.zerocopy_min_bytes = cfg.tcp_zerocopy_min_bytes;
-  o.round_robin = cfg.tcp_stripe == "rr";
-  o.narrow_fan_out = cfg.tcp_stripe == "backlog";
-  o.resume = cfg.tcp_resume == "on";
-  o.wan_resume = cfg.tcp_resume == "on" || cfg.tcp_resume == "auto";
-  o.resume_timeout = cfg.resume_timeout();
-  o.stall_timeout = cfg.tcp_stall_timeout;
-  o.relay_after = cfg.relay_after;
-  o.user_timeout = cfg.resume_timeout();
-  o.keepalive_idle = cfg.liveness_window;
-  o.keepalive_interval = cfg.heartbeat_interval;
-  return o;
-}
 
 // An inbound connection in its handshake: Hello (and AuthInit with a secret), then, with a
 // secret, AuthFin. Nothing else is read from it until the dialler has proven the secret.

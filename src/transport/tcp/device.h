@@ -39,7 +39,6 @@
 #include <thread>
 #include <vector>
 
-#include "geoccl/config.h"
 #include "protocol/handshake.h"
 #include "protocol/peer_session.h"
 #include "runtime/event_loop.h"
@@ -51,7 +50,8 @@
 
 namespace geoccl::transport::tcp {
 
-// Socket tuning of the data streams, resolved from Config (GEOCCL_TCP_*: docs/configuration.md).
+// Socket tuning of the data streams (GEOCCL_TCP_*: docs/configuration.md; the api resolves the
+// configuration into these).
 // Zero values leave the kernel's defaults.
 struct TcpOptions {
   int data_streams = 1;  // S >= 1, equal on every rank (rank 0's choice)
@@ -90,8 +90,11 @@ struct TcpOptions {
   // relay (relay.h); 0: never.
   std::chrono::milliseconds relay_after{5000};
   uint8_t channel = 0;  // the priority class this device carries (logs)
-  // Resolves the configuration's "auto" values. `data_streams`: rank 0's choice.
-  static TcpOptions from_config(const Config& cfg, int data_streams);
+  // Defaults of the "auto" settings: a WAN socket's buffers and unsent bytes, the data streams
+  // a pair starts with when their count is measured, and the most a WAN peer gets.
+  static constexpr uint64_t kWanBufferBytes = 32ull << 20;
+  static constexpr uint64_t kWanNotsentLowat = 1ull << 20;
+  static constexpr int kInitialStreams = 4, kMostStreams = 16;
 };
 
 // One peer pair of a TcpDevice: its connections and its protocol state. Loop thread, except
