@@ -31,6 +31,15 @@
 
 namespace geoccl::transport {
 
+// What a device can do, announced rather than guessed (as NCCL's getProperties describes a net
+// plugin). The router calls a device's optional operations only where it claims them, and the
+// conformance suite checks every claim against what the device does.
+struct DeviceProperties {
+  bool two_hop = false;             // bulk frames may take a two-hop path (set_two_hop)
+  bool reduces_on_receive = false;  // recv_reduce reduces where the bytes arrive
+  bool reads_paths = false;         // path_reading reports the path's RTT and delivery rate
+};
+
 class Device {
  public:
   using Clock = std::chrono::steady_clock;
@@ -43,6 +52,7 @@ class Device {
   virtual ~Device() = default;
   // "tcp", "shm": the device's name in GEOCCL_TRANSPORT, store keys, logs and LinkStats.
   virtual const char* name() const = 0;
+  virtual DeviceProperties properties() const = 0;
   // Opaque bytes a peer needs to reach this rank through this device.
   virtual std::vector<uint8_t> address() const = 0;
   // Whether this device can carry frames to a peer that published `peer_address` (shm: the
@@ -66,8 +76,8 @@ class Device {
   // Receives the next data frame from `peer` and combines it element-wise into `dst`
   // (dst = dst op payload, core::reduce_into order) instead of copying it: the payload must be
   // exactly dst.size() bytes. A device that can reduce straight from where the bytes arrive
-  // (shm: the shared segment) saves a staging copy; the others return nullptr and the caller
-  // receives into scratch memory and reduces itself.
+  // (shm: the shared segment; DeviceProperties::reduces_on_receive) saves a staging copy; the
+  // others return nullptr and the caller receives into scratch memory and reduces itself.
   virtual RequestPtr recv_reduce(int /*peer*/, const protocol::FrameHeader& /*expect*/,
                                  std::span<uint8_t> /*dst*/, DataType /*dtype*/, ReduceOp /*op*/) {
     return nullptr;

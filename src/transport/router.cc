@@ -162,7 +162,8 @@ RequestPtr Router::recv(int peer, const protocol::FrameHeader& expect, std::span
 
 RequestPtr Router::recv_reduce(int peer, const protocol::FrameHeader& expect, std::span<uint8_t> dst,
                                DataType dtype, ReduceOp op) {
-  return of(peer, expect.channel).recv_reduce(peer, expect, dst, dtype, op);
+  Device& d = of(peer, expect.channel);
+  return d.properties().reduces_on_receive ? d.recv_reduce(peer, expect, dst, dtype, op) : nullptr;
 }
 
 void Router::begin_operation(const protocol::FrameHeader& h) {
@@ -228,7 +229,8 @@ void Router::await_wan_streams(Clock::time_point deadline) {
 bool Router::set_two_hop(int peer, int via, size_t min_bytes) {
   bool taken = false;
   for (int c = 0; c < kPriorityClasses; ++c) {
-    const bool ok = of(peer, static_cast<uint8_t>(c)).set_two_hop(peer, via, min_bytes);
+    Device& d = of(peer, static_cast<uint8_t>(c));
+    const bool ok = d.properties().two_hop && d.set_two_hop(peer, via, min_bytes);
     if (c == 0) taken = ok;
   }
   return taken;

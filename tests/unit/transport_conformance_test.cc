@@ -259,6 +259,48 @@ TEST_P(Conformance, APeerThatGoesAwayEndsTheReceivesWaitingForIt) {
   EXPECT_EQ(waiting->failure.code, ErrorCode::kPeerLost) << waiting->failure.message;
 }
 
+// What a device claims (DeviceProperties) it does, and what it does not claim it refuses: a
+// claimed reduce on receive sums the frame into the destination, an unclaimed one is left to the
+// caller (nullptr); a device that claims path readings reports the RTT of a link that carried
+// frames, one that does not reports nothing; one that claims no two-hop paths takes none.
+TEST_P(Conformance, WhatADeviceClaimsItDoes) {
+  Job job(GetParam(), 3);
+  ASSERT_TRUE(job.connected());
+  const transport::DeviceProperties props = job.dev(1).properties();
+  constexpr size_t kFloats = 4096;
+  std::vector<float> acc(kFloats, 1.0f), add(kFloats, 2.0f);
+  const std::span<uint8_t> acc_bytes(reinterpret_cast<uint8_t*>(acc.data()), kFloats * sizeof(float));
+  const std::span<const uint8_t> add_bytes(reinterpret_cast<const uint8_t*>(add.data()), kFloats * sizeof(float));
+  const RequestPtr reduce = job.dev(1).recv_reduce(0, header(0, add_bytes.size()), acc_bytes, DataType::kFloat32, ReduceOp::kSum);
+  EXPECT_EQ(reduce != nullptr, props.reduces_on_receive);
+  // Frame 0 lands either in the reduce or in a plain receive; one back the other way.
+  std::vector<uint8_t> plain(add_bytes.size());
+  const RequestPtr recv = reduce ? reduce : job.dev(1).recv(0, header(0, add_bytes.size()), plain);
+  const RequestPtr send = job.dev(0).send(1, header(0, add_bytes.size()), add_bytes);
+  std::vector<uint8_t> back_src = pattern(70000, 9), back_dst(back_src.size());
+  const RequestPtr back_recv = job.dev(0).recv(1, header(1, back_src.size()), back_dst);
+  const RequestPtr back_send = job.dev(1).send(0, header(1, back_src.size()), back_src);
+  ASSERT_TRUE(wait_for({recv, back_recv}, 60s));
+  ASSERT_TRUE(wait_for({send, back_send}, 60s, /*delivered=*/true));
+  ASSERT_TRUE(recv->ok()) << recv->failure.message;
+  if (reduce) {
+    for (size_t i = 0; i < kFloats; ++i) {
+      ASSERT_EQ(acc[i], 3.0f) << "element " << i;
+    }
+  } else {
+    EXPECT_TRUE(std::equal(plain.begin(), plain.end(), add_bytes.begin()));
+  }
+  const Device::PathReading reading = job.dev(1).path_reading(0);
+  if (props.reads_paths) {
+    EXPECT_GT(reading.srtt_ms, 0.0);
+  } else {
+    EXPECT_TRUE(reading.srtt_ms == 0 && reading.delivery_mbps == 0);
+  }
+  if (!props.two_hop) {
+    EXPECT_FALSE(job.dev(1).set_two_hop(0, 2, 1));
+  }
+}
+
 // With the group secret, a rank with another secret is refused: it never joins, and the refusal
 // is a protocol error, not a timeout.
 TEST_P(Conformance, AStrangerIsRefused) {

@@ -141,6 +141,7 @@ class QuicDevice final : public Device {
   ~QuicDevice() override;
 
   const char* name() const override { return "quic"; }
+  DeviceProperties properties() const override { return {}; }
   std::vector<uint8_t> address() const override;
   bool reaches(std::span<const uint8_t> peer_address) const override;
   void connect(const std::vector<int>& peers, const AddressOf& address_of, const Poll& poll,

@@ -53,6 +53,11 @@ class ShmDevice final : public Device {
   ~ShmDevice() override;
 
   const char* name() const override { return "shm"; }
+  DeviceProperties properties() const override {
+    DeviceProperties p;
+    p.reduces_on_receive = true;
+    return p;
+  }
   std::vector<uint8_t> address() const override { return encode_address(address_); }
   // Same boot id and network namespace as this rank.
   bool reaches(std::span<const uint8_t> peer_address) const override;

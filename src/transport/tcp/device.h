@@ -155,6 +155,7 @@ class TcpDevice final : public Device {
   ~TcpDevice() override;
 
   const char* name() const override { return "tcp"; }
+  DeviceProperties properties() const override;
   std::vector<uint8_t> address() const override;
   bool reaches(std::span<const uint8_t> peer_address) const override;
   void connect(const std::vector<int>& peers, const AddressOf& address_of, const Poll& poll,
