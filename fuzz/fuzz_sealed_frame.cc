@@ -1,4 +1,4 @@
-// Sealed frames (security/sealer.h) and sealed store values: opening fuzzed bytes never crashes and never succeeds
+// Sealed frames (security/sealer.h, and through the sealed-stream layer) and sealed store values: opening fuzzed bytes never crashes and never succeeds
 // without the key; what the sealer seals opens to the same bytes.
 //
 // The round trips seal under other keys than the ones fuzzed bytes are opened with, and compare
@@ -7,11 +7,13 @@
 // "fuzzed" input that opens (corpus/fuzz_sealed_frame/harness-leaked-tag is one).
 #include <sodium.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
 #include "protocol/frame.h"
+#include "security/sealed_stream.h"
 #include "security/sealer.h"
 #include "security/store_seal.h"
 
@@ -65,6 +67,35 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (opener.open_record(header, 0, rec)) std::abort();
     protocol::FrameHeader h;
     (void)protocol::decode_frame_header(std::span<const uint8_t, protocol::kFrameHeaderSize>(data, protocol::kFrameHeaderSize), &h);
+  }
+  // As the sealed-stream layer reads a connection (security/sealed_stream.h): the header never
+  // opens without the key; a frame sealed by the layer opens through it in chunks of any size.
+  {
+    SealedStream rx(cipher, key, key, pair, pair);
+    if (!rx.open_header(std::span<const uint8_t, SealedStream::kHeaderWireBytes>(data, SealedStream::kHeaderWireBytes)))
+      std::abort();
+    const std::span<const uint8_t> payload(data + protocol::kFrameHeaderSize, size - protocol::kFrameHeaderSize);
+    SealedStream tx(cipher, trip, trip, trip_pair, trip_pair), back(cipher, trip, trip, trip_pair, trip_pair);
+    std::vector<uint8_t> wire(SealedStream::wire_size(payload.size()));
+    std::memcpy(wire.data(), data, protocol::kFrameHeaderSize);
+    tx.seal(header, payload, wire.data() + protocol::kFrameHeaderSize);
+    if (back.open_header(std::span<const uint8_t, SealedStream::kHeaderWireBytes>(wire.data(), SealedStream::kHeaderWireBytes)))
+      std::abort();
+    const size_t chunk = 1 + data[size - 1] % 97u;
+    size_t at = SealedStream::kHeaderWireBytes;
+    std::vector<uint8_t> got;
+    while (got.size() < payload.size()) {
+      const std::span<uint8_t> space = back.record_space(payload.size());
+      const size_t n = std::min({chunk, space.size(), wire.size() - at});
+      std::memcpy(space.data(), wire.data() + at, n);
+      at += n;
+      std::span<const uint8_t> plain;
+      const auto r = back.record_got(n, &plain);
+      if (r == SealedStream::Record::kFailed) std::abort();
+      if (r == SealedStream::Record::kOpened) got.insert(got.end(), plain.begin(), plain.end());
+    }
+    if (got.size() != payload.size() || (!got.empty() && std::memcmp(got.data(), payload.data(), got.size()) != 0))
+      std::abort();
   }
   // Round trip of the rest as a payload.
   {

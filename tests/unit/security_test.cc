@@ -16,6 +16,7 @@
 #include "protocol/frame.h"
 #include "protocol/handshake.h"
 #include "security/auth.h"
+#include "security/sealed_stream.h"
 #include "security/sealer.h"
 #include "security/secret.h"
 
@@ -304,6 +305,87 @@ TEST_P(Sealing, ResentDataFrameSealsIdenticallyAndNothingElseRepeats) {
   // The frame number the sealer reads is the header's (protocol/frame.h offsets).
   EXPECT_EQ(h5[kFrameNumberOffset], 5);
   EXPECT_EQ(h5[kFrameTypeOffset], static_cast<uint8_t>(FrameType::kData));
+}
+
+// The sealed-stream layer: frames sealed by one end, fed to the other as a byte stream in chunks
+// of odd sizes (as a socket delivers them), open to their headers and payloads; a flipped bit in a
+// record fails that record, and a data frame sent again on the same stream fails its header.
+TEST_P(Sealing, AStreamOfFramesOpensInAnyChunkingAndRefusesChangesAndRepeats) {
+  const uint8_t cipher = GetParam();
+  init_sodium();
+  if (cipher == kCipherAes256Gcm && !crypto_aead_aes256gcm_is_available()) GTEST_SKIP() << "no AES-NI";
+  Key a{}, b{}, pa{}, pb{};
+  for (Key* k : {&a, &b, &pa, &pb}) randombytes_buf(k->data(), k->size());
+  SealedStream tx(cipher, a, b, pa, pb), rx(cipher, b, a, pb, pa);
+  const std::vector<size_t> sizes = {0, 5, kRecordBytes, 2 * kRecordBytes + 17, 1000};
+  std::vector<uint8_t> wire;
+  std::vector<std::vector<uint8_t>> plains;
+  auto put = [&](size_t n, uint64_t frame, std::vector<uint8_t> plain) {
+    protocol::FrameHeader h;
+    h.payload_len = static_cast<uint32_t>(n);
+    h.frame = frame;
+    const auto hb = protocol::encode_frame_header(h);
+    const size_t at = wire.size();
+    wire.resize(at + SealedStream::wire_size(n));
+    std::copy(hb.begin(), hb.end(), wire.begin() + static_cast<std::ptrdiff_t>(at));
+    tx.seal(hb, plain, wire.data() + at + protocol::kFrameHeaderSize);
+  };
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    std::vector<uint8_t> plain(sizes[i]);
+    if (!plain.empty()) randombytes_buf(plain.data(), plain.size());
+    plains.push_back(plain);
+    put(sizes[i], i, plain);
+  }
+  // Reads the frames from `bytes` in chunks of 1, 7, 4093, ... bytes; returns what failed, if anything.
+  auto read_all = [&](SealedStream& s, const std::vector<uint8_t>& bytes, size_t frames,
+                      std::vector<std::vector<uint8_t>>* got) -> std::string {
+    const size_t chunks[] = {1, 7, 4093, 65536, 300000};
+    size_t pos = 0, turn = 0;
+    auto take = [&](std::span<uint8_t> dst) {
+      const size_t n = std::min({dst.size(), bytes.size() - pos, chunks[turn++ % 5]});
+      std::copy_n(bytes.begin() + static_cast<std::ptrdiff_t>(pos), n, dst.begin());
+      pos += n;
+      return n;
+    };
+    for (size_t f = 0; f < frames; ++f) {
+      std::array<uint8_t, SealedStream::kHeaderWireBytes> hw{};
+      for (size_t have = 0; have < hw.size();) have += take(std::span<uint8_t>(hw).subspan(have));
+      if (const char* bad = s.open_header(hw)) return bad;
+      protocol::FrameHeader h;
+      if (protocol::decode_frame_header(std::span<const uint8_t, protocol::kFrameHeaderSize>(hw.data(), protocol::kFrameHeaderSize), &h) != protocol::DecodeStatus::kOk) return "undecodable";
+      std::vector<uint8_t> payload;
+      while (payload.size() < h.payload_len) {
+        const size_t n = take(s.record_space(h.payload_len));
+        std::span<const uint8_t> plain;
+        const auto r = s.record_got(n, &plain);
+        if (r == SealedStream::Record::kFailed) return "payload record";
+        if (r == SealedStream::Record::kOpened) payload.insert(payload.end(), plain.begin(), plain.end());
+      }
+      s.end_frame();
+      got->push_back(payload);
+    }
+    return "";
+  };
+  std::vector<std::vector<uint8_t>> got;
+  ASSERT_EQ(read_all(rx, wire, sizes.size(), &got), "");
+  EXPECT_EQ(got, plains);
+  // A flipped bit in the second record of frame 3 fails that record.
+  {
+    SealedStream rx2(cipher, b, a, pb, pa);
+    std::vector<uint8_t> bad = wire;
+    size_t at = 0;
+    for (size_t i = 0; i < 3; ++i) at += SealedStream::wire_size(sizes[i]);
+    bad[at + SealedStream::kHeaderWireBytes + kRecordBytes + kTagBytes + 3] ^= 0x10;
+    std::vector<std::vector<uint8_t>> g;
+    EXPECT_EQ(read_all(rx2, bad, sizes.size(), &g), "payload record");
+    EXPECT_EQ(g.size(), 3u);  // the frames before it opened
+  }
+  // Frame 1 again after the others: its number is not above the last opened here.
+  const size_t before = wire.size();
+  put(sizes[1], 1, plains[1]);
+  const std::vector<uint8_t> again(wire.begin() + static_cast<std::ptrdiff_t>(before), wire.end());
+  std::vector<std::vector<uint8_t>> g;
+  EXPECT_EQ(read_all(rx, again, 1, &g), "a data frame numbered at or below one this connection opened");
 }
 
 INSTANTIATE_TEST_SUITE_P(Ciphers, Sealing, ::testing::Values(kCipherAes256Gcm, kCipherXChaCha20Poly1305),

@@ -56,8 +56,7 @@ void TcpConnection::set_keys(const security::ConnectionKeys& keys) {
   if (keys.cipher == 0) {
     if (owner_.group().security())  // cannot happen: the handshake of a secured group gives keys
       throw Error(ErrorCode::kInternal, "unsealed connection in a group with a secret");
-    sealer_.reset();
-    opener_.reset();
+    sealed_.reset();
     return;
   }
   // Data frames: the pair's keys for the session, the same on every connection of the pair (a
@@ -66,22 +65,18 @@ void TcpConnection::set_keys(const security::ConnectionKeys& keys) {
   const security::Key& job = owner_.group().security()->job_key;
   const auto me = static_cast<uint32_t>(owner_.group().rank()), them = static_cast<uint32_t>(peer_.rank);
   const uint8_t ch = owner_.options().channel;  // each channel's device numbers its own frames
-  sealer_ = std::make_unique<security::FrameSealer>(keys.cipher, keys.send,
-                                                    security::pair_frame_key(job, ch, me, them, keys.cipher));
-  opener_ = std::make_unique<security::FrameOpener>(keys.cipher, keys.recv,
-                                                    security::pair_frame_key(job, ch, them, me, keys.cipher));
+  sealed_ = std::make_unique<security::SealedStream>(keys.cipher, keys.send, keys.recv,
+                                                     security::pair_frame_key(job, ch, me, them, keys.cipher),
+                                                     security::pair_frame_key(job, ch, them, me, keys.cipher));
 }
 
 size_t TcpConnection::wire_size(const SendOp& op) const {
-  return kFrameHeaderSize + (sealer_ ? security::sealed_payload_size(op.payload.size()) : op.payload.size());
+  return sealed_ ? security::SealedStream::wire_size(op.payload.size()) : kFrameHeaderSize + op.payload.size();
 }
 
 void TcpConnection::auth_failed(const char* what) {
   GEOCCL_LOG(kError, "a frame on stream " << stream_ << " from rank " << peer_.rank << " failed authentication ("
-                                          << what << ", after " << opener_->data_frames() << " data and "
-                                          << opener_->control_frames()
-                                          << " control frame(s) of the connection; next data frame at least "
-                                          << opener_->next_data_frame() << ")");
+                                          << what << ", after " << sealed_->describe() << ")");
   owner_.group().fail(ErrorCode::kProtocol,
                       "a frame from rank " + std::to_string(peer_.rank) + " on stream " + std::to_string(stream_) +
                           " failed authentication (" + what +
@@ -98,7 +93,7 @@ void TcpConnection::configure_socket() {
   if (stream_ != TcpDevice::kControlStream) {
     const auto& o = owner_.options();
     set_notsent_lowat(fd_, peer_.wan ? o.wan_notsent_lowat : o.notsent_lowat);
-    if (o.zerocopy && !sealer_) {  // sealed frames are written from their own buffers
+    if (o.zerocopy && !sealed_) {  // sealed frames are written from their own buffers
       const int one = 1;
       zerocopy_ = setsockopt(fd_, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof one) == 0;
       if (!zerocopy_)
@@ -148,8 +143,6 @@ void TcpConnection::enter_reconnecting(const std::string& why, bool recover) {
   payload_got_ = 0;
   payload_checked_ = false;
   discard_ = false;
-  record_got_ = 0;
-  record_index_ = 0;
   // Zero-copy frames waiting for the kernel's completion: the socket and its buffers are gone,
   // and the session keeps a copy of each (taken when it was written), so their requests are done.
   for (auto& z : zc_wait_) complete(z.req, {});
@@ -515,16 +508,9 @@ void TcpConnection::read_some() {
       if (hdr_got_ < need) continue;
       hdr_got_ = 0;
       // Sealed: no field of the header is used before its tag is verified.
-      if (opener_) {
-        const std::span<const uint8_t, kFrameHeaderSize> hb(hdr_buf_.data(), kFrameHeaderSize);
-        if (!opener_->open_header(hb, std::span<const uint8_t, security::kTagBytes>(hdr_buf_.data() + kFrameHeaderSize,
-                                                                                   security::kTagBytes)))
-          return auth_failed(opener_->repeated(hb) ? "a data frame numbered at or below one this connection opened"
-                                                   : "frame header");
-      }
+      if (sealed_)
+        if (const char* bad = sealed_->open_header(hdr_buf_)) return auth_failed(bad);
       if (!handle_header()) return;
-      record_got_ = 0;
-      record_index_ = 0;
     }
 
     std::span<uint8_t> dst;
@@ -558,22 +544,17 @@ void TcpConnection::read_some() {
       dst = control_payload_;
     }
 
-    if (opener_ && payload_got_ < hdr_.payload_len) {
-      // One record at a time into the staging buffer; only a verified record reaches `dst`.
-      const size_t plain = security::record_plain_size(hdr_.payload_len, record_index_);
-      const size_t wire = plain + security::kTagBytes;
-      if (record_buf_.size() < wire) record_buf_.resize(wire);
-      const ssize_t n = receive(record_buf_.data() + record_got_, wire - record_got_);
+    if (sealed_ && payload_got_ < hdr_.payload_len) {
+      // One record at a time into the stream's staging; only a verified record reaches `dst`.
+      const std::span<uint8_t> space = sealed_->record_space(hdr_.payload_len);
+      const ssize_t n = receive(space.data(), space.size());
       if (n <= 0) return;
-      record_got_ += static_cast<size_t>(n);
-      if (record_got_ < wire) continue;
-      if (!opener_->open_record(std::span<const uint8_t, kFrameHeaderSize>(hdr_buf_.data(), kFrameHeaderSize), record_index_,
-                                std::span<uint8_t>(record_buf_.data(), wire)))
-        return auth_failed("payload record");
-      if (!discard_) std::memcpy(dst.data() + payload_got_, record_buf_.data(), plain);
-      payload_got_ += plain;
-      record_got_ = 0;
-      ++record_index_;
+      std::span<const uint8_t> plain;
+      const auto got = sealed_->record_got(static_cast<size_t>(n), &plain);
+      if (got == security::SealedStream::Record::kFailed) return auth_failed("payload record");
+      if (got == security::SealedStream::Record::kMore) continue;
+      if (!discard_) std::memcpy(dst.data() + payload_got_, plain.data(), plain.size());
+      payload_got_ += plain.size();
       if (payload_got_ < hdr_.payload_len) continue;
     }
     // Where the next bytes go: a discarded frame reuses its small buffer from the start.
@@ -588,7 +569,7 @@ void TcpConnection::read_some() {
     // A whole frame is in.
     have_hdr_ = false;
     ++frames;
-    if (opener_) opener_->next();
+    if (sealed_) sealed_->end_frame();
     if (discard_) {
       discard_ = false;
       continue;
@@ -633,11 +614,11 @@ void TcpConnection::write_some() {
     bool control = false;
     for (auto it = sendq_.begin(); it != sendq_.end() && n_iov + 2 <= kMaxIov; ++it) {
       control = control || it->owned != nullptr;
-      if (sealer_ && it->sent == 0 && !it->wire) {  // sealed in the order frames go on the wire
+      if (sealed_ && it->sent == 0 && !it->wire) {  // sealed in the order frames go on the wire
         if (n_iov > 0 && bytes >= kSealAhead) break;
         // Not zero-filled: the sealer writes every byte.
         it->wire = std::shared_ptr<uint8_t[]>(new uint8_t[security::sealed_payload_size(it->payload.size())]);
-        sealer_->seal(it->header, it->payload, it->wire.get());
+        sealed_->seal(it->header, it->payload, it->wire.get());
       }
       const std::span<const uint8_t> payload = wire_payload(*it);
       size_t skip = it->sent;

@@ -12,7 +12,7 @@
 
 #include "protocol/frame.h"
 #include "security/auth.h"
-#include "security/sealer.h"
+#include "security/sealed_stream.h"
 #include "transport/tcp/stall.h"
 #include "transport/transport.h"
 
@@ -151,7 +151,7 @@ class TcpConnection {
                    : op.payload;
   }
   // Bytes of a frame header on the wire (sealed: with its tag).
-  size_t header_wire_size() const { return protocol::kFrameHeaderSize + (opener_ ? security::kTagBytes : 0); }
+  size_t header_wire_size() const { return sealed_ ? security::SealedStream::kHeaderWireBytes : protocol::kFrameHeaderSize; }
   // A sealed frame failed to open: the group fails with kProtocol naming the peer.
   void auth_failed(const char* what);
   void close_fd();
@@ -197,11 +197,7 @@ class TcpConnection {
   // Sealing (a group secret): per direction, this connection's key (control frames) and the
   // pair's key for the session (data frames); the record of a sealed payload being read
   // (verified here before any byte is copied to its destination).
-  std::unique_ptr<security::FrameSealer> sealer_;
-  std::unique_ptr<security::FrameOpener> opener_;
-  std::vector<uint8_t> record_buf_;
-  size_t record_got_ = 0;
-  uint32_t record_index_ = 0;
+  std::unique_ptr<security::SealedStream> sealed_;  // with a group secret
   size_t hdr_got_ = 0;
   bool have_hdr_ = false;
   protocol::FrameHeader hdr_;
