@@ -193,14 +193,16 @@ std::vector<LinkStats> Router::stats() const {
   std::vector<LinkStats> out;
   for (int p = 0; p < group_.size(); ++p) {
     if (p == group_.rank()) continue;
+    // The device once: the decider may switch the peer's device meanwhile.
+    const Device& d = of(p, 0);
     LinkStats ps;
     ps.peer = p;
-    ps.device = of(p, 0).name();
+    ps.device = d.name();
     {
       std::lock_guard lk(why_mu_);
       ps.choice = why_[static_cast<size_t>(p)];
     }
-    of(p, 0).stats(&ps);
+    d.stats(&ps);
     // The bulk class's link to the peer: its own counters.
     LinkStats bulk;
     bulk.peer = p;

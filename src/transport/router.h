@@ -27,13 +27,13 @@
 #include <vector>
 
 #include "transport/device.h"
-#include "transport/device_factory.h"
 #include "transport/group.h"
 #include "transport/transport.h"
 
 namespace geoccl::transport {
 
 class LivenessMonitor;
+struct DeviceOptions;  // device_factory.h
 
 // What the router itself needs beyond the devices.
 struct RouterOptions {

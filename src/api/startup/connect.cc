@@ -49,9 +49,9 @@ std::unique_ptr<transport::Router> connect(const Config& cfg, transport::Group& 
     }
   };
   try {
-    auto router = std::make_unique<transport::Router>(
-        group, device_options(cfg, rdv.data_streams), router_options(cfg),
-        cfg.world_size > 1 ? membership::choose_bind_address(cfg) : "", publish, lookup, poll, deadline);
+    const std::string bind = cfg.world_size > 1 ? membership::choose_bind_address(cfg) : "";
+    auto router = std::make_unique<transport::Router>(group, device_options(cfg, rdv.data_streams),
+                                                      router_options(cfg), bind, publish, lookup, poll, deadline);
     if (cfg.world_size > 1) GEOCCL_LOG(kInfo, "connected to all peers");
     return router;
   } catch (const Error& e) {

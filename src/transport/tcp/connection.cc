@@ -143,6 +143,7 @@ void TcpConnection::enter_reconnecting(const std::string& why, bool recover) {
   payload_got_ = 0;
   payload_checked_ = false;
   discard_ = false;
+  // A sealed stream's record staging goes with its keys: resume() gives the new socket new ones.
   // Zero-copy frames waiting for the kernel's completion: the socket and its buffers are gone,
   // and the session keeps a copy of each (taken when it was written), so their requests are done.
   for (auto& z : zc_wait_) complete(z.req, {});

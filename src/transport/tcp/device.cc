@@ -105,7 +105,7 @@ TcpDevice::~TcpDevice() {
     if (scavenge_) {
       group_.loop().cancel_timer(scavenge_->tick);
       group_.loop().cancel_timer(scavenge_->release);
-      scavenge_->higher->on_wan_busy_ = nullptr;
+      scavenge_->higher->watch_wan_busy(nullptr);
     }
     for (auto& p : pending_) {
       group_.loop().cancel_timer(p->timer);
@@ -1066,7 +1066,7 @@ void TcpDevice::yield_to(TcpDevice& higher, const ScavengerOptions& o) {
   scavenge_->higher = &higher;
   scavenge_->options = o;
   group_.loop().run_owned([this, &higher] {
-    higher.on_wan_busy_ = [this](bool busy) { higher_class_busy(busy); };
+    higher.watch_wan_busy([this](bool busy) { higher_class_busy(busy); });
   });
 }
 

@@ -240,6 +240,10 @@ class TcpDevice final : public Device {
   // again. What the kernel already holds is bounded by the bulk class's small
   // TCP_NOTSENT_LOWAT. Call before connect(); `higher` must outlive this device.
   void yield_to(TcpDevice& higher, const ScavengerOptions& o);
+  // Loop thread: `busy` is called with true when this device's WAN data queues go from empty to
+  // non-empty and false when they empty again (what a lower class's device yields to); null: no
+  // one watches.
+  void watch_wan_busy(std::function<void(bool busy)> busy) { on_wan_busy_ = std::move(busy); }
   // Bulk class: the rate the controller gives the path to `peer` (0 before set_wan_peer), for
   // stats and tests.
   uint64_t bulk_rate_bps(int peer) const;
