@@ -32,8 +32,9 @@
 namespace geoccl::transport {
 
 // What a device can do, announced rather than guessed (as NCCL's getProperties describes a net
-// plugin). The router calls a device's optional operations only where it claims them, and the
-// conformance suite checks every claim against what the device does.
+// plugin). The router calls set_two_hop and path_reading only where claimed (recv_reduce, on the
+// data path, returns null on a device that does not claim it), and the conformance suite checks
+// every claim against what the device does.
 struct DeviceProperties {
   bool two_hop = false;             // bulk frames may take a two-hop path (set_two_hop)
   bool reduces_on_receive = false;  // recv_reduce reduces where the bytes arrive

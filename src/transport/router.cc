@@ -100,7 +100,7 @@ Router::Router(Group& group, const DeviceOptions& devices, const RouterOptions& 
     close_devices();
     throw;
   }
-  if (options.heartbeats) {
+  if (options.liveness.interval.count() > 0) {
     std::vector<Device*> every;
     for (auto& ch : channels_)
       for (auto& d : ch.devices) every.push_back(d.get());
@@ -162,8 +162,8 @@ RequestPtr Router::recv(int peer, const protocol::FrameHeader& expect, std::span
 
 RequestPtr Router::recv_reduce(int peer, const protocol::FrameHeader& expect, std::span<uint8_t> dst,
                                DataType dtype, ReduceOp op) {
-  Device& d = of(peer, expect.channel);
-  return d.properties().reduces_on_receive ? d.recv_reduce(peer, expect, dst, dtype, op) : nullptr;
+  // A device that does not reduce on receive returns null itself: no properties() on this path.
+  return of(peer, expect.channel).recv_reduce(peer, expect, dst, dtype, op);
 }
 
 void Router::begin_operation(const protocol::FrameHeader& h) {

@@ -40,8 +40,7 @@ struct RouterOptions {
   // remote=auto: how long the decider's second candidate may take to connect (GEOCCL's
   // quic_connect_ms).
   std::chrono::milliseconds candidate_budget{8000};
-  bool heartbeats = true;  // GEOCCL_HEARTBEAT_MS > 0
-  protocol::LivenessOptions liveness;
+  protocol::LivenessOptions liveness;  // interval 0: no heartbeats (GEOCCL_HEARTBEAT_MS=0)
 };
 
 class Router final : public Transport {

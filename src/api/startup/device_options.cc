@@ -62,7 +62,6 @@ transport::DeviceOptions device_options(const Config& cfg, int data_streams) {
 transport::RouterOptions router_options(const Config& cfg) {
   transport::RouterOptions o;
   o.candidate_budget = cfg.quic_connect_budget;
-  o.heartbeats = cfg.heartbeat_interval.count() > 0;
   o.liveness.interval = cfg.heartbeat_interval;
   o.liveness.window = cfg.liveness_window;
   o.liveness.link_bound = cfg.resume_timeout();
