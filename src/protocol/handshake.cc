@@ -21,6 +21,17 @@ const char* handshake_status_name(HandshakeStatus s) {
     case HandshakeStatus::kAuthMismatch:
       return "one side has a group secret (GEOCCL_SECRET / GEOCCL_SECRET_FILE), the other not";
     case HandshakeStatus::kUnreachable: return "the relay cannot reach that rank";
+    case HandshakeStatus::kBadTransport: return "another transport's handshake";
+    case HandshakeStatus::kRefused: return "refused";
+  }
+  return "unknown";
+}
+
+const char* transport_name(Transport t) {
+  switch (t) {
+    case Transport::kTcp: return "tcp";
+    case Transport::kSharedMemory: return "shm";
+    case Transport::kQuic: return "quic";
   }
   return "unknown";
 }
@@ -34,7 +45,7 @@ std::array<uint8_t, N> to_array(const std::vector<uint8_t>& v) {
   return out;
 }
 
-void write_reserved(Writer& w, size_t n = kHandshakeReserved) {
+void write_reserved(Writer& w, size_t n) {
   for (size_t i = 0; i < n; ++i) w.u8(0);
 }
 
@@ -53,6 +64,8 @@ std::array<uint8_t, kHelloSize> encode_hello(const Hello& h) {
   w.u32(h.flags);
   w.u64(h.params_hash);
   w.u32(h.via);
+  w.u8(h.transport);
+  w.u8(h.extension);
   write_reserved(w, kHelloReserved);
   return to_array<kHelloSize>(v);
 }
@@ -67,7 +80,8 @@ std::array<uint8_t, kReplySize> encode_reply(const Reply& r) {
   w.u32(r.rank);
   w.u16(r.minor);
   w.u32(r.flags);
-  write_reserved(w);
+  w.u16(r.reason);
+  write_reserved(w, kReplyReserved);
   return to_array<kReplySize>(v);
 }
 
@@ -86,6 +100,8 @@ HandshakeStatus decode_hello(std::span<const uint8_t, kHelloSize> in, Hello* out
   r.u32(&h.flags);
   r.u64(&h.params_hash);
   r.u32(&h.via);
+  r.u8(&h.transport);
+  r.u8(&h.extension);
   if (magic != kHelloMagic) return HandshakeStatus::kBadMagic;
   if (!r.ok() || r.remaining() != kHelloReserved) return HandshakeStatus::kMalformed;
   *out = h;
@@ -104,9 +120,10 @@ HandshakeStatus decode_reply(std::span<const uint8_t, kReplySize> in, Reply* out
   r.u32(&rep.rank);
   r.u16(&rep.minor);
   r.u32(&rep.flags);
+  r.u16(&rep.reason);
   if (magic != kReplyMagic) return HandshakeStatus::kBadMagic;
-  if (!r.ok() || r.remaining() != kHandshakeReserved ||
-      status > static_cast<uint8_t>(HandshakeStatus::kUnreachable))
+  if (!r.ok() || r.remaining() != kReplyReserved || rep.reason > kMaxReason ||
+      status > static_cast<uint8_t>(HandshakeStatus::kRefused))
     return HandshakeStatus::kMalformed;
   rep.status = static_cast<HandshakeStatus>(status);
   *out = rep;

@@ -15,7 +15,9 @@
 //    34    8 params_hash  GroupParams::hash() of the sender's group parameters; must be equal
 //    42    4 via          kHelloFlagRelayRequest: the rank to connect the sender to;
 //                         kHelloFlagRelayed: the rank whose relay carries this connection (4.2)
-//    46   12 reserved
+//    46    1 transport    which transport's connection this is (Transport; 4.3)
+//    47    1 extension    bytes of the transport's extension right behind the Hello (4.3)
+//    48   10 reserved
 // Reply (38 bytes):
 //     0    8 magic        "GEOCCLHR"
 //     8    2 version      major version of the acceptor
@@ -24,7 +26,12 @@
 //    12    4 rank         the acceptor's rank
 //    16    2 minor        minor version of the acceptor
 //    18    4 flags        capabilities of the acceptor: kHelloFlagAuth (4.1)
-//    22   16 reserved
+//    22    2 reason       bytes of the refusal's reason text right behind the Reply (4.3)
+//    24   14 reserved
+//
+// Every transport speaks this one handshake (handshake_machine.h drives it): TCP on each stream,
+// shared memory on its unix socket (the extension names the segment it shares), QUIC on its
+// control stream (TLS authenticates, so no secret rides in it).
 //
 // Relays (minor 2). A rank that cannot reach a peer directly (a firewall, a cut path) asks a third
 // rank to carry the connection: it sends that rank a Hello with kHelloFlagRelayRequest and `via`
@@ -64,14 +71,21 @@ inline constexpr uint16_t kProtocolVersion = 4;
 // with a group secret rejects a Hello without the flag, and one without a secret a Hello with it
 // (kAuthMismatch), so a secret on one side only is a clear error at connect.
 // Minor 2: relays (kHelloFlagRelayRequest, kHelloFlagRelayed, `via`, kUnreachable).
-inline constexpr uint16_t kProtocolMinor = 2;
+// Minor 3: `transport`, the transport's extension, the Reply's reason, kBadTransport, kRefused.
+inline constexpr uint16_t kProtocolMinor = 3;
 inline constexpr uint32_t kHelloFlagAuth = 1u << 0;
 inline constexpr uint32_t kHelloFlagRelayRequest = 1u << 1;
 inline constexpr uint32_t kHelloFlagRelayed = 1u << 2;
 inline constexpr size_t kHelloSize = 58;
 inline constexpr size_t kReplySize = 38;
-inline constexpr size_t kHandshakeReserved = 16;
-inline constexpr size_t kHelloReserved = 12;  // after `via`
+inline constexpr size_t kReplyReserved = 14;  // after `reason`
+inline constexpr size_t kHelloReserved = 10;  // after `extension`
+inline constexpr size_t kMaxExtension = 255;
+inline constexpr size_t kMaxReason = 400;
+
+// The transport a connection belongs to: an acceptor takes only its own transport's Hellos.
+enum class Transport : uint8_t { kTcp = 0, kSharedMemory = 1, kQuic = 2 };
+const char* transport_name(Transport t);
 
 struct Hello {
   uint16_t version = kProtocolVersion;
@@ -83,6 +97,8 @@ struct Hello {
   uint32_t flags = 0;
   uint64_t params_hash = 0;  // membership::GroupParams::hash()
   uint32_t via = 0;          // relay flags only (see above); 0 otherwise
+  uint8_t transport = 0;     // a Transport
+  uint8_t extension = 0;     // bytes of the transport's extension that follow
 
   bool operator==(const Hello&) const = default;
 };
@@ -99,6 +115,8 @@ enum class HandshakeStatus : uint8_t {
   kBadParams = 8,
   kAuthMismatch = 9,  // one side has a group secret, the other does not
   kUnreachable = 10,  // a relay could not reach the rank it was asked to connect to (minor 2)
+  kBadTransport = 11, // another transport's Hello (minor 3)
+  kRefused = 12,      // the acceptor's transport refused what the Hello brings; the reason says why
 };
 const char* handshake_status_name(HandshakeStatus s);
 
@@ -108,6 +126,7 @@ struct Reply {
   uint32_t rank = 0;
   uint16_t minor = kProtocolMinor;
   uint32_t flags = 0;
+  uint16_t reason = 0;  // bytes of reason text that follow (at most kMaxReason)
 
   bool operator==(const Reply&) const = default;
 };
@@ -116,7 +135,7 @@ std::array<uint8_t, kHelloSize> encode_hello(const Hello& h);
 std::array<uint8_t, kReplySize> encode_reply(const Reply& r);
 
 // Decodes the bytes only; returns kAccepted, kBadMagic or kMalformed (a Reply status this
-// version does not know).
+// version does not know, a reason longer than kMaxReason).
 HandshakeStatus decode_hello(std::span<const uint8_t, kHelloSize> in, Hello* out);
 HandshakeStatus decode_reply(std::span<const uint8_t, kReplySize> in, Reply* out);
 

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "protocol/frame.h"
+#include "protocol/handshake_machine.h"
 #include "protocol/liveness.h"
 #include "runtime/event_loop.h"
 #include "security/secret.h"
@@ -46,6 +47,21 @@ class Group {
   // authenticated and sealed. Set before any device is built; null = plaintext.
   void set_security(std::optional<security::GroupKey> key) { security_ = std::move(key); }
   const security::GroupKey* security() const { return security_ ? &*security_ : nullptr; }
+  // What this rank's handshakes say and expect on `transport`, with `streams` connections per
+  // pair; the group secret authenticates inside the handshake unless the transport does it
+  // itself (`authenticate` false: QUIC's TLS).
+  protocol::HandshakeSetup handshake_setup(protocol::Transport transport, uint16_t streams = 1,
+                                           bool authenticate = true) const {
+    protocol::HandshakeSetup s;
+    s.rank = static_cast<uint32_t>(rank_);
+    s.world_size = static_cast<uint32_t>(size_);
+    s.session_id = session_id_;
+    s.params_hash = params_hash_;
+    s.transport = transport;
+    s.streams = streams;
+    s.key = authenticate ? security() : nullptr;
+    return s;
+  }
 
   // Called on the loop thread with the group's first failure, once, by fail(). `tell_peers`: the
   // failure was found on this rank (not reported by a peer): tell every peer. A device subscribes

@@ -301,7 +301,7 @@ TEST(Handshake, ReservedBytesAreIgnored) {
   Reply r;
   auto rb = encode_reply(r);
   rb[11] = 1;
-  for (size_t i = kReplySize - kHandshakeReserved; i < kReplySize; ++i) rb[i] = 0x5a;
+  for (size_t i = kReplySize - kReplyReserved; i < kReplySize; ++i) rb[i] = 0x5a;
   Reply rd;
   ASSERT_EQ(decode_reply(rb, &rd), HandshakeStatus::kAccepted);
   EXPECT_EQ(rd, r);
@@ -323,7 +323,7 @@ TEST(Handshake, Reply) {
   ASSERT_EQ(decode_reply(b, &d), HandshakeStatus::kAccepted);
   EXPECT_EQ(d, r);
   auto unknown = b;
-  unknown[10] = static_cast<uint8_t>(HandshakeStatus::kUnreachable) + 1;
+  unknown[10] = static_cast<uint8_t>(HandshakeStatus::kRefused) + 1;
   EXPECT_EQ(decode_reply(unknown, &d), HandshakeStatus::kMalformed);
   unknown = b;
   unknown[0] ^= 1;
@@ -368,18 +368,41 @@ TEST(StoreCodec, RoundTripAndLimits) {
   EXPECT_EQ(rd->number, 123);
 }
 
-TEST(ShmHello, TheAuthFlagRoundTripsAndUnknownFlagsAreRefused) {
-  shm::Hello h;
-  h.flags = shm::kShmFlagAuth;
-  h.rank = 3;
-  h.world_size = 4;
-  h.ring_bytes = 8192;
-  auto b = shm::encode_hello(h);
-  ASSERT_EQ(b.size(), shm::kHelloSize);
-  shm::Hello back;
-  ASSERT_TRUE(shm::decode_hello(b, &back));
-  EXPECT_EQ(back.flags, shm::kShmFlagAuth);
-  EXPECT_EQ(back.rank, 3u);
-  b[10] |= 2;  // flags sit after magic (8) and version (2), little-endian: bit 1 is unknown
-  EXPECT_FALSE(shm::decode_hello(b, &back));
+TEST(ShmHello, TheExtensionRoundTripsAndItsRingSizeIsChecked) {
+  shm::Extension e;
+  e.ring_bytes = 8192;
+  e.token[15] = 9;
+  const auto b = shm::encode_extension(e);
+  ASSERT_EQ(b.size(), shm::kExtensionSize);
+  shm::Extension back;
+  ASSERT_TRUE(shm::decode_extension(b, &back));
+  EXPECT_EQ(back.ring_bytes, 8192u);
+  EXPECT_EQ(back.token, e.token);
+  EXPECT_EQ(shm::check_extension(back), "");
+  EXPECT_FALSE(shm::decode_extension(std::span<const uint8_t>(b).first(20), &back));
+  back.ring_bytes = 4000;
+  EXPECT_NE(shm::check_extension(back).find("multiple of 64"), std::string::npos);
+}
+
+TEST(Handshake, TheTransportAndItsExtensionSitInTheFormerReservedBytes) {
+  Hello h;
+  h.transport = static_cast<uint8_t>(Transport::kSharedMemory);
+  h.extension = 24;
+  const auto b = encode_hello(h);
+  EXPECT_EQ(b[46], 1);
+  EXPECT_EQ(b[47], 24);
+  Hello d;
+  ASSERT_EQ(decode_hello(b, &d), HandshakeStatus::kAccepted);
+  EXPECT_EQ(d, h);
+  Reply r;
+  r.status = HandshakeStatus::kRefused;
+  r.reason = 300;
+  const auto rb = encode_reply(r);
+  EXPECT_EQ(rb[22], 300 & 0xff);
+  EXPECT_EQ(rb[23], 300 >> 8);
+  Reply rd;
+  ASSERT_EQ(decode_reply(rb, &rd), HandshakeStatus::kAccepted);
+  EXPECT_EQ(rd, r);
+  r.reason = kMaxReason + 1;
+  EXPECT_EQ(decode_reply(encode_reply(r), &rd), HandshakeStatus::kMalformed);
 }

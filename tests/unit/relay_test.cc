@@ -116,7 +116,7 @@ struct Group3 {
   }
 };
 
-protocol::FrameHeader header(uint64_t i, size_t bytes) {
+protocol::FrameHeader relayed_header(uint64_t i, size_t bytes) {
   protocol::FrameHeader h;
   h.kind = protocol::OpKind::kSendRecv;
   h.seq = i;
@@ -141,8 +141,8 @@ void transfer(Rank& a, int ra, Rank& b, int rb, const std::vector<size_t>& sizes
     for (auto& x : src[i]) x = static_cast<uint8_t>(rng());
     dst[i].assign(src[i].size(), 0);
   }
-  for (size_t i = 0; i < src.size(); ++i) recvs.push_back(b.dev->recv(ra, header(first_seq + i, dst[i].size()), dst[i]));
-  for (size_t i = 0; i < src.size(); ++i) sends.push_back(a.dev->send(rb, header(first_seq + i, src[i].size()), src[i]));
+  for (size_t i = 0; i < src.size(); ++i) recvs.push_back(b.dev->recv(ra, relayed_header(first_seq + i, dst[i].size()), dst[i]));
+  for (size_t i = 0; i < src.size(); ++i) sends.push_back(a.dev->send(rb, relayed_header(first_seq + i, src[i].size()), src[i]));
   ASSERT_TRUE(test_support::wait_for(recvs, 60s));
   ASSERT_TRUE(test_support::wait_for(sends, 60s));
   for (const auto& r : recvs) ASSERT_TRUE(r->ok()) << r->failure.message;
@@ -404,13 +404,13 @@ TEST(Relay, FramesToTwoBusyWanPeersTakeHalfTheStreamsEach) {
     for (int i = 0; i < kFrames; ++i)
       for (int peer : {1, 2}) {
         const size_t k = static_cast<size_t>(2 * i + peer - 1);
-        sends.push_back(g[0].dev->send(peer, header(static_cast<uint64_t>(i), src[k].size()), src[k]));
+        sends.push_back(g[0].dev->send(peer, relayed_header(static_cast<uint64_t>(i), src[k].size()), src[k]));
       }
     std::this_thread::sleep_for(200ms);  // the kernel holds what the receivers have not taken
     for (int i = 0; i < kFrames; ++i)
       for (int peer : {1, 2}) {
         const size_t k = static_cast<size_t>(2 * i + peer - 1);
-        recvs.push_back(g[peer].dev->recv(0, header(static_cast<uint64_t>(i), dst[k].size()), dst[k]));
+        recvs.push_back(g[peer].dev->recv(0, relayed_header(static_cast<uint64_t>(i), dst[k].size()), dst[k]));
       }
     ASSERT_TRUE(test_support::wait_for(recvs, 60s));
     ASSERT_TRUE(test_support::wait_for(sends, 60s));

@@ -24,6 +24,8 @@
 #include "core/reduce.h"
 #include "geoccl/error.h"
 #include "geoccl/config.h"
+#include "protocol/handshake_machine.h"
+#include "protocol/shm_hello.h"
 #include "protocol/wire.h"
 #include "runtime/event_loop.h"
 #include "security/auth.h"
@@ -162,6 +164,17 @@ void expect_refused(ShmRank& to, std::optional<security::GroupKey> key, const st
     EXPECT_EQ(e.code(), ErrorCode::kProtocol);
     EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
   }
+}
+
+// What rank 1 of ShmRank's group (session 7, parameters 99) says in a shared-memory Hello.
+protocol::HandshakeSetup rank1_setup() {
+  protocol::HandshakeSetup me;
+  me.rank = 1;
+  me.world_size = 2;
+  me.session_id = 7;
+  me.params_hash = 99;
+  me.transport = protocol::Transport::kSharedMemory;
+  return me;
 }
 
 }  // namespace
@@ -346,36 +359,42 @@ TEST(shm_device, StrangersAreRefusedAndTheGroupGoesOn) {
     EXPECT_EQ(transport::shm::send_with_fds(s.get(), hello, fds, 0), static_cast<ssize_t>(hello.size()));
     std::vector<uint8_t> rb(512);
     const ssize_t n = ::recv(s.get(), rb.data(), rb.size(), 0);
-    transport::shm::Reply rep;
-    EXPECT_GT(n, 0);
+    EXPECT_GE(n, static_cast<ssize_t>(protocol::kReplySize));
     rb.resize(static_cast<size_t>(std::max<ssize_t>(n, 0)));
-    EXPECT_TRUE(transport::shm::decode_reply(rb, &rep));
-    EXPECT_FALSE(rep.accepted);
-    return rep.reason;
+    protocol::Reply rep;
+    if (rb.size() < protocol::kReplySize) return std::string("no reply");
+    EXPECT_EQ(protocol::decode_reply(std::span<const uint8_t, protocol::kReplySize>(rb.data(), protocol::kReplySize), &rep),
+              protocol::HandshakeStatus::kAccepted);
+    EXPECT_NE(rep.status, protocol::HandshakeStatus::kAccepted);
+    EXPECT_EQ(rb.size(), protocol::kReplySize + rep.reason);
+    return rep.reason ? std::string(rb.begin() + protocol::kReplySize, rb.end())
+                      : std::string(protocol::handshake_status_name(rep.status));
   };
   // Garbage.
-  std::vector<uint8_t> junk(40, 'x');
+  std::vector<uint8_t> junk(100, 'x');
   EXPECT_NE(ask(junk, {}).find("not a geoccl peer"), std::string::npos);
   // A well-formed Hello whose token is not the one in the memory it shares.
-  transport::shm::Hello h;
-  h.rank = 1;
-  h.world_size = 2;
-  h.session_id = 7;
-  h.params_hash = 99;
-  h.ring_bytes = 4096;
+  protocol::HandshakeSetup me = rank1_setup();
+  protocol::shm::Extension ext;
+  ext.ring_bytes = 4096;
   transport::shm::Token in_memory{};
   in_memory[0] = 1;
-  h.token[0] = 2;
+  ext.token[0] = 2;
+  auto hello_with = [&](const protocol::shm::Extension& e) {
+    return protocol::HandshakeDialler(me, 0, 0, protocol::shm::encode_extension(e)).take_output();
+  };
   auto seg = transport::shm::Segment::create(transport::shm::segment_bytes(4096), "test");
   transport::shm::init_segment(seg, 4096, in_memory);
   transport::shm::UniqueFd e1(eventfd(0, EFD_CLOEXEC)), e2(eventfd(0, EFD_CLOEXEC));
-  EXPECT_NE(ask(transport::shm::encode_hello(h), {seg.fd(), e1.get(), e2.get()}).find("token mismatch"),
-            std::string::npos);
+  EXPECT_NE(ask(hello_with(ext), {seg.fd(), e1.get(), e2.get()}).find("token mismatch"), std::string::npos);
   // The right token but no descriptors.
-  h.token = in_memory;
-  EXPECT_NE(ask(transport::shm::encode_hello(h), {}).find("descriptors"), std::string::npos);
+  ext.token = in_memory;
+  EXPECT_NE(ask(hello_with(ext), {}).find("descriptors"), std::string::npos);
   // Not an eventfd.
-  EXPECT_NE(ask(transport::shm::encode_hello(h), {seg.fd(), e1.get(), seg.fd()}).find("eventfd"), std::string::npos);
+  EXPECT_NE(ask(hello_with(ext), {seg.fd(), e1.get(), seg.fd()}).find("eventfd"), std::string::npos);
+  // A TCP Hello at the shared-memory listener.
+  me.transport = protocol::Transport::kTcp;
+  EXPECT_NE(ask(hello_with(ext), {}).find("a tcp Hello reached the shm listener"), std::string::npos);
   // Another job, and another configuration: the dialler's connect() names the reason.
   for (auto [session, params, what] : {std::tuple{8, 99, "different session"}, std::tuple{7, 98, "group parameters"}}) {
     ShmRank stranger(1, 2, session, params);
@@ -387,7 +406,7 @@ TEST(shm_device, StrangersAreRefusedAndTheGroupGoesOn) {
       EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
     }
   }
-  EXPECT_EQ(r0.dev->rejected_connections(), 6u);
+  EXPECT_EQ(r0.dev->rejected_connections(), 7u);
   EXPECT_FALSE(r0.group.failed());
   // The real rank 1 still gets in, and data flows.
   ShmRank r1(1, 2);
@@ -499,45 +518,36 @@ TEST(shm_device, WithoutTheSecretNoRankJoinsAndTheGenuineOneStillDoes) {
     const socklen_t len = transport::shm::abstract_sockaddr(a.socket_name, &sa);
     transport::shm::UniqueFd s(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
     ASSERT_EQ(::connect(s.get(), reinterpret_cast<sockaddr*>(&sa), len), 0);
-    transport::shm::Hello h;
-    h.flags = protocol::shm::kShmFlagAuth;
-    h.rank = 1;
-    h.world_size = 2;
-    h.session_id = 7;
-    h.params_hash = 99;
-    h.ring_bytes = 4096;
-    h.token[0] = 5;
+    protocol::HandshakeSetup me = rank1_setup();
+    const auto guess = key_of("stranger-guess-0123456789");
+    me.key = &guess;
+    protocol::shm::Extension ext;
+    ext.ring_bytes = 4096;
+    ext.token[0] = 5;
     auto seg = transport::shm::Segment::create(transport::shm::segment_bytes(4096), "test");
-    transport::shm::init_segment(seg, 4096, h.token);
+    transport::shm::init_segment(seg, 4096, ext.token);
     transport::shm::UniqueFd e1(eventfd(0, EFD_CLOEXEC)), e2(eventfd(0, EFD_CLOEXEC));
-    auto first = transport::shm::encode_hello(h);
-    const auto init = security::AuthDialler(key_of("stranger-guess-0123456789")).init();
-    first.insert(first.end(), init.begin(), init.end());
+    protocol::HandshakeDialler d(me, 0, 0, protocol::shm::encode_extension(ext));
+    const auto first = d.take_output();
     const int fds[3] = {seg.fd(), e1.get(), e2.get()};
     ASSERT_EQ(transport::shm::send_with_fds(s.get(), first, fds, 0), static_cast<ssize_t>(first.size()));
     std::vector<uint8_t> rb(512);
     ssize_t n = ::recv(s.get(), rb.data(), rb.size(), 0);
-    ASSERT_GT(n, 0);
-    rb.resize(static_cast<size_t>(n));
-    transport::shm::Reply rep;
-    ASSERT_TRUE(transport::shm::decode_reply(rb, &rep));
-    EXPECT_TRUE(rep.accepted) << rep.reason;  // the Hello itself is right
-    std::array<uint8_t, security::kAuthRespSize> resp{};
-    EXPECT_EQ(::recv(s.get(), resp.data(), resp.size(), 0), static_cast<ssize_t>(resp.size()));
+    // The Hello itself is right: the Reply accepts it, and the acceptor's proof comes with it.
+    ASSERT_EQ(n, static_cast<ssize_t>(protocol::kReplySize + security::kAuthRespSize));
+    protocol::Reply rep;
+    ASSERT_EQ(protocol::decode_reply(std::span<const uint8_t, protocol::kReplySize>(rb.data(), protocol::kReplySize), &rep),
+              protocol::HandshakeStatus::kAccepted);
+    EXPECT_EQ(rep.status, protocol::HandshakeStatus::kAccepted);
     std::vector<uint8_t> fin;
     protocol::Writer w(&fin);
     w.u64(security::kAuthFinMagic);
     w.u8(0);
     for (int i = 0; i < 32; ++i) w.u8(static_cast<uint8_t>(i * 7));
     ASSERT_EQ(::send(s.get(), fin.data(), fin.size(), MSG_NOSIGNAL), static_cast<ssize_t>(fin.size()));
-    std::vector<uint8_t> vb(512);
-    n = ::recv(s.get(), vb.data(), vb.size(), 0);
-    ASSERT_GT(n, 0);
-    vb.resize(static_cast<size_t>(n));
-    transport::shm::Reply verdict;
-    ASSERT_TRUE(transport::shm::decode_reply(vb, &verdict));
-    EXPECT_FALSE(verdict.accepted);
-    EXPECT_NE(verdict.reason.find("could not prove the group secret"), std::string::npos) << verdict.reason;
+    // The acceptor refuses the forged proof by closing; it counted the refusal before.
+    n = ::recv(s.get(), rb.data(), rb.size(), 0);
+    EXPECT_EQ(n, 0);
   }
   EXPECT_EQ(r0.dev->rejected_connections(), 3u);  // another secret, no secret, the forged proof
   EXPECT_FALSE(r0.group.failed());

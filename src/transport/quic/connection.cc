@@ -481,27 +481,21 @@ void QuicConnection::on_control_bytes(std::span<const uint8_t> data) {
   size_t pos = 0;
   while (state_ != State::kClosed && !close_pending_) {
     if (!handshake_done_) {
-      const size_t need = server_ ? protocol::kHelloSize : protocol::kReplySize;
-      if (hello_pending_ || ctrl_in_.size() - pos < need) break;
-      std::span<const uint8_t> b(ctrl_in_.data() + pos, need);
-      pos += need;
+      const std::span<const uint8_t> rest(ctrl_in_.data() + pos, ctrl_in_.size() - pos);
       if (server_) {
-        if (protocol::decode_hello(std::span<const uint8_t, protocol::kHelloSize>(b.data(), need), &hello_) !=
-            protocol::HandshakeStatus::kAccepted) {
-          close("a stranger's Hello", true);
-          break;
-        }
-        hello_pending_ = true;
+        if (!accepting_)
+          accepting_ = std::make_unique<protocol::HandshakeAcceptor>(
+              dev_.group().handshake_setup(protocol::Transport::kQuic, 1, false));
+        if (accepting_->state() == protocol::HandshakeState::kJudge) break;  // awaits the fingerprint
+        pos += accepting_->feed(rest);
+        if (accepting_->state() == protocol::HandshakeState::kRunning) break;
         on_hello();
       } else {
-        protocol::Reply reply;
-        auto st = protocol::decode_reply(std::span<const uint8_t, protocol::kReplySize>(b.data(), need), &reply);
-        if (st == protocol::HandshakeStatus::kAccepted) st = reply.status;
-        if (st != protocol::HandshakeStatus::kAccepted) {
+        pos += dialling_->feed(rest);
+        if (dialling_->state() == protocol::HandshakeState::kRunning) break;
+        if (dialling_->state() == protocol::HandshakeState::kRefused) {
           rejected_ = true;
-          close(std::string("rank ") + std::to_string(peer_->rank) + " refused us: " +
-                    protocol::handshake_status_name(st),
-                true);
+          close(std::string("rank ") + std::to_string(peer_->rank) + " refused us: " + dialling_->why(), true);
           break;
         }
         handshake_done_ = true;
@@ -530,21 +524,16 @@ void QuicConnection::on_control_bytes(std::span<const uint8_t> data) {
 }
 
 void QuicConnection::on_hello() {
-  std::string why;
+  protocol::HandshakeAcceptor& hs = *accepting_;
   bool wait = false;
-  const auto st = dev_.judge_hello(hello_, *this, &why, &wait);
+  dev_.judge_hello(hs, *this, &wait);
   if (wait) return;  // the dialler's published address is not read yet
-  hello_pending_ = false;
-  protocol::Reply reply;
-  reply.status = st;
-  reply.rank = static_cast<uint32_t>(dev_.group().rank());
-  const auto bytes = protocol::encode_reply(reply);
-  write_control_bytes(bytes);
-  if (st != protocol::HandshakeStatus::kAccepted) {
-    GEOCCL_LOG(kWarn, "QUIC: rejected a connection from " << endpoint_string(remote_) << ": " << why);
+  write_control_bytes(hs.take_output());
+  if (hs.state() != protocol::HandshakeState::kDone) {
+    GEOCCL_LOG(kWarn, "QUIC: rejected a connection from " << endpoint_string(remote_) << ": " << hs.why());
     flush_before_close_ = true;  // the Reply goes out before the CONNECTION_CLOSE
     if (!in_read_) write();
-    close(why, true);
+    close(hs.why(), true);
     return;
   }
   handshake_done_ = true;
@@ -554,11 +543,11 @@ void QuicConnection::on_hello() {
 }
 
 void QuicConnection::recheck_hello() {
-  if (!hello_pending_) return;
+  if (!awaiting_fingerprint()) return;
   on_hello();
   write();
   // Control frames may have come right behind the Hello.
-  if (!hello_pending_) on_control_bytes({});
+  if (!awaiting_fingerprint()) on_control_bytes({});
 }
 
 void QuicConnection::on_control_frame(const protocol::FrameHeader& h, std::span<const uint8_t> payload) {
@@ -612,13 +601,10 @@ int QuicConnection::on_handshake_completed() {
 
 bool QuicConnection::start_control() {
   if (ngtcp2_conn_open_bidi_stream(conn_, &ctrl_id_, nullptr) != 0) return false;
-  protocol::Hello h;
-  h.stream = 0;
-  h.rank = static_cast<uint32_t>(dev_.group().rank());
-  h.world_size = static_cast<uint32_t>(dev_.group().size());
-  h.session_id = dev_.group().session_id();
-  h.params_hash = dev_.group().params_hash();
-  write_control_bytes(protocol::encode_hello(h));
+  // TLS authenticates (the certificate each rank published): no group secret rides in the Hello.
+  dialling_ = std::make_unique<protocol::HandshakeDialler>(
+      dev_.group().handshake_setup(protocol::Transport::kQuic, 1, false), static_cast<uint32_t>(peer_->rank), 0);
+  write_control_bytes(dialling_->take_output());
   return true;
 }
 

@@ -5,7 +5,7 @@
 //
 // Streams:
 //  - one bidirectional control stream, opened by the dialler (the higher rank) once the TLS
-//    handshake is done: Hello (dialler) and Reply (acceptor) of protocol/handshake.h, then
+//    handshake is done: Hello (dialler) and Reply (acceptor) of protocol/handshake_machine.h, then
 //    control frames (abort, goodbye, heartbeat: a 64-byte header and its payload), in order;
 //    (data streams of an acceptor that come before its Reply mean it accepted us: it sends data
 //    only on connections it accepted, and a lost packet may hold up the Reply);
@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "protocol/frame.h"
-#include "protocol/handshake.h"
+#include "protocol/handshake_machine.h"
 #include "runtime/event_loop.h"
 #include "transport/quic/address.h"
 #include "transport/quic/flow_window.h"
@@ -111,7 +111,9 @@ class QuicConnection {
   // Closes without telling the peer (a replaced connection: the peer drops its end itself).
   void drop(const std::string& reason);
   // Acceptor: whether a Hello waits for the dialler's published fingerprint.
-  bool awaiting_fingerprint() const { return hello_pending_; }
+  bool awaiting_fingerprint() const {
+    return accepting_ && accepting_->state() == protocol::HandshakeState::kJudge;
+  }
   // Acceptor: the addresses of the dialling ranks are known now: judges a waiting Hello.
   void recheck_hello();
 
@@ -195,7 +197,6 @@ class QuicConnection {
   void fail(ErrorCode code, const std::string& why);
   void on_control_bytes(std::span<const uint8_t> data);
   void on_hello();
-  void on_reply();
   void on_control_frame(const protocol::FrameHeader& h, std::span<const uint8_t> payload);
   void write_control_bytes(std::span<const uint8_t> b);
   int on_data_bytes(int64_t stream_id, InStream& s, const uint8_t* data, size_t len, bool fin);
@@ -244,8 +245,9 @@ class QuicConnection {
     std::vector<uint8_t> bytes;
   };
   std::deque<Held> held_;
-  bool hello_pending_ = false;   // acceptor: a Hello waits for the dialler's fingerprint
-  protocol::Hello hello_{};
+  // The handshake on the control stream (protocol/handshake_machine.h): one of them.
+  std::unique_ptr<protocol::HandshakeAcceptor> accepting_;
+  std::unique_ptr<protocol::HandshakeDialler> dialling_;
 
   // Data streams.
   std::deque<std::unique_ptr<OutStream>> out_queue_;       // not yet fully handed to ngtcp2

@@ -158,39 +158,29 @@ void QuicDevice::drop_retired() {
   }
 }
 
-protocol::HandshakeStatus QuicDevice::judge_hello(const protocol::Hello& h, QuicConnection& c, std::string* why,
-                                                  bool* wait) {
+void QuicDevice::judge_hello(protocol::HandshakeAcceptor& hs, QuicConnection& c, bool* wait) {
   *wait = false;
-  auto st = protocol::check_hello(h, static_cast<uint32_t>(group_.size()), group_.session_id(), 1,
-                                  group_.params_hash());
-  if (st != protocol::HandshakeStatus::kAccepted) {
-    *why = protocol::handshake_status_name(st);
-    rejected_.fetch_add(1);
-    return st;
+  if (hs.state() == protocol::HandshakeState::kJudge) {
+    const int from = static_cast<int>(hs.hello().rank);
+    QuicPeer& p = peer(from);
+    if (!p.known) {
+      *wait = true;
+      return;
+    }
+    Fingerprint got{};
+    if (!peer_fingerprint(c.tls(), &got) || got != p.address.fingerprint) {
+      hs.refuse(protocol::HandshakeStatus::kBadRank,
+                "the certificate of a client claiming rank " + std::to_string(from) + " (" + short_fingerprint(got) +
+                    ") is not the one rank " + std::to_string(from) + " published");
+    } else {
+      // A second connection from the same, authenticated peer replaces the first (established()):
+      // it re-dialled a silent connection, or its first attempt never heard our Reply.
+      if (p.conn) GEOCCL_LOG(kDebug, "QUIC: rank " << from << " dials again; its new connection will replace the old");
+      c.set_peer(&p);
+      hs.accept();
+    }
   }
-  const int from = static_cast<int>(h.rank);
-  if (from <= group_.rank()) {
-    *why = "rank " + std::to_string(from) + " may not dial rank " + std::to_string(group_.rank());
-    rejected_.fetch_add(1);
-    return protocol::HandshakeStatus::kBadRank;
-  }
-  QuicPeer& p = peer(from);
-  if (!p.known) {
-    *wait = true;
-    return st;
-  }
-  Fingerprint got{};
-  if (!peer_fingerprint(c.tls(), &got) || got != p.address.fingerprint) {
-    *why = "the certificate of a client claiming rank " + std::to_string(from) + " (" + short_fingerprint(got) +
-           ") is not the one rank " + std::to_string(from) + " published";
-    rejected_.fetch_add(1);
-    return protocol::HandshakeStatus::kBadRank;
-  }
-  // A second connection from the same, authenticated peer replaces the first (established()):
-  // it re-dialled a silent connection, or its first attempt never heard our Reply.
-  if (p.conn) GEOCCL_LOG(kDebug, "QUIC: rank " << from << " dials again; its new connection will replace the old");
-  c.set_peer(&p);
-  return st;
+  if (hs.state() == protocol::HandshakeState::kRefused) rejected_.fetch_add(1);
 }
 
 bool QuicDevice::connected_to(int peer_rank) const {

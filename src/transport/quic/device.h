@@ -181,9 +181,11 @@ class QuicDevice final : public Device {
   void unroute(const std::string& cid);
   // The socket is full: writable() runs when it drains.
   void want_writable();
-  // The acceptor's verdict on a Hello from `rank` arriving on `c` (kAccepted adopts it).
-  // *wait: the dialler's published address is not known yet (recheck_hello() later).
-  protocol::HandshakeStatus judge_hello(const protocol::Hello& h, QuicConnection& c, std::string* why, bool* wait);
+  // The acceptor's part of a Hello arriving on `c` that passed the group's checks: the dialler's
+  // certificate must be the one it published (then `c` is that peer's, and the Hello accepted).
+  // *wait: the dialler's published address is not known yet (recheck_hello() later). Counts a
+  // refused Hello, the group's refusals included.
+  void judge_hello(protocol::HandshakeAcceptor& hs, QuicConnection& c, bool* wait);
   void established(QuicConnection& c);
   // Data frames of a peer, from its connection.
   void frame_header(QuicPeer& p, const protocol::FrameHeader& h, int* target);

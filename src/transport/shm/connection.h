@@ -37,17 +37,6 @@
 
 namespace geoccl::transport::shm {
 
-// The pair's handshake is I/O free and lives with the other wire formats (protocol/shm_hello.h).
-using protocol::shm::check_hello;
-using protocol::shm::decode_hello;
-using protocol::shm::decode_reply;
-using protocol::shm::encode_hello;
-using protocol::shm::encode_reply;
-using protocol::shm::Hello;
-using protocol::shm::kHelloSize;
-using protocol::shm::kMaxReason;
-using protocol::shm::kShmVersion;
-using protocol::shm::Reply;
 using protocol::shm::Token;
 
 // A file descriptor closed when it goes out of scope.

@@ -10,11 +10,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <optional>
 #include <thread>
 
 #include "core/logging.h"
-#include "protocol/handshake.h"
+#include "protocol/handshake_machine.h"
+#include "protocol/shm_hello.h"
 #include "security/auth.h"
 #include "transport/dial_all.h"
 
@@ -50,12 +50,13 @@ UniqueFd new_eventfd() {
 struct ShmDevice::Pending {
   UniqueFd fd;
   runtime::EventLoop::TimerId timer = 0;
-  // With a secret, once its Hello is judged: the dialler's proof (AuthFin) comes next, and the
-  // connection is adopted with what its Hello brought only when that proof is right.
-  std::unique_ptr<security::AuthAcceptor> auth;
-  Hello hello;
+  std::unique_ptr<protocol::HandshakeAcceptor> hs;
+  // Once its Hello is accepted (with a secret, the dialler's proof comes next and the connection
+  // is adopted only when that proof is right): what the Hello brought.
   Segment seg;
+  size_t ring_bytes = 0;
   UniqueFd wake_self, wake_peer;
+  bool awaiting_proof = false;
 };
 
 struct ShmDevice::Dialled {
@@ -119,6 +120,8 @@ void ShmDevice::on_accept() {
     if (fd < 0) return;
     auto p = std::make_unique<Pending>();
     p->fd.reset(fd);
+    p->hs = std::make_unique<protocol::HandshakeAcceptor>(
+        group_.handshake_setup(protocol::Transport::kSharedMemory));
     p->timer = loop_.add_timer(Clock::now() + options_.handshake_timeout, [this, fd] {
       GEOCCL_LOG(kWarn, "dropping shared-memory connection that sent no handshake");
       rejected_.fetch_add(1);
@@ -148,13 +151,6 @@ void send_packet(int fd, std::span<const uint8_t> bytes) {
   [[maybe_unused]] ssize_t w = ::send(fd, bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
-Reply reply_of(int rank, const std::string& reason) {
-  Reply rep;
-  rep.accepted = reason.empty();
-  rep.rank = static_cast<uint32_t>(rank);
-  rep.reason = reason;
-  return rep;
-}
 
 }  // namespace
 
@@ -163,105 +159,64 @@ void ShmDevice::on_pending_readable(int fd) {
   for (auto& q : pending_)
     if (q->fd.get() == fd) p = q.get();
   if (!p) return;
-  if (p->auth) return on_auth_fin(fd);
-  const security::GroupKey* key = group_.security();
-  std::array<uint8_t, kHelloSize + security::kAuthInitSize + 64> buf;
+  protocol::HandshakeAcceptor& hs = *p->hs;
+  // Each of the dialler's messages is one packet: the Hello with its extension (and AuthInit),
+  // with the descriptors; then, with a secret, AuthFin.
+  std::array<uint8_t, protocol::kHelloSize + protocol::kMaxExtension + security::kAuthInitSize + 1> buf;
   std::vector<UniqueFd> fds;  // every descriptor received is closed unless adopted
   int flags = 0;
   const ssize_t n = recv_with_fds(fd, buf, &fds, &flags, MSG_DONTWAIT);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+  const std::string who = p->awaiting_proof ? "a shared-memory connection claiming to be rank " +
+                                                  std::to_string(hs.hello().rank)
+                                            : "a shared-memory connection";
   if (n <= 0) {  // closed (or failed) without a word
+    GEOCCL_LOG(kWarn, "rejected " << who << ": closed in its handshake");
     take_pending(fd);
     rejected_.fetch_add(1);
     return;
   }
-  // The Hello, then (with a secret) AuthInit, in one packet.
-  const std::span<const uint8_t> hello_bytes(buf.data(), std::min(static_cast<size_t>(n), kHelloSize));
-  const size_t want = kHelloSize + (key ? security::kAuthInitSize : 0);
-  Hello h;
-  Segment seg;
-  std::string reason;
-  if (flags & (MSG_TRUNC | MSG_CTRUNC))
-    reason = protocol::handshake_status_name(protocol::HandshakeStatus::kMalformed);
-  else if (!decode_hello(hello_bytes, &h))
-    reason = protocol::handshake_status_name(protocol::HandshakeStatus::kBadMagic);
-  else if (((h.flags & protocol::shm::kShmFlagAuth) != 0) != (key != nullptr))
-    reason = protocol::handshake_status_name(protocol::HandshakeStatus::kAuthMismatch);
-  else if (static_cast<size_t>(n) != want)
-    reason = protocol::handshake_status_name(protocol::HandshakeStatus::kMalformed);
-  else
-    reason = judge(h, fds, &seg);
-  auto rb = encode_reply(reply_of(group_.rank(), reason));
-  std::array<uint8_t, security::kAuthRespSize> resp{};
-  std::unique_ptr<security::AuthAcceptor> auth;
-  if (reason.empty() && key) {
-    auth = std::make_unique<security::AuthAcceptor>(*key);
-    const auto ast = auth->on_init(hello_bytes, rb,
-                                   std::span<const uint8_t, security::kAuthInitSize>(buf.data() + kHelloSize,
-                                                                                    security::kAuthInitSize),
-                                   &resp);
-    if (ast != security::AuthStatus::kOk) {
-      reason = security::auth_status_name(ast);
-      rb = encode_reply(reply_of(group_.rank(), reason));
+  const size_t used = hs.feed(std::span<const uint8_t>(buf.data(), static_cast<size_t>(n)));
+  // A packet that holds more or less than the message is malformed.
+  if ((flags & (MSG_TRUNC | MSG_CTRUNC)) || used != static_cast<size_t>(n) ||
+      hs.state() == protocol::HandshakeState::kRunning)
+    hs.refuse(protocol::HandshakeStatus::kMalformed, "");
+  if (hs.state() == protocol::HandshakeState::kJudge) {
+    if (std::string reason = judge(*p, fds); !reason.empty()) {
+      hs.refuse(protocol::HandshakeStatus::kRefused, std::move(reason));
+    } else {
+      hs.accept();
+      p->wake_self = std::move(fds[1]);
+      p->wake_peer = std::move(fds[2]);
+      p->awaiting_proof = hs.state() == protocol::HandshakeState::kRunning;
     }
+  } else if (hs.state() == protocol::HandshakeState::kDone) {  // the dialler's proof was right
+    std::lock_guard lk(mu_);
+    if (linked_[hs.hello().rank])
+      hs.refuse(protocol::HandshakeStatus::kRefused, "rank " + std::to_string(hs.hello().rank) + " is connected already");
   }
-  // A refusal is counted before the dialler hears it: whoever sees the answer sees the count.
-  if (!reason.empty()) {
+  if (hs.state() == protocol::HandshakeState::kRefused) {
+    // A refusal is counted before the dialler hears it: whoever sees the answer sees the count.
     rejected_.fetch_add(1);
-    GEOCCL_LOG(kWarn, "rejected shared-memory connection: " << reason);
+    GEOCCL_LOG(kWarn, "rejected " << who << ": " << (hs.auth_failed() ? "failed authentication: " : "") << hs.why());
   }
-  send_packet(fd, rb);
-  if (!reason.empty()) {
+  if (const auto out = hs.take_output(); !out.empty()) send_packet(fd, out);
+  if (hs.state() == protocol::HandshakeState::kRefused) {
     take_pending(fd);
     return;
   }
-  if (auth) {  // the dialler's proof comes next; the handshake timer still runs
-    send_packet(fd, resp);
-    p->auth = std::move(auth);
-    p->hello = h;
-    p->seg = std::move(seg);
-    p->wake_self = std::move(fds[1]);
-    p->wake_peer = std::move(fds[2]);
-    return;
-  }
+  if (hs.state() != protocol::HandshakeState::kDone) return;  // the dialler's proof comes next
   auto taken = take_pending(fd);
-  adopt(static_cast<int>(h.rank), false, std::move(taken->fd), std::move(fds[1]), std::move(fds[2]),
-        std::move(seg), h.ring_bytes);
+  adopt(static_cast<int>(taken->hs->hello().rank), false, std::move(taken->fd), std::move(taken->wake_self),
+        std::move(taken->wake_peer), std::move(taken->seg), taken->ring_bytes);
 }
 
-void ShmDevice::on_auth_fin(int fd) {
-  std::array<uint8_t, security::kAuthFinSize + 1> buf;
-  const ssize_t n = ::recv(fd, buf.data(), buf.size(), MSG_DONTWAIT);
-  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
-  auto p = take_pending(fd);
-  const std::string who = "a shared-memory connection claiming to be rank " + std::to_string(p->hello.rank);
-  std::string reason;
-  security::ConnectionKeys keys;  // unused: frames go through the segment unsealed
-  if (n != static_cast<ssize_t>(security::kAuthFinSize)) {
-    reason = n <= 0 ? "closed before its proof of the group secret"
-                    : security::auth_status_name(security::AuthStatus::kMalformed);
-  } else if (const auto ast = p->auth->on_fin(
-                 std::span<const uint8_t, security::kAuthFinSize>(buf.data(), security::kAuthFinSize), &keys);
-             ast != security::AuthStatus::kOk) {
-    reason = security::auth_status_name(ast);
-  } else {
-    std::lock_guard lk(mu_);
-    if (linked_[p->hello.rank]) reason = "rank " + std::to_string(p->hello.rank) + " is connected already";
-  }
-  if (!reason.empty()) {
-    rejected_.fetch_add(1);
-    GEOCCL_LOG(kWarn, "rejected " << who << ": failed authentication: " << reason);
-  }
-  send_packet(fd, encode_reply(reply_of(group_.rank(), reason)));
-  if (!reason.empty()) return;
-  adopt(static_cast<int>(p->hello.rank), false, std::move(p->fd), std::move(p->wake_self), std::move(p->wake_peer),
-        std::move(p->seg), p->hello.ring_bytes);
-}
-
-std::string ShmDevice::judge(const Hello& h, std::vector<UniqueFd>& fds, Segment* seg) {
-  std::string why = check_hello(h, group_.rank(), group_.size(), group_.session_id(), group_.params_hash());
-  if (!why.empty()) return why;
-  const size_t from = h.rank;
+std::string ShmDevice::judge(Pending& p, std::vector<UniqueFd>& fds) {
+  const size_t from = p.hs->hello().rank;
+  protocol::shm::Extension ext;
+  if (!protocol::shm::decode_extension(p.hs->extension(), &ext))
+    return "no shared-memory extension (ring size, token) behind the Hello";
+  if (std::string why = protocol::shm::check_extension(ext); !why.empty()) return why;
   {
     std::lock_guard lk(mu_);
     if (linked_[from]) return "rank " + std::to_string(from) + " is connected already";
@@ -274,11 +229,14 @@ std::string ShmDevice::judge(const Hello& h, std::vector<UniqueFd>& fds, Segment
     return "expected " + std::to_string(kDescriptors) + " descriptors (segment, two eventfds), got " +
            std::to_string(fds.size());
   if (!is_eventfd(fds[1].get()) || !is_eventfd(fds[2].get())) return "the wake-up descriptors are not eventfds";
-  *seg = Segment::map(fds[0].release(), segment_bytes(h.ring_bytes), &why);
-  if (!seg->mapped()) return "shared memory: " + why;
-  why = check_segment(*seg, h.ring_bytes, h.token);
-  if (!why.empty()) seg->reset();
-  else seg->close_fd();  // the mapping keeps the memory
+  std::string why;
+  Segment& seg = p.seg;
+  seg = Segment::map(fds[0].release(), segment_bytes(ext.ring_bytes), &why);
+  if (!seg.mapped()) return "shared memory: " + why;
+  why = check_segment(seg, ext.ring_bytes, ext.token);
+  if (!why.empty()) seg.reset();
+  else seg.close_fd();  // the mapping keeps the memory
+  p.ring_bytes = ext.ring_bytes;
   return why;
 }
 
@@ -295,51 +253,6 @@ void ShmDevice::adopt(int peer, bool dialler, UniqueFd sock, UniqueFd wake_self,
   }
   linked_cv_.notify_all();
   group_.notify();
-}
-
-bool ShmDevice::authenticate(int sock, security::AuthDialler& auth, std::span<const uint8_t> hello,
-                             std::span<const uint8_t> reply, const std::string& where, std::string* why,
-                             bool* rejected) {
-  // The acceptor's proof, ours, then its verdict on ours (protocol/shm_hello.h).
-  std::array<uint8_t, security::kAuthRespSize + 1> resp;
-  ssize_t n = ::recv(sock, resp.data(), resp.size(), 0);
-  if (n != static_cast<ssize_t>(security::kAuthRespSize)) {
-    *rejected = n > 0;
-    *why = "authentication with " + where + " failed: " +
-           (n > 0 ? security::auth_status_name(security::AuthStatus::kMalformed) : n == 0 ? "closed" : std::strerror(errno));
-    return false;
-  }
-  std::array<uint8_t, security::kAuthFinSize> fin{};
-  security::ConnectionKeys keys;  // unused: frames go through the segment unsealed
-  const auto ast =
-      auth.on_resp(hello, reply, std::span<const uint8_t, security::kAuthRespSize>(resp.data(), security::kAuthRespSize),
-                   &fin, &keys);
-  // On a wrong proof the acceptor still hears ours, saying so: both sides report a wrong secret.
-  if (ast == security::AuthStatus::kOk || ast == security::AuthStatus::kBadProof || ast == security::AuthStatus::kBadKey)
-    n = ::send(sock, fin.data(), fin.size(), MSG_NOSIGNAL);
-  std::array<uint8_t, 512> vb;
-  if (ast != security::AuthStatus::kOk) {
-    // Its verdict on our answer, so that the refusal is on record at both ends when this returns
-    // (bounded by the socket's timeout, the connect deadline).
-    if (n == static_cast<ssize_t>(fin.size())) (void)::recv(sock, vb.data(), vb.size(), 0);
-    *rejected = true;
-    *why = "authentication with " + where + " failed: " + security::auth_status_name(ast);
-    return false;
-  }
-  n = n == static_cast<ssize_t>(fin.size()) ? ::recv(sock, vb.data(), vb.size(), 0) : -1;
-  Reply verdict;
-  if (n <= 0) {
-    *why = "authentication with " + where + " failed: " + (n == 0 ? "closed" : std::strerror(errno));
-    return false;
-  }
-  *rejected = true;
-  if (!decode_reply(std::span<const uint8_t>(vb.data(), static_cast<size_t>(n)), &verdict))
-    *why = where + " did not answer our proof of the group secret as a geoccl shared-memory peer";
-  else if (!verdict.accepted)
-    *why = where + " rejected us: " + verdict.reason;
-  else
-    *rejected = false;
-  return !*rejected;
 }
 
 std::unique_ptr<ShmDevice::Dialled> ShmDevice::dial(int peer, const Address& a, Clock::time_point deadline,
@@ -364,54 +277,46 @@ std::unique_ptr<ShmDevice::Dialled> ShmDevice::dial(int peer, const Address& a, 
   }
   auto d = std::make_unique<Dialled>();
   d->capacity = options_.ring_bytes ? ring_capacity(options_.ring_bytes) : auto_ring_bytes(local_peers_);
-  Hello h;
-  h.rank = static_cast<uint32_t>(group_.rank());
-  h.world_size = static_cast<uint32_t>(group_.size());
-  h.session_id = group_.session_id();
-  h.params_hash = group_.params_hash();
-  h.ring_bytes = d->capacity;
-  const security::GroupKey* key = group_.security();
-  if (key) h.flags |= protocol::shm::kShmFlagAuth;
-  fill_random(h.token);
+  protocol::shm::Extension ext;
+  ext.ring_bytes = d->capacity;
+  fill_random(ext.token);
   d->seg = Segment::create(segment_bytes(d->capacity), "geoccl-shm");
-  init_segment(d->seg, d->capacity, h.token);
+  init_segment(d->seg, d->capacity, ext.token);
   d->wake_self = new_eventfd();
   d->wake_peer = new_eventfd();
 
-  const auto hb = encode_hello(h);
-  std::optional<security::AuthDialler> auth;
-  std::vector<uint8_t> first = hb;
-  if (key) {
-    auth.emplace(*key);
-    const auto init = auth->init();
-    first.insert(first.end(), init.begin(), init.end());
-  }
+  protocol::HandshakeDialler hs(group_.handshake_setup(protocol::Transport::kSharedMemory),
+                                static_cast<uint32_t>(peer), 0, protocol::shm::encode_extension(ext));
   const int fds[kDescriptors] = {d->seg.fd(), d->wake_peer.get(), d->wake_self.get()};
+  const auto first = hs.take_output();
+  bool sent = send_with_fds(s.get(), first, fds, 0) == static_cast<ssize_t>(first.size());
+  // The acceptor answers in one packet (Reply, and AuthResp or the reason).
   std::array<uint8_t, 512> rb;
-  ssize_t n = send_with_fds(s.get(), first, fds, 0);
-  n = n == static_cast<ssize_t>(first.size()) ? ::recv(s.get(), rb.data(), rb.size(), 0) : -1;
-  if (n <= 0) {
-    *why = "handshake with " + where + " failed: " + (n == 0 ? "closed" : std::strerror(errno));
+  ssize_t n = sent ? ::recv(s.get(), rb.data(), rb.size(), 0) : -1;
+  if (n > 0) hs.feed(std::span<const uint8_t>(rb.data(), static_cast<size_t>(n)));
+  if (const auto out = hs.take_output(); !out.empty())  // our proof (also when theirs was wrong)
+    sent = ::send(s.get(), out.data(), out.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(out.size());
+  if (hs.state() == protocol::HandshakeState::kDone && sent) {
+    d->seg.close_fd();  // the peer has its own descriptor; the mapping keeps the memory
+    fcntl(s.get(), F_SETFL, fcntl(s.get(), F_GETFL) | O_NONBLOCK);
+    d->sock = std::move(s);
+    return d;
+  }
+  if (hs.state() != protocol::HandshakeState::kRefused) {
+    *why = "handshake with " + where + " failed: " +
+           (n > 0 ? "did not answer as a geoccl shared-memory peer" : n == 0 ? "closed" : std::strerror(errno));
     return nullptr;
   }
-  Reply rep;
   *rejected = true;
-  if (!decode_reply(std::span<const uint8_t>(rb.data(), static_cast<size_t>(n)), &rep))
-    *why = where + " did not answer as a geoccl shared-memory peer";
-  else if (!rep.accepted)
-    *why = where + " rejected us: " + rep.reason;
-  else if (rep.rank != static_cast<uint32_t>(peer))
-    *why = where + " answered as rank " + std::to_string(rep.rank);
-  else
-    *rejected = false;
-  if (*rejected) return nullptr;
-  if (auth && !authenticate(s.get(), *auth, hb, std::span<const uint8_t>(rb.data(), static_cast<size_t>(n)), where,
-                            why, rejected))
+  if (!hs.auth_failed()) {
+    *why = where + " rejected us: " + hs.why();
     return nullptr;
-  d->seg.close_fd();  // the peer has its own descriptor; the mapping keeps the memory
-  fcntl(s.get(), F_SETFL, fcntl(s.get(), F_GETFL) | O_NONBLOCK);
-  d->sock = std::move(s);
-  return d;
+  }
+  *why = "authentication with " + where + " failed: " + hs.why();
+  // The acceptor heard why and closes: wait for that (bounded by the socket's timeout, the connect
+  // deadline), so that the refusal is on record at both ends when this returns.
+  if (sent) (void)::recv(s.get(), rb.data(), rb.size(), 0);
+  return nullptr;
 }
 
 void ShmDevice::connect(const std::vector<int>& peers, const AddressOf& address_of, const Poll& poll,

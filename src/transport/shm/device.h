@@ -5,12 +5,12 @@
 // Setup: each rank listens on an abstract unix socket (SOCK_SEQPACKET, no file, gone with the
 // process or its network namespace). For each pair the higher rank dials the lower one: it
 // creates the pair's memfd segment and two eventfds, writes a random token into the segment and
-// sends a Hello (rank, world size, session, params hash, ring size, token) with the descriptors
-// (SCM_RIGHTS). The acceptor checks the Hello, maps the segment, and accepts only when it reads
-// the same token there; otherwise it answers with the reason and closes, and the group goes on.
-// With a group secret both ends first prove it (security/auth.h; protocol/shm_hello.h says how),
-// so a process that can reach the abstract socket but lacks the secret neither joins nor gets a
-// segment; frames then go through the segment unsealed.
+// sends the group's Hello (protocol/handshake_machine.h) with the shared-memory extension (ring
+// size, token; protocol/shm_hello.h) and the descriptors (SCM_RIGHTS). The acceptor checks the
+// Hello, maps the segment, and accepts only when it reads the same token there; otherwise it
+// answers with the reason and closes, and the group goes on. With a group secret both ends prove
+// it inside the handshake (security/auth.h), so a process that can reach the abstract socket but
+// lacks the secret neither joins nor gets a segment; frames then go through the segment unsealed.
 // The socket stays open as the pair's control channel: aborts, goodbye, and liveness (its end
 // without a goodbye fails the group with kPeerLost at once, even when the peer was SIGKILLed).
 //
@@ -28,7 +28,6 @@
 #include <string>
 #include <vector>
 
-#include "security/auth.h"
 #include "transport/device.h"
 #include "transport/shm/address.h"
 #include "transport/shm/connection.h"
@@ -92,14 +91,9 @@ class ShmDevice final : public Device {
   void on_pending_readable(int fd);
   // Loop thread: stops watching inbound socket `fd` (in its handshake) and hands it over.
   std::unique_ptr<Pending> take_pending(int fd);
-  // Loop thread: the dialler's proof of the group secret (AuthFin) on inbound socket `fd`.
-  void on_auth_fin(int fd);
-  // Dialler, with a secret: the proofs after the first Reply (protocol/shm_hello.h). False with
-  // *why (and *rejected when the peer refused us or failed its proof).
-  bool authenticate(int sock, security::AuthDialler& auth, std::span<const uint8_t> hello,
-                    std::span<const uint8_t> reply, const std::string& where, std::string* why, bool* rejected);
-  // Loop thread: the verdict on a Hello with its descriptors ("" = accepted, *seg mapped).
-  std::string judge(const Hello& h, std::vector<UniqueFd>& fds, Segment* seg);
+  // Loop thread: what only this transport judges of a Hello that passed the group's checks: its
+  // extension and descriptors ("" = accepted: the segment is mapped into `p`).
+  std::string judge(Pending& p, std::vector<UniqueFd>& fds);
   void adopt(int peer, bool dialler, UniqueFd sock, UniqueFd wake_self, UniqueFd wake_peer,
              Segment seg, size_t capacity);
   // Dials lower rank `peer`; an unset result with *why (and *rejected when the peer refused us).

@@ -13,8 +13,7 @@
 #include <thread>
 
 #include "core/logging.h"
-#include "protocol/handshake.h"
-#include "security/auth.h"
+#include "protocol/handshake_machine.h"
 #include "transport/dial_all.h"
 #include "transport/tcp/address.h"
 #include "transport/tcp/socket_util.h"
@@ -32,15 +31,13 @@ constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
 constexpr auto kWidthInterval = std::chrono::milliseconds(50);
 }  // namespace
 
-// An inbound connection in its handshake: Hello (and AuthInit with a secret), then, with a
-// secret, AuthFin. Nothing else is read from it until the dialler has proven the secret.
+// An inbound connection in its handshake (protocol/handshake_machine.h). Nothing but the
+// handshake is read from it until the dialler has proven the secret; the machine asks for no more
+// than its messages, so the first frames stay in the socket for the connection.
 struct TcpDevice::PendingAccept {
   int fd = -1;
-  std::vector<uint8_t> buf = std::vector<uint8_t>(protocol::kHelloSize);  // the message awaited
-  size_t got = 0;
   runtime::EventLoop::TimerId timer = 0;
-  protocol::Hello hello;
-  std::unique_ptr<security::AuthAcceptor> auth;  // awaiting AuthFin when set
+  std::unique_ptr<protocol::HandshakeAcceptor> hs;
 };
 
 TcpDevice::TcpDevice(Group& group, const std::string& bind_addr, const TcpOptions& options)
@@ -161,6 +158,8 @@ void TcpDevice::on_accept() {
     set_nodelay(fd);
     auto p = std::make_unique<PendingAccept>();
     p->fd = fd;
+    p->hs = std::make_unique<protocol::HandshakeAcceptor>(
+        group_.handshake_setup(protocol::Transport::kTcp, static_cast<uint16_t>(streams_)));
     p->timer = group_.loop().add_timer(Clock::now() + kHandshakeTimeout, [this, fd] {
       GEOCCL_LOG(kWarn, "dropping inbound connection that sent no handshake");
       rejected_.fetch_add(1);
@@ -182,32 +181,12 @@ void TcpDevice::drop_pending(int fd) {
   }
 }
 
-namespace {
-
-// Reads into the awaited message; false when the connection ended or failed (the caller drops
-// it), true when it may go on (*complete: the message is in).
-bool read_pending(int fd, std::vector<uint8_t>& buf, size_t& got, bool* complete) {
-  *complete = false;
-  const ssize_t n = ::recv(fd, buf.data() + got, buf.size() - got, MSG_DONTWAIT);
-  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return true;
-  if (n <= 0) return false;
-  got += static_cast<size_t>(n);
-  *complete = got == buf.size();
-  return true;
-}
-
-}  // namespace
-
 protocol::HandshakeStatus TcpDevice::admit(const protocol::Hello& hello, TcpConnection** existing, std::string* why) {
   // Only higher ranks connect to us, once per stream; a data stream may be connected again when
   // we resume streams (the peer found it broken), and only while the group stands.
   const int from = static_cast<int>(hello.rank);
   auto who = [&] { return "rank " + std::to_string(from) + " stream " + std::to_string(hello.stream); };
-  *existing = from > group_.rank() ? conn(from, hello.stream) : nullptr;
-  if (from <= group_.rank()) {
-    *why = who() + ": rank out of range (a lower rank is dialled by us, not the other way)";
-    return protocol::HandshakeStatus::kBadRank;
-  }
+  *existing = from > group_.rank() ? conn(from, hello.stream) : nullptr;  // the handshake saw to that
   if (const char* refusal = *existing ? resume_refusal(peer(from), hello.stream) : nullptr) {
     *why = who() + " is connected and cannot be replaced: " + refusal;
     return protocol::HandshakeStatus::kBadRank;
@@ -238,95 +217,42 @@ void TcpDevice::on_pending_readable(int fd) {
   for (auto& q : pending_)
     if (q->fd == fd) p = q.get();
   if (!p) return;
-  bool complete = false;
-  if (!read_pending(fd, p->buf, p->got, &complete)) {
+  protocol::HandshakeAcceptor& hs = *p->hs;
+  std::array<uint8_t, 512> buf;
+  const ssize_t n = ::recv(fd, buf.data(), std::min(buf.size(), hs.want()), MSG_DONTWAIT);
+  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+  if (n <= 0) {
     rejected_.fetch_add(1);
     drop_pending(fd);
     ::close(fd);
     return;
   }
-  // A stranger that speaks a different protocol is told off at the first wrong byte count.
-  if (!complete) return;
-  const security::GroupKey* key = group_.security();
-  if (p->auth) return on_auth_fin(*p);
-
-  protocol::Hello& hello = p->hello;
-  const auto hello_bytes = std::span<const uint8_t, protocol::kHelloSize>(p->buf.data(), protocol::kHelloSize);
-  auto st = protocol::decode_hello(hello_bytes, &hello);
-  if (st == protocol::HandshakeStatus::kAccepted)
-    st = protocol::check_hello(hello, static_cast<uint32_t>(group_.size()), group_.session_id(),
-                               static_cast<uint16_t>(streams_), group_.params_hash());
-  if (st == protocol::HandshakeStatus::kAccepted) st = protocol::check_auth_flag(hello, key != nullptr);
+  hs.feed(std::span<const uint8_t>(buf.data(), static_cast<size_t>(n)));
   // A rank that cannot reach another asks us to carry its connection there (relay.h).
-  if (st == protocol::HandshakeStatus::kAccepted && (hello.flags & protocol::kHelloFlagRelayRequest))
-    return serve_relay(fd, hello);
-  // With a secret the Hello is followed by AuthInit: read it too before answering.
-  if (st == protocol::HandshakeStatus::kAccepted && key && p->buf.size() == protocol::kHelloSize) {
-    p->buf.resize(protocol::kHelloSize + security::kAuthInitSize);
-    return;
-  }
+  if (hs.state() == protocol::HandshakeState::kJudge && hs.relay_request()) return serve_relay(fd, hs);
   TcpConnection* existing = nullptr;
   std::string admit_why;
-  if (st == protocol::HandshakeStatus::kAccepted) st = admit(hello, &existing, &admit_why);
-  protocol::Reply reply;
-  reply.status = st;
-  reply.rank = static_cast<uint32_t>(group_.rank());
-  if (key) reply.flags |= protocol::kHelloFlagAuth;
-  auto bytes = protocol::encode_reply(reply);
-  std::vector<uint8_t> out(bytes.begin(), bytes.end());
-  std::string auth_why;
-  if (st == protocol::HandshakeStatus::kAccepted && key) {
-    auto auth = std::make_unique<security::AuthAcceptor>(*key);
-    std::array<uint8_t, security::kAuthRespSize> resp{};
-    const auto ast = auth->on_init(
-        hello_bytes, bytes,
-        std::span<const uint8_t, security::kAuthInitSize>(p->buf.data() + protocol::kHelloSize, security::kAuthInitSize),
-        &resp);
-    if (ast == security::AuthStatus::kOk) {
-      out.insert(out.end(), resp.begin(), resp.end());
-      p->auth = std::move(auth);
-    } else {
-      auth_why = security::auth_status_name(ast);
-      reply.status = st = ast == security::AuthStatus::kNoCommonCipher ? protocol::HandshakeStatus::kAuthMismatch
-                                                                      : protocol::HandshakeStatus::kMalformed;
-      bytes = protocol::encode_reply(reply);
-      out.assign(bytes.begin(), bytes.end());
-    }
+  if (hs.state() == protocol::HandshakeState::kJudge || hs.state() == protocol::HandshakeState::kDone) {
+    // Judged again once the proof is in: the state may have changed while it travelled.
+    const bool proven = hs.state() == protocol::HandshakeState::kDone;
+    const auto st = admit(hs.hello(), &existing, &admit_why);
+    if (proven && st != protocol::HandshakeStatus::kAccepted) return reject_pending(fd, "(authenticated) " + admit_why);
+    if (st != protocol::HandshakeStatus::kAccepted) hs.refuse(st, admit_why);
+    else if (!proven) hs.accept();
   }
-  // The reply is a few dozen bytes on a fresh socket: it fits in the send buffer.
-  [[maybe_unused]] ssize_t w = ::send(fd, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-  if (st != protocol::HandshakeStatus::kAccepted)
-    return reject_pending(fd, !auth_why.empty()    ? auth_why
-                              : !admit_why.empty() ? admit_why
-                                                   : protocol::handshake_status_name(st));
-  if (p->auth) {  // the dialler's proof comes next; the handshake timer still runs
-    p->buf.assign(security::kAuthFinSize, 0);
-    p->got = 0;
-    return;
-  }
-  const protocol::Hello admitted = hello;  // drop_pending frees *p
-  drop_pending(fd);
-  const int via = note_relay(admitted);
-  if (existing) return existing->resume(fd, {}, via);
-  adopt(fd, static_cast<int>(admitted.rank), admitted.stream, {}, via);
-}
-
-void TcpDevice::on_auth_fin(PendingAccept& p) {
-  const int fd = p.fd;
-  const protocol::Hello hello = p.hello;
-  security::ConnectionKeys keys;
-  const auto ast = p.auth->on_fin(std::span<const uint8_t, security::kAuthFinSize>(p.buf.data(), security::kAuthFinSize), &keys);
-  const std::string who = "rank " + std::to_string(hello.rank) + " stream " + std::to_string(hello.stream);
-  if (ast != security::AuthStatus::kOk) {
-    last_auth_failure_ = "a connection claiming to be " + who + " failed authentication: " + security::auth_status_name(ast);
+  // The answers are a few dozen bytes on a fresh socket: they fit in the send buffer.
+  if (const auto out = hs.take_output(); !out.empty())
+    [[maybe_unused]] ssize_t w = ::send(fd, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (hs.state() == protocol::HandshakeState::kRefused) {
+    const std::string who = "rank " + std::to_string(hs.hello().rank) + " stream " + std::to_string(hs.hello().stream);
+    if (!hs.auth_failed()) return reject_pending(fd, hs.why());
+    last_auth_failure_ = "a connection claiming to be " + who + " failed authentication: " + hs.why();
     return reject_pending(fd, last_auth_failure_);
   }
-  // The state may have changed while the proof travelled: admit the stream again.
-  TcpConnection* existing = nullptr;
-  std::string admit_why;
-  if (admit(hello, &existing, &admit_why) != protocol::HandshakeStatus::kAccepted)
-    return reject_pending(fd, "(authenticated) " + admit_why);
-  drop_pending(fd);
+  if (hs.state() != protocol::HandshakeState::kDone) return;  // more to read (the rest, the proof)
+  const protocol::Hello hello = hs.hello();
+  const security::ConnectionKeys keys = hs.keys();
+  drop_pending(fd);  // frees *p
   const int via = note_relay(hello);
   if (existing) return existing->resume(fd, keys, via);
   adopt(fd, static_cast<int>(hello.rank), hello.stream, keys, via);
@@ -352,14 +278,11 @@ int TcpDevice::note_relay(const protocol::Hello& hello) {
   return via;
 }
 
-void TcpDevice::serve_relay(int fd, const protocol::Hello& hello) {
+void TcpDevice::serve_relay(int fd, const protocol::HandshakeAcceptor& hs) {
+  const protocol::Hello hello = hs.hello();
+  const auto ok = hs.relay_reply(true), no = hs.relay_reply(false);
   const int from = static_cast<int>(hello.rank), to = static_cast<int>(hello.via);
-  protocol::Reply ok;
-  ok.rank = static_cast<uint32_t>(group_.rank());
-  if (group_.security()) ok.flags |= protocol::kHelloFlagAuth;
-  protocol::Reply no = ok;
-  no.status = protocol::HandshakeStatus::kUnreachable;
-  drop_pending(fd);
+  drop_pending(fd);  // frees hs
   if (closing_.load()) {
     ::close(fd);
     return;
@@ -369,7 +292,7 @@ void TcpDevice::serve_relay(int fd, const protocol::Hello& hello) {
   const std::string target = to == group_.rank() ? "" : endpoint_of(to);
   GEOCCL_LOG(kInfo, "relaying stream " << hello.stream << " of rank " << from << " to rank " << to);
   const auto timeout = options_.relay_after.count() > 0 ? options_.relay_after : std::chrono::milliseconds(5000);
-  relay_.serve(fd, from, to, target, timeout, protocol::encode_reply(ok), protocol::encode_reply(no));
+  relay_.serve(fd, from, to, target, timeout, ok, no);
 }
 
 std::string TcpDevice::endpoint_of(int rank) const {
@@ -588,83 +511,45 @@ int TcpDevice::dial(const TcpPeer& p, bool wan, int stream, Clock::time_point de
   set_nodelay(fd);
   const std::string& cc = wan ? options_.wan_congestion_control : options_.congestion_control;
   if (!cc.empty()) set_congestion_control(fd, cc);
-  protocol::Hello hello;
-  hello.stream = static_cast<uint16_t>(stream);
-  hello.rank = static_cast<uint32_t>(group_.rank());
-  hello.world_size = static_cast<uint32_t>(group_.size());
-  hello.session_id = group_.session_id();
-  hello.params_hash = group_.params_hash();
-  const security::GroupKey* key = group_.security();
-  if (key) hello.flags |= protocol::kHelloFlagAuth;
+  const auto setup = group_.handshake_setup(protocol::Transport::kTcp, static_cast<uint16_t>(streams_));
+  // Runs one handshake to its end on the blocking socket; false on an I/O failure (*why says).
+  auto run = [&](protocol::HandshakeDialler& hs, const char* what) {
+    std::array<uint8_t, 512> buf;
+    for (;;) {
+      const auto out = hs.take_output();
+      if (!out.empty() && !write_all(fd, out, deadline)) break;
+      if (hs.state() != protocol::HandshakeState::kRunning) return true;
+      const auto in = std::span<uint8_t>(buf.data(), std::min(buf.size(), hs.want()));
+      if (!read_all(fd, in, deadline)) break;
+      hs.feed(in);
+    }
+    *why = std::string(what) + " with " + where + " failed: " + std::strerror(errno);
+    ::close(fd);
+    return false;
+  };
   if (via >= 0) {
     // First the relay: "connect me to p". It answers once it reaches p (or cannot).
-    protocol::Hello request = hello;
-    request.flags |= protocol::kHelloFlagRelayRequest;
-    request.via = static_cast<uint32_t>(p.rank);
-    std::array<uint8_t, protocol::kReplySize> rb{};
-    protocol::Reply reply;
-    if (!write_all(fd, protocol::encode_hello(request), deadline) || !read_all(fd, rb, deadline)) {
-      *why = "relay request for " + where + " failed: " + std::strerror(errno);
-      ::close(fd);
-      return -1;
-    }
-    auto st = protocol::decode_reply(rb, &reply);
-    if (st == protocol::HandshakeStatus::kAccepted) st = reply.status;
-    if (st != protocol::HandshakeStatus::kAccepted) {
+    protocol::HandshakeDialler request(setup, static_cast<uint32_t>(via), static_cast<uint16_t>(stream), {},
+                                       protocol::kHelloFlagRelayRequest, static_cast<uint32_t>(p.rank));
+    if (!run(request, "relay request")) return -1;
+    if (request.state() != protocol::HandshakeState::kDone) {
       // Not final: another relay, or this one later, may reach the peer.
-      *why = "rank " + std::to_string(via) + " did not relay to " + where + ": " + protocol::handshake_status_name(st);
+      *why = "rank " + std::to_string(via) + " did not relay to " + where + ": " + request.why();
       ::close(fd);
       return -1;
     }
-    hello.flags |= protocol::kHelloFlagRelayed;
-    hello.via = static_cast<uint32_t>(via);
   }
-  const auto hb = protocol::encode_hello(hello);
-  std::optional<security::AuthDialler> auth;
-  std::vector<uint8_t> first(hb.begin(), hb.end());
-  if (key) {
-    auth.emplace(*key);
-    const auto init = auth->init();
-    first.insert(first.end(), init.begin(), init.end());
+  protocol::HandshakeDialler hs(setup, static_cast<uint32_t>(p.rank), static_cast<uint16_t>(stream), {},
+                                via >= 0 ? protocol::kHelloFlagRelayed : 0, via >= 0 ? static_cast<uint32_t>(via) : 0);
+  if (!run(hs, "handshake")) return -1;
+  if (hs.state() == protocol::HandshakeState::kDone) {
+    *keys = hs.keys();
+    return fd;
   }
-  std::array<uint8_t, protocol::kReplySize> rb{};
-  if (!write_all(fd, first, deadline) || !read_all(fd, rb, deadline)) {
-    *why = "handshake with " + where + " failed: " + std::strerror(errno);
-    ::close(fd);
-    return -1;
-  }
-  protocol::Reply reply;
-  auto st = protocol::decode_reply(rb, &reply);
-  if (st == protocol::HandshakeStatus::kAccepted) st = reply.status;
-  if (st == protocol::HandshakeStatus::kAccepted && reply.rank != static_cast<uint32_t>(p.rank))
-    st = protocol::HandshakeStatus::kBadRank;
-  if (st != protocol::HandshakeStatus::kAccepted) {
-    ::close(fd);
-    *rejected = true;
-    *why = where + " rejected us: " + protocol::handshake_status_name(st);
-    return -1;
-  }
-  if (!auth) return fd;
-  // Mutual authentication: the acceptor's proof, then ours (security/auth.h).
-  std::array<uint8_t, security::kAuthRespSize> resp{};
-  if (!read_all(fd, resp, deadline)) {
-    *why = "authentication with " + where + " failed: " + std::strerror(errno);
-    ::close(fd);
-    return -1;
-  }
-  std::array<uint8_t, security::kAuthFinSize> fin{};
-  const auto ast = auth->on_resp(hb, rb, resp, &fin, keys);
-  if (ast == security::AuthStatus::kBadProof || ast == security::AuthStatus::kBadKey)
-    write_all(fd, fin, deadline);  // the acceptor learns why (both sides report a wrong secret)
-  if (ast != security::AuthStatus::kOk || !write_all(fd, fin, deadline)) {
-    ::close(fd);
-    *rejected = ast != security::AuthStatus::kOk;
-    *why = ast != security::AuthStatus::kOk ? "authentication with " + where + " failed: " + security::auth_status_name(ast)
-                                            : "authentication with " + where + " failed: " + std::strerror(errno);
-    *keys = {};
-    return -1;
-  }
-  return fd;
+  ::close(fd);
+  *rejected = true;
+  *why = hs.auth_failed() ? "authentication with " + where + " failed: " + hs.why() : where + " rejected us: " + hs.why();
+  return -1;
 }
 
 bool TcpDevice::can_resume(const TcpPeer& p, int stream) const { return resume_refusal(p, stream) == nullptr; }

@@ -39,7 +39,7 @@
 #include <thread>
 #include <vector>
 
-#include "protocol/handshake.h"
+#include "protocol/handshake_machine.h"
 #include "protocol/peer_session.h"
 #include "runtime/event_loop.h"
 #include "transport/device.h"
@@ -255,7 +255,6 @@ class TcpDevice final : public Device {
   void on_pending_readable(int fd);
   void drop_pending(int fd);
   void reject_pending(int fd, const std::string& why);
-  void on_auth_fin(PendingAccept& p);
   // Whether a stream from the Hello's rank is welcome now (kBadRank if not, *why says why);
   // *existing: the stream it replaces (resume).
   protocol::HandshakeStatus admit(const protocol::Hello& hello, TcpConnection** existing, std::string* why);
@@ -287,7 +286,7 @@ class TcpDevice final : public Device {
   void adopt_dialled(int fd, int peer, int stream, const security::ConnectionKeys& keys, int via);
   // A relay request (a Hello with kHelloFlagRelayRequest) from a pending connection: the relay
   // takes the socket (loop thread).
-  void serve_relay(int fd, const protocol::Hello& hello);
+  void serve_relay(int fd, const protocol::HandshakeAcceptor& hs);
   // An admitted Hello: whether it came through a relay (kHelloFlagRelayed) and whose; a relayed
   // control stream makes the pair relayed (a data stream alone: a two-hop path).
   int note_relay(const protocol::Hello& hello);
