@@ -23,11 +23,6 @@ constexpr uint64_t kMaxStreams = 4096;
 // Application error code of a CONNECTION_CLOSE that refuses or ends a pair on error.
 constexpr uint64_t kAppError = 0x67;
 
-uint64_t now_ns() {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count());
-}
-
 std::string cid_key(const uint8_t* data, size_t len) { return std::string(reinterpret_cast<const char*>(data), len); }
 
 QuicConnection* self(void* user_data) { return static_cast<QuicConnection*>(user_data); }
@@ -116,14 +111,14 @@ ngtcp2_path make_path(const Endpoint& local, const Endpoint& remote) {
 }
 
 void fill_settings(ngtcp2_settings* s, ngtcp2_transport_params* tp, const QuicOptions& o, const Endpoint& remote,
-                   std::chrono::milliseconds handshake_timeout, const FlowWindows& w) {
+                   std::chrono::milliseconds handshake_timeout, const FlowWindows& w, uint64_t now) {
   ngtcp2_settings_default(s);
   // Packets as large as the route's MTU from the start (QUIC's default keeps them at 1200-1452
   // bytes: on a 9000-byte WAN path that is 6x the packets, and the CPU per byte with them).
   s->max_tx_udp_payload_size = max_udp_payload(remote, kMaxPacket);
   s->no_tx_udp_payload_size_shaping = 1;
   s->no_pmtud = 1;
-  s->initial_ts = now_ns();
+  s->initial_ts = now;
   s->cc_algo = cc_algo(o.congestion_control);
   // Flow control sized from the path (flow_window.h); ngtcp2 auto-tunes up to the ceilings.
   s->max_window = w.max_connection;
@@ -148,18 +143,18 @@ void fill_settings(ngtcp2_settings* s, ngtcp2_transport_params* tp, const QuicOp
 
 }  // namespace
 
-QuicConnection::QuicConnection(QuicDevice& dev, QuicPeer* peer, const Endpoint& to,
+QuicConnection::QuicConnection(QuicDevice& dev, QuicPeer* peer, const Endpoint& to, uint64_t now,
                                std::chrono::milliseconds handshake_timeout)
-    : dev_(dev), peer_(peer), server_(false), remote_(to) {
+    : dev_(dev), peer_(peer), server_(false), remote_(to), now_(now) {
   ngtcp2_cid dcid;
   random_cid(&dcid, NGTCP2_MIN_INITIAL_DCIDLEN);
   random_cid(&scid_, kCidLen);
   ngtcp2_settings s;
   ngtcp2_transport_params tp;
   size_from(*peer_);
-  fill_settings(&s, &tp, dev_.options(), remote_, handshake_timeout, windows_);
+  fill_settings(&s, &tp, dev_.options(), remote_, handshake_timeout, windows_, now);
   const auto cb = callbacks(false);
-  const ngtcp2_path path = make_path(dev_.socket().local(), remote_);
+  const ngtcp2_path path = make_path(dev_.local(), remote_);
   if (const int rv = ngtcp2_conn_client_new(&conn_, &dcid, &scid_, &path, NGTCP2_PROTO_VER_V1, &cb, &s, &tp,
                                             nullptr, this);
       rv != 0)
@@ -182,8 +177,8 @@ QuicConnection::QuicConnection(QuicDevice& dev, QuicPeer* peer, const Endpoint& 
   }
 }
 
-QuicConnection::QuicConnection(QuicDevice& dev, const Endpoint& from, const ngtcp2_pkt_hd& hd)
-    : dev_(dev), server_(true), remote_(from) {
+QuicConnection::QuicConnection(QuicDevice& dev, const Endpoint& from, const ngtcp2_pkt_hd& hd, uint64_t now)
+    : dev_(dev), server_(true), remote_(from), now_(now) {
   random_cid(&scid_, kCidLen);
   client_dcid_ = hd.dcid;
   ngtcp2_settings s;
@@ -195,10 +190,10 @@ QuicConnection::QuicConnection(QuicDevice& dev, const Endpoint& from, const ngtc
   if (likely) size_from(*likely);
   else windows_ = size_windows(0, 0, dev_.options().window_limits());
   announced_stream_ = windows_.stream;
-  fill_settings(&s, &tp, dev_.options(), remote_, std::chrono::milliseconds(0), windows_);
+  fill_settings(&s, &tp, dev_.options(), remote_, std::chrono::milliseconds(0), windows_, now);
   tp.original_dcid = hd.dcid;
   const auto cb = callbacks(true);
-  const ngtcp2_path path = make_path(dev_.socket().local(), remote_);
+  const ngtcp2_path path = make_path(dev_.local(), remote_);
   if (const int rv = ngtcp2_conn_server_new(&conn_, &hd.scid, &scid_, &path, hd.version, &cb, &s, &tp, nullptr,
                                             this);
       rv != 0)
@@ -216,7 +211,7 @@ void QuicConnection::size_from(const QuicPeer& p) {
   announced_stream_ = windows_.stream;
 }
 
-bool QuicConnection::widen(const FlowWindows& w, uint64_t rtt_ns, uint64_t rate_bps) {
+bool QuicConnection::widen(const FlowWindows& w, uint64_t rtt_ns, uint64_t rate_bps, uint64_t now) {
   if (state_ == State::kClosed || in_read_) return false;
   if (w.connection < windows_.connection || w.stream < windows_.stream) return false;
   if (w.connection == windows_.connection && w.stream == windows_.stream) return false;
@@ -227,7 +222,7 @@ bool QuicConnection::widen(const FlowWindows& w, uint64_t rtt_ns, uint64_t rate_
   windows_.stream = w.stream;  // new frame streams (on_stream_data)
   windows_rtt_ns_ = rtt_ns;
   windows_rate_bps_ = rate_bps;
-  write();  // MAX_DATA
+  write(now);  // MAX_DATA
   return true;
 }
 
@@ -251,12 +246,10 @@ void QuicConnection::init_common() {
   const std::string k = cid_key(scid_.data, scid_.datalen);
   cids_.push_back(k);
   dev_.route(k, this);
-  tx_batch_.reserve(kMaxBatchBytes);
+  gso_ = dev_.gso();
 }
 
 QuicConnection::~QuicConnection() {
-  if (timer_) dev_.group().loop().cancel_timer(timer_);
-  if (kick_) dev_.group().loop().cancel_timer(kick_);
   for (const auto& k : cids_) dev_.unroute(k);
   if (conn_) ngtcp2_conn_del(conn_);
   if (tls_) gnutls_deinit(tls_);
@@ -294,11 +287,14 @@ void QuicConnection::defer_close(const std::string& reason, bool error) {
 
 void QuicConnection::drop(const std::string& reason) {
   closing_sent_ = true;
-  close(reason, false);
+  close(reason, false, now_);
 }
 
-void QuicConnection::close(const std::string& reason, bool error) {
+void QuicConnection::send_failed() { fail(ErrorCode::kIo, "QUIC: sending to " + endpoint_string(remote_) + " failed"); }
+
+void QuicConnection::close(const std::string& reason, bool error, uint64_t now) {
   if (state_ == State::kClosed) return;
+  now_ = now;
   if (in_read_) return defer_close(reason, error);
   close_reason_ = reason;
   if (!closing_sent_ && conn_ && !ngtcp2_conn_is_in_closing_period(conn_) && !ngtcp2_conn_is_in_draining_period(conn_)) {
@@ -314,34 +310,31 @@ void QuicConnection::close(const std::string& reason, bool error) {
     ngtcp2_path_storage_zero(&ps);
     ngtcp2_pkt_info pi{};
     const ngtcp2_ssize n =
-        ngtcp2_conn_write_connection_close(conn_, &ps.path, &pi, buf.data(), buf.size(), &ccerr, now_ns());
-    if (n > 0) {
-      size_t sent = 0;
-      dev_.socket().send(remote_, std::span<const uint8_t>(buf.data(), static_cast<size_t>(n)), 0, &sent);
-    }
+        ngtcp2_conn_write_connection_close(conn_, &ps.path, &pi, buf.data(), buf.size(), &ccerr, now_);
+    if (n > 0) outbox_.push_back({std::vector<uint8_t>(buf.begin(), buf.begin() + n), static_cast<size_t>(n), 1});
   }
   state_ = State::kClosed;
-  if (timer_) dev_.group().loop().cancel_timer(timer_);
-  if (kick_) dev_.group().loop().cancel_timer(kick_);
-  timer_ = kick_ = 0;
+  wants_write_ = false;
+  dev_.flush(*this);  // the CONNECTION_CLOSE leaves; its timers stop
   dev_.retire(this);
 }
 
 // ---- Receiving.
 
-void QuicConnection::on_packet(const Endpoint& from, std::span<const uint8_t> pkt) {
+void QuicConnection::on_packet(const Endpoint& from, std::span<const uint8_t> pkt, uint64_t now) {
   if (state_ == State::kClosed || deaf_) return;
-  ngtcp2_path path = make_path(dev_.socket().local(), from);
+  now_ = now;
+  ngtcp2_path path = make_path(dev_.local(), from);
   ngtcp2_pkt_info pi{};
   in_read_ = true;
-  const int rv = ngtcp2_conn_read_pkt(conn_, &path, &pi, pkt.data(), pkt.size(), now_ns());
+  const int rv = ngtcp2_conn_read_pkt(conn_, &path, &pi, pkt.data(), pkt.size(), now_);
   in_read_ = false;
   if (state_ == State::kClosed) return;
   if (close_pending_) {
     // A callback decided to close: what it queued (a Reply with the reason) leaves first.
     close_pending_ = false;
     const std::string why = close_reason_;
-    if (flush_before_close_) write();
+    if (flush_before_close_) write(now_);
     close(why, pending_error_);
     if (pending_lost_ && peer_) dev_.connection_lost(*peer_, pending_code_, why);
     return;
@@ -371,10 +364,10 @@ void QuicConnection::on_packet(const Endpoint& from, std::span<const uint8_t> pk
     fail(ErrorCode::kProtocol, why);
     return;
   }
-  last_rx_ = Clock::now();
+  last_rx_ = Clock::time_point(std::chrono::nanoseconds(now_));
   if (first_rx_ == Clock::time_point{}) first_rx_ = last_rx_;
   if (peer_ && state_ == State::kEstablished) dev_.group().heard(peer_->rank);
-  write();
+  write(now_);
 }
 
 int QuicConnection::on_stream_data(uint32_t flags, int64_t stream_id, uint64_t offset, const uint8_t* data,
@@ -532,7 +525,7 @@ void QuicConnection::on_hello() {
   if (hs.state() != protocol::HandshakeState::kDone) {
     GEOCCL_LOG(kWarn, "QUIC: rejected a connection from " << endpoint_string(remote_) << ": " << hs.why());
     flush_before_close_ = true;  // the Reply goes out before the CONNECTION_CLOSE
-    if (!in_read_) write();
+    if (!in_read_) write(now_);
     close(hs.why(), true);
     return;
   }
@@ -542,10 +535,11 @@ void QuicConnection::on_hello() {
   release_held();  // frames that came with the Hello
 }
 
-void QuicConnection::recheck_hello() {
+void QuicConnection::recheck_hello(uint64_t now) {
   if (!awaiting_fingerprint()) return;
+  now_ = now;
   on_hello();
-  write();
+  write(now_);
   // Control frames may have come right behind the Hello.
   if (!awaiting_fingerprint()) on_control_bytes({});
 }
@@ -707,11 +701,11 @@ void QuicConnection::on_stream_credit(int64_t stream_id) {
 
 // ---- Sending.
 
-void QuicConnection::post_frame(std::shared_ptr<OutFrame> f) {
+void QuicConnection::post_frame(std::shared_ptr<OutFrame> f, uint64_t now) {
   auto s = std::make_unique<OutStream>();
   s->f = std::move(f);
   out_queue_.push_back(std::move(s));
-  write();
+  write(now);
 }
 
 void QuicConnection::write_control_bytes(std::span<const uint8_t> b) {
@@ -719,7 +713,7 @@ void QuicConnection::write_control_bytes(std::span<const uint8_t> b) {
   ctrl_written_ += b.size();
 }
 
-void QuicConnection::post_control(protocol::FrameType type, std::span<const uint8_t> payload) {
+void QuicConnection::post_control(protocol::FrameType type, std::span<const uint8_t> payload, uint64_t now) {
   if (state_ != State::kEstablished) return;
   protocol::FrameHeader h;
   h.type = type;
@@ -728,7 +722,7 @@ void QuicConnection::post_control(protocol::FrameType type, std::span<const uint
   std::vector<uint8_t> bytes(hb.begin(), hb.end());
   bytes.insert(bytes.end(), payload.begin(), payload.end());
   write_control_bytes(bytes);
-  write();
+  write(now);
 }
 
 QuicConnection::OutStream* QuicConnection::next_stream() {
@@ -753,10 +747,12 @@ QuicConnection::OutStream* QuicConnection::next_stream() {
   return nullptr;
 }
 
-void QuicConnection::write() {
+void QuicConnection::write(uint64_t now) {
   if (state_ == State::kClosed || !conn_) return;
   if (in_read_) return;  // on_packet writes once ngtcp2_conn_read_pkt has returned
-  if (!tx_pending_.empty()) return;  // waits for the socket (on_writable)
+  now_ = now;
+  wants_write_ = false;
+  if (socket_full_) return;  // the device writes again once the socket drains
   const size_t max_payload = ngtcp2_conn_get_max_tx_udp_payload_size(conn_);
   const size_t quantum = std::max<size_t>(ngtcp2_conn_get_send_quantum(conn_), max_payload);
   const size_t max_packets = std::max<size_t>(1, quantum / max_payload);
@@ -764,7 +760,7 @@ void QuicConnection::write() {
   std::vector<uint8_t>& pkt = pkt_;
   ngtcp2_path_storage ps;
   ngtcp2_path_storage_zero(&ps);
-  const uint64_t ts = now_ns();
+  const uint64_t ts = now_;
   size_t packets = 0;
   while (packets < max_packets) {
     int64_t stream_id = -1;
@@ -845,88 +841,48 @@ void QuicConnection::write() {
       return;
     }
     if (n == 0) break;  // nothing more now: congestion window, pacing, or nothing queued
-    if (!queue_packet(pkt.data(), static_cast<size_t>(n))) return;
+    queue_packet(pkt.data(), static_cast<size_t>(n));
     ++packets;
   }
-  if (!flush()) return;
   ngtcp2_conn_update_pkt_tx_time(conn_, ts);
-  arm_timer();
   // The quantum is used up: go on after the loop's other work (the pacer may allow more now).
-  if (packets >= max_packets && !kick_)
-    kick_ = dev_.group().loop().add_timer(Clock::now(), [this] {
-      kick_ = 0;
-      write();
-    });
+  wants_write_ = packets >= max_packets;
+  dev_.flush(*this);
 }
 
-bool QuicConnection::queue_packet(const uint8_t* pkt, size_t n) {
-  if (tx_count_ > 0 && (n > tx_segment_ || tx_count_ >= kMaxSegments || tx_batch_.size() + n > kMaxBatchBytes ||
-                        !dev_.socket().gso())) {
-    if (!flush()) return false;
+void QuicConnection::queue_packet(const uint8_t* pkt, size_t n) {
+  TxBatch* b = outbox_.empty() ? nullptr : &outbox_.back();
+  // A GSO run: datagrams of one size, but for a shorter last one.
+  const bool joins = b && gso_ && b->count < kMaxSegments && n <= b->segment && b->bytes.size() % b->segment == 0 &&
+                     b->bytes.size() + n <= kMaxBatchBytes;
+  if (!joins) {
+    outbox_.push_back({{}, n, 0});
+    b = &outbox_.back();
+    if (!spare_batches_.empty()) {
+      b->bytes = std::move(spare_batches_.back());
+      spare_batches_.pop_back();
+    }
+    b->bytes.reserve(gso_ ? kMaxBatchBytes : kMaxPacket);
   }
-  if (tx_count_ == 0) tx_segment_ = n;
-  tx_batch_.insert(tx_batch_.end(), pkt, pkt + n);
-  ++tx_count_;
-  // A short packet ends a GSO run (only the last segment may be shorter).
-  if (n < tx_segment_) return flush();
-  return true;
+  b->bytes.insert(b->bytes.end(), pkt, pkt + n);
+  ++b->count;
 }
 
-bool QuicConnection::flush() {
-  if (tx_count_ == 0) return true;
-  size_t sent = 0;
-  const auto r = dev_.socket().send(remote_, tx_batch_, tx_count_ > 1 ? tx_segment_ : 0, &sent);
-  if (peer_) peer_->bytes_sent.fetch_add(sent, std::memory_order_relaxed);
-  if (r == UdpSocket::SendResult::kBlocked) {
-    tx_pending_.assign(tx_batch_.begin() + static_cast<std::ptrdiff_t>(sent), tx_batch_.end());
-    tx_pending_segment_ = tx_segment_;
-    tx_batch_.clear();
-    tx_count_ = 0;
-    dev_.want_writable();
-    return false;
-  }
-  tx_batch_.clear();
-  tx_count_ = 0;
-  if (r == UdpSocket::SendResult::kError) {
-    fail(ErrorCode::kIo, "QUIC: sending to " + endpoint_string(remote_) + " failed");
-    return false;
-  }
-  return true;
+void QuicConnection::batch_sent() {
+  std::vector<uint8_t> b = std::move(outbox_.front().bytes);
+  outbox_.pop_front();
+  b.clear();
+  if (spare_batches_.size() < 4) spare_batches_.push_back(std::move(b));
 }
 
-void QuicConnection::on_writable() {
-  if (tx_pending_.empty() || state_ == State::kClosed) return;
-  size_t sent = 0;
-  const size_t seg = tx_pending_.size() > tx_pending_segment_ ? tx_pending_segment_ : 0;
-  const auto r = dev_.socket().send(remote_, tx_pending_, seg, &sent);
-  if (peer_) peer_->bytes_sent.fetch_add(sent, std::memory_order_relaxed);
-  if (r == UdpSocket::SendResult::kBlocked) {
-    tx_pending_.erase(tx_pending_.begin(), tx_pending_.begin() + static_cast<std::ptrdiff_t>(sent));
-    dev_.want_writable();
-    return;
-  }
-  tx_pending_.clear();
-  write();
+uint64_t QuicConnection::expiry() const {
+  return state_ == State::kClosed || !conn_ ? UINT64_MAX : ngtcp2_conn_get_expiry(conn_);
 }
 
-void QuicConnection::arm_timer() {
-  const uint64_t expiry = ngtcp2_conn_get_expiry(conn_);
-  if (expiry == timer_at_ && timer_) return;
-  if (timer_) dev_.group().loop().cancel_timer(timer_);
-  timer_ = 0;
-  timer_at_ = expiry;
-  if (expiry == UINT64_MAX) return;
-  const auto when = Clock::time_point(std::chrono::nanoseconds(expiry));
-  timer_ = dev_.group().loop().add_timer(when, [this] {
-    timer_ = 0;
-    timer_at_ = 0;
-    on_timer();
-  });
-}
-
-void QuicConnection::on_timer() {
+void QuicConnection::on_expiry(uint64_t now) {
   if (state_ == State::kClosed) return;
-  const int rv = ngtcp2_conn_handle_expiry(conn_, now_ns());
+  now_ = now;
+  const int rv = ngtcp2_conn_handle_expiry(conn_, now_);
   if (rv != 0) {
     closing_sent_ = true;  // idle or handshake timeout: the peer does not hear us anyway
     if (rv == NGTCP2_ERR_IDLE_CLOSE)
@@ -939,7 +895,7 @@ void QuicConnection::on_timer() {
       fail(ErrorCode::kIo, std::string("QUIC timer: ") + ngtcp2_strerror(rv));
     return;
   }
-  write();
+  write(now_);
 }
 
 }  // namespace geoccl::transport::quic

@@ -1,7 +1,9 @@
 // QuicConnection: one QUIC connection of a QuicDevice (one peer pair), driven from the group's
-// event loop. ngtcp2 is the I/O-free core: packets and a timestamp go in (on_packet), packets
-// and the next expiry come out (write, the timer); this class moves bytes between it, the UDP
-// socket and the peer's frames. Loop thread only.
+// event loop. It does no I/O and reads no clock: packets and a timestamp go in (on_packet,
+// on_expiry, write), packets and the next expiry come out (outbox(), expiry()); the device owns
+// the UDP socket and the timers, and sends the outbox whenever the connection says it has
+// filled it (QuicDevice::flush). Between ngtcp2 (the QUIC core) and the peer's frames it moves
+// the bytes. Loop thread only.
 //
 // Streams:
 //  - one bidirectional control stream, opened by the dialler (the higher rank) once the TLS
@@ -69,13 +71,22 @@ class QuicConnection {
     kClosed,      // closed or failed; the device drops it
   };
 
+  // Packets to send, in order: a run of `count` datagrams of `segment` bytes each (the last may be
+  // shorter), one UDP GSO send when the socket offers it.
+  struct TxBatch {
+    std::vector<uint8_t> bytes;
+    size_t segment = 0;
+    size_t count = 0;
+  };
+
+  // Timestamps are nanoseconds of steady_clock, as ngtcp2 takes them.
   // Dialler side: a connection to rank `peer` at `to` (its certificate must be the one it
   // published); `handshake_timeout` 0 = the device's.
-  QuicConnection(QuicDevice& dev, QuicPeer* peer, const Endpoint& to,
+  QuicConnection(QuicDevice& dev, QuicPeer* peer, const Endpoint& to, uint64_t now,
                  std::chrono::milliseconds handshake_timeout = std::chrono::milliseconds(0));
   // Acceptor side: from a client's first Initial packet (decoded header `hd`), before anything
   // says who sent it.
-  QuicConnection(QuicDevice& dev, const Endpoint& from, const ngtcp2_pkt_hd& hd);
+  QuicConnection(QuicDevice& dev, const Endpoint& from, const ngtcp2_pkt_hd& hd, uint64_t now);
   ~QuicConnection();
   QuicConnection(const QuicConnection&) = delete;
   QuicConnection& operator=(const QuicConnection&) = delete;
@@ -89,25 +100,40 @@ class QuicConnection {
   bool rejected() const { return rejected_; }
 
   // A packet from the connection's peer.
-  void on_packet(const Endpoint& from, std::span<const uint8_t> pkt);
+  void on_packet(const Endpoint& from, std::span<const uint8_t> pkt, uint64_t now);
+  // The time expiry() named has come (loss detection, acknowledgement delay, idle, handshake).
+  void on_expiry(uint64_t now);
   // Fault injection: every packet from now on is dropped on arrival (QuicDevice::deafen_for_test).
   void deafen_for_test() { deaf_ = true; }
-  // Writes what ngtcp2 has to send (stream data, acks, retransmissions) as the congestion
-  // controller and pacer allow, and re-arms the timer.
-  void write();
-  // The socket was full: sends what was left, then writes on.
-  void on_writable();
-  bool blocked() const { return !tx_pending_.empty(); }
+  // Writes what ngtcp2 has to send (stream data, acks, retransmissions) into the outbox as the
+  // congestion controller and pacer allow.
+  void write(uint64_t now);
 
-  // Established connections: queues a data frame (its stream opens when ngtcp2 allows).
-  void post_frame(std::shared_ptr<OutFrame> f);
-  // Queues a control frame on the control stream.
-  void post_control(protocol::FrameType type, std::span<const uint8_t> payload);
+  // ---- Out (for the device).
+  // Packets written and not sent yet, oldest first; the device sends them, cuts what it sent of
+  // a batch from its front, and hands a batch sent in full back (batch_sent: its buffer is kept
+  // for the next).
+  std::deque<TxBatch>& outbox() { return outbox_; }
+  void batch_sent();
+  // The socket is full: write nothing until it drains (the device says so).
+  void set_socket_full(bool full) { socket_full_ = full; }
+  bool socket_full() const { return socket_full_; }
+  // The socket refused the packets: the connection fails.
+  void send_failed();
+  // When on_expiry() is due next (UINT64_MAX: never).
+  uint64_t expiry() const;
+  // The last write() used its whole send quantum: write again soon, after the loop's other work.
+  bool wants_write() const { return wants_write_; }
+
+  // Established connections: queues a data frame (its stream opens when ngtcp2 allows) and writes.
+  void post_frame(std::shared_ptr<OutFrame> f, uint64_t now);
+  // Queues a control frame on the control stream and writes.
+  void post_control(protocol::FrameType type, std::span<const uint8_t> payload, uint64_t now);
   // Control bytes queued or in flight that the peer has not acknowledged.
   bool control_drained() const { return ctrl_acked_ == ctrl_written_; }
   // Closes with CONNECTION_CLOSE (no error: after a goodbye; else the application error and
   // `reason`) and stops.
-  void close(const std::string& reason, bool error);
+  void close(const std::string& reason, bool error, uint64_t now);
   // Closes without telling the peer (a replaced connection: the peer drops its end itself).
   void drop(const std::string& reason);
   // Acceptor: whether a Hello waits for the dialler's published fingerprint.
@@ -115,12 +141,12 @@ class QuicConnection {
     return accepting_ && accepting_->state() == protocol::HandshakeState::kJudge;
   }
   // Acceptor: the addresses of the dialling ranks are known now: judges a waiting Hello.
-  void recheck_hello();
+  void recheck_hello(uint64_t now);
 
   // Flow control: widens the receive windows to `w` (sized from the path figures `rtt_ns`,
   // `rate_bps`) when it is at least the current windows and more in one of them; a credit once
   // given cannot be taken back, so smaller windows are ignored. Returns whether it widened.
-  bool widen(const FlowWindows& w, uint64_t rtt_ns, uint64_t rate_bps);
+  bool widen(const FlowWindows& w, uint64_t rtt_ns, uint64_t rate_bps, uint64_t now);
   // The windows in effect (the connection and stream windows grow by widen(); the auto-tuning
   // ceilings are the ones it was made with) and the path figures they were sized from.
   const FlowWindows& windows() const { return windows_; }
@@ -200,11 +226,10 @@ class QuicConnection {
   void on_control_frame(const protocol::FrameHeader& h, std::span<const uint8_t> payload);
   void write_control_bytes(std::span<const uint8_t> b);
   int on_data_bytes(int64_t stream_id, InStream& s, const uint8_t* data, size_t len, bool fin);
-  // Appends one packet to the batch; flushes it when full or when the packet ends a GSO run.
-  bool queue_packet(const uint8_t* pkt, size_t n);
-  bool flush();
-  void arm_timer();
-  void on_timer();
+  // Appends one packet to the outbox: to the last batch while it continues a GSO run.
+  void queue_packet(const uint8_t* pkt, size_t n);
+  // Closes inside an event (now_ is its time).
+  void close(const std::string& reason, bool error) { close(reason, error, now_); }
   // Picks the next stream with data to write (opening streams as ngtcp2 allows); null: none.
   OutStream* next_stream();
 
@@ -260,12 +285,12 @@ class QuicConnection {
 
   // Transmission: a batch of packets for one sendmsg() (GSO), and what a full socket left.
   std::vector<uint8_t> pkt_;  // the packet being written
-  std::vector<uint8_t> tx_batch_;
-  size_t tx_segment_ = 0, tx_count_ = 0;
-  std::vector<uint8_t> tx_pending_;
-  size_t tx_pending_segment_ = 0;
-  runtime::EventLoop::TimerId timer_ = 0;
-  runtime::EventLoop::TimerId kick_ = 0;  // writes again after a full send quantum
+  std::deque<TxBatch> outbox_;
+  std::vector<std::vector<uint8_t>> spare_batches_;
+  bool gso_ = false;          // the device's socket sends GSO runs
+  bool socket_full_ = false;
+  bool wants_write_ = false;
+  uint64_t now_ = 0;          // the time of the event being handled
   // Inside ngtcp2_conn_read_pkt (its callbacks run then): ngtcp2 may not be called again, so a
   // close decided there is carried out once it returns (close_reason_, pending_error_; and a
   // failure of the group when pending_lost_).
@@ -274,7 +299,6 @@ class QuicConnection {
   bool pending_error_ = false, pending_lost_ = false, flush_before_close_ = false;
   ErrorCode pending_code_ = ErrorCode::kOk;
   void defer_close(const std::string& reason, bool error);
-  uint64_t timer_at_ = 0;
   std::chrono::steady_clock::time_point last_rx_{};
   std::chrono::steady_clock::time_point first_rx_{};
   // Flow control: the windows in effect, the stream window the transport parameters announced

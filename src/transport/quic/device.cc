@@ -18,6 +18,12 @@ namespace {
 using protocol::FrameHeader;
 enum Target { kUnknown = 0, kPosted = 1, kStaged = 2, kDiscard = 3 };
 
+// The time a connection is given: steady_clock in nanoseconds, as ngtcp2 takes it.
+uint64_t now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count());
+}
+
 }  // namespace
 
 QuicDevice::QuicDevice(Group& group, const std::string& bind_addr, const QuicOptions& options)
@@ -49,6 +55,7 @@ QuicDevice::~QuicDevice() {
     if (watch_timer_) group_.loop().cancel_timer(watch_timer_);
     watch_timer_ = 0;
     for (auto& p : peers_) p->conn = p->redial = nullptr;
+    for (auto& c : conns_) disarm(c.get());
     retired_.clear();
     conns_.clear();
     routes_.clear();
@@ -99,16 +106,17 @@ void QuicDevice::on_readable(uint32_t events) {
   if (events & EPOLLIN) {
     sock_.receive([this](const Endpoint& from, std::span<const uint8_t> pkt) {
       if (QuicConnection* c = find(pkt)) {
-        c->on_packet(from, pkt);
+        c->on_packet(from, pkt, now_ns());
         return;
       }
       ngtcp2_pkt_hd hd;
       if (closing_.load() || ngtcp2_accept(&hd, pkt.data(), pkt.size()) != 0) return;  // stray packet
       try {
-        auto c = std::make_unique<QuicConnection>(*this, from, hd);
+        const uint64_t now = now_ns();
+        auto c = std::make_unique<QuicConnection>(*this, from, hd, now);
         QuicConnection* raw = c.get();
         conns_.push_back(std::move(c));
-        raw->on_packet(from, pkt);
+        raw->on_packet(from, pkt, now);
       } catch (const Error& e) {
         GEOCCL_LOG(kWarn, "QUIC: cannot accept a connection from " << endpoint_string(from) << ": " << e.what());
       }
@@ -128,13 +136,77 @@ void QuicDevice::writable() {
     want_out_ = false;
     group_.loop().modify_fd(sock_.fd(), EPOLLIN);
   }
-  for (size_t i = 0; i < conns_.size(); ++i)
-    if (conns_[i]->blocked()) conns_[i]->on_writable();
+  for (size_t i = 0; i < conns_.size(); ++i) {
+    QuicConnection& c = *conns_[i];
+    if (!c.socket_full()) continue;
+    if (!transmit(c)) return;  // full again
+    c.set_socket_full(false);
+    c.write(now_ns());
+  }
+}
+
+void QuicDevice::flush(QuicConnection& c) {
+  if (transmit(c)) arm(c);
+}
+
+bool QuicDevice::transmit(QuicConnection& c) {
+  auto& out = c.outbox();
+  while (!out.empty()) {
+    QuicConnection::TxBatch& b = out.front();
+    size_t sent = 0;
+    const auto r = sock_.send(c.remote(), b.bytes, b.bytes.size() > b.segment ? b.segment : 0, &sent);
+    if (c.peer()) c.peer()->bytes_sent.fetch_add(sent, std::memory_order_relaxed);
+    if (r == UdpSocket::SendResult::kBlocked) {
+      b.bytes.erase(b.bytes.begin(), b.bytes.begin() + static_cast<std::ptrdiff_t>(sent));
+      c.set_socket_full(true);
+      want_writable();
+      return false;
+    }
+    c.batch_sent();
+    if (r == UdpSocket::SendResult::kError) {
+      out.clear();
+      c.send_failed();
+      return false;
+    }
+  }
+  return true;
+}
+
+void QuicDevice::arm(QuicConnection& c) {
+  if (c.state() == QuicConnection::State::kClosed) return disarm(&c);
+  Timers& t = timers_[&c];
+  const uint64_t expiry = c.expiry();
+  if (expiry != t.at || !t.expiry) {
+    if (t.expiry) group_.loop().cancel_timer(t.expiry);
+    t.expiry = 0;
+    t.at = expiry;
+    if (expiry != UINT64_MAX)
+      t.expiry = group_.loop().add_timer(Clock::time_point(std::chrono::nanoseconds(expiry)), [this, &c] {
+        Timers& tt = timers_[&c];
+        tt.expiry = 0;
+        tt.at = 0;
+        c.on_expiry(now_ns());
+      });
+  }
+  if (c.wants_write() && !t.kick)
+    t.kick = group_.loop().add_timer(Clock::now(), [this, &c] {
+      timers_[&c].kick = 0;
+      c.write(now_ns());
+    });
+}
+
+void QuicDevice::disarm(QuicConnection* c) {
+  auto it = timers_.find(c);
+  if (it == timers_.end()) return;
+  if (it->second.expiry) group_.loop().cancel_timer(it->second.expiry);
+  if (it->second.kick) group_.loop().cancel_timer(it->second.kick);
+  timers_.erase(it);
 }
 
 void QuicDevice::retire(QuicConnection* c) {
   if (std::find(retired_.begin(), retired_.end(), c) != retired_.end()) return;
   retired_.push_back(c);
+  disarm(c);
   for (auto& p : peers_) {
     if (p->conn == c) p->conn = nullptr;
     if (p->redial == c) p->redial = nullptr;
@@ -153,6 +225,7 @@ void QuicDevice::drop_retired() {
       retired_.push_back(c);
       continue;
     }
+    disarm(c);
     conns_.erase(std::remove_if(conns_.begin(), conns_.end(), [c](const auto& u) { return u.get() == c; }),
                  conns_.end());
   }
@@ -231,9 +304,9 @@ void QuicDevice::established(QuicConnection& c) {
 }
 
 void QuicDevice::post(QuicPeer& p, QuicConnection& c, const std::shared_ptr<OutFrame>& f) {
-  c.post_frame(f);
+  c.post_frame(f, now_ns());
   if (f->payload->size() > options_.duplicate_bytes) return;
-  c.post_frame(f);
+  c.post_frame(f, now_ns());
   p.frames_duplicated.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -269,14 +342,14 @@ void QuicDevice::watch() {
 
 void QuicDevice::dial_again(QuicPeer& p) {
   try {
-    auto nc = std::make_unique<QuicConnection>(*this, &p, p.endpoint, options_.redial_after);
+    auto nc = std::make_unique<QuicConnection>(*this, &p, p.endpoint, now_ns(), options_.redial_after);
     p.redial = nc.get();
     conns_.push_back(std::move(nc));
     // 0-RTT: the frames not yet acknowledged ride the first flight (and are not posted again
     // when it is established: established()).
     if (p.redial->early())
       for (auto& [frame, f] : p.unacked) post(p, *p.redial, f);
-    p.redial->write();
+    p.redial->write(now_ns());
   } catch (const Error& e) {
     GEOCCL_LOG(kWarn, "QUIC: cannot dial rank " << p.rank << " again: " << e.what());
   }
@@ -316,7 +389,7 @@ void QuicDevice::measure(QuicPeer& p, Clock::time_point now) {
   p.path_rate_bps = std::max(p.path_rate_bps, rate);
   if (p.path_rate_bps == 0) return;
   const FlowWindows w = size_windows(p.path_rtt_ns, p.path_rate_bps, options_.window_limits());
-  if (p.conn->widen(w, p.path_rtt_ns, p.path_rate_bps))
+  if (p.conn->widen(w, p.path_rtt_ns, p.path_rate_bps, now_ns()))
     GEOCCL_LOG(kDebug, "QUIC: windows to rank " << p.rank << " sized for " << p.path_rtt_ns / 1000 << " us x "
                                                 << p.path_rate_bps / 1000000 << " Mbit/s: connection " << w.connection
                                                 << " B, stream " << w.stream << " B");
@@ -338,7 +411,7 @@ void QuicDevice::connect(const std::vector<int>& peers, const AddressOf& address
       p.endpoint = ep;
       p.known = true;
       for (auto& c : conns_)
-        if (c->awaiting_fingerprint()) c->recheck_hello();
+        if (c->awaiting_fingerprint()) c->recheck_hello(now_ns());
     });
   }
   group_.loop().run_owned([&] { dialing_ = true; });
@@ -355,10 +428,10 @@ void QuicDevice::connect(const std::vector<int>& peers, const AddressOf& address
   auto dial = [&](int r) {
     group_.loop().run_owned([&] {
       QuicPeer& p = peer(r);
-      auto c = std::make_unique<QuicConnection>(*this, &p, p.endpoint);
+      auto c = std::make_unique<QuicConnection>(*this, &p, p.endpoint, now_ns());
       dialled[r] = c.get();
       conns_.push_back(std::move(c));
-      dialled[r]->write();
+      dialled[r]->write(now_ns());
     });
   };
   for (int r : peers)
@@ -552,14 +625,14 @@ void QuicDevice::on_group_failure(const Failure& f, bool tell_peers) {
   if (!tell_peers) return;
   const auto payload = protocol::encode_abort(static_cast<uint8_t>(f.code), f.message, f.ranks);
   for (auto& p : peers_)
-    if (p->conn) p->conn->post_control(protocol::FrameType::kAbort, payload);
+    if (p->conn) p->conn->post_control(protocol::FrameType::kAbort, payload, now_ns());
 }
 
 // ---- Liveness and statistics.
 
 void QuicDevice::send_heartbeat(int peer_rank, std::span<const uint8_t> payload) {
   QuicPeer& p = peer(peer_rank);
-  if (p.conn) p.conn->post_control(protocol::FrameType::kHeartbeat, payload);
+  if (p.conn) p.conn->post_control(protocol::FrameType::kHeartbeat, payload, now_ns());
 }
 
 bool QuicDevice::host_answers(int peer_rank, std::chrono::milliseconds recent) const {
@@ -608,7 +681,7 @@ void QuicDevice::shutdown() {
   closing_.store(true);
   group_.loop().run_owned([this] {
     for (auto& p : peers_)
-      if (p->conn) p->conn->post_control(protocol::FrameType::kGoodbye, {});
+      if (p->conn) p->conn->post_control(protocol::FrameType::kGoodbye, {}, now_ns());
   });
   // Bounded wait for goodbyes (and aborts) to be acknowledged; a dead peer must not hold us.
   const auto deadline = Clock::now() + std::chrono::seconds(2);
@@ -622,7 +695,7 @@ void QuicDevice::shutdown() {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   group_.loop().run_owned([this] {
-    for (auto& c : conns_) c->close("shutdown", false);
+    for (auto& c : conns_) c->close("shutdown", false, now_ns());
     for (auto& p : peers_) p->conn = nullptr;
   });
 }

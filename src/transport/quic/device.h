@@ -172,15 +172,19 @@ class QuicDevice final : public Device {
   const QuicOptions& options() const { return options_; }
   const Credentials& credentials() const { return cred_; }
   TicketIssuer& tickets() { return tickets_; }
-  UdpSocket& socket() { return sock_; }
+  // The socket's address (a connection's path) and whether it sends GSO runs (how a connection
+  // batches its packets); the socket itself is the device's.
+  const Endpoint& local() const { return sock_.local(); }
+  bool gso() const { return sock_.gso(); }
   QuicPeer& peer(int rank) { return *peers_[static_cast<size_t>(rank)]; }
   // The known peer whose published endpoint is `ep`, or null.
   QuicPeer* peer_at(const Endpoint& ep);
   bool closing() const { return closing_.load(); }
   void route(const std::string& cid, QuicConnection* c);
   void unroute(const std::string& cid);
-  // The socket is full: writable() runs when it drains.
-  void want_writable();
+  // The connection wrote packets (or changed its expiry): sends its outbox on the socket and
+  // arms its timers (the expiry; a write soon when it used its whole send quantum).
+  void flush(QuicConnection& c);
   // The acceptor's part of a Hello arriving on `c` that passed the group's checks: the dialler's
   // certificate must be the one it published (then `c` is that peer's, and the Hello accepted).
   // *wait: the dialler's published address is not known yet (recheck_hello() later). Counts a
@@ -201,7 +205,13 @@ class QuicDevice final : public Device {
 
  private:
   void on_readable(uint32_t events);
+  // The socket is full: writable() runs when it drains.
+  void want_writable();
   void writable();
+  // Sends `c`'s outbox until the socket is full; false when it is (or the send failed).
+  bool transmit(QuicConnection& c);
+  void arm(QuicConnection& c);
+  void disarm(QuicConnection* c);
   void on_group_failure(const Failure& f, bool tell_peers);
   // Every 250 ms: measures each peer's path and widens its connection's windows to it
   // (measure()); dials a replacement of each silent connection this rank dialled (re-dialling).
@@ -226,6 +236,12 @@ class QuicDevice final : public Device {
   std::vector<std::unique_ptr<QuicPeer>> peers_;
   std::vector<std::unique_ptr<QuicConnection>> conns_;  // loop thread: every connection
   std::vector<QuicConnection*> retired_;
+  // Each connection's timers: its expiry (and the time it is armed for), a write soon.
+  struct Timers {
+    runtime::EventLoop::TimerId expiry = 0, kick = 0;
+    uint64_t at = 0;
+  };
+  std::map<QuicConnection*, Timers> timers_;
   std::map<std::string, QuicConnection*> routes_;  // connection ID -> connection
   bool want_out_ = false;
   bool dialing_ = false;  // connect() is reading its dialled connections' fate
