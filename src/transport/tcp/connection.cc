@@ -45,16 +45,16 @@ void set_notsent_lowat(int fd, uint64_t bytes) {
 
 }  // namespace
 
-TcpConnection::TcpConnection(TcpDevice& owner, TcpPeer& peer, int fd, int stream,
+TcpConnection::TcpConnection(TcpPeer& peer, int fd, int stream,
                              const security::ConnectionKeys& keys, int via)
-    : owner_(owner), peer_(peer), fd_(fd), stream_(stream), via_(via) {
+    : peer_(peer), fd_(fd), stream_(stream), via_(via) {
   set_keys(keys);
   configure_socket();
 }
 
 void TcpConnection::set_keys(const security::ConnectionKeys& keys) {
   if (keys.cipher == 0) {
-    if (owner_.group().security())  // cannot happen: the handshake of a secured group gives keys
+    if (peer_.group().security())  // cannot happen: the handshake of a secured group gives keys
       throw Error(ErrorCode::kInternal, "unsealed connection in a group with a secret");
     sealed_.reset();
     return;
@@ -62,9 +62,9 @@ void TcpConnection::set_keys(const security::ConnectionKeys& keys) {
   // Data frames: the pair's keys for the session, the same on every connection of the pair (a
   // frame re-sent on a resumed stream seals to the same bytes); control frames: this
   // connection's keys from its handshake.
-  const security::Key& job = owner_.group().security()->job_key;
-  const auto me = static_cast<uint32_t>(owner_.group().rank()), them = static_cast<uint32_t>(peer_.rank);
-  const uint8_t ch = owner_.options().channel;  // each channel's device numbers its own frames
+  const security::Key& job = peer_.group().security()->job_key;
+  const auto me = static_cast<uint32_t>(peer_.group().rank()), them = static_cast<uint32_t>(peer_.rank);
+  const uint8_t ch = peer_.options().channel;  // each channel's device numbers its own frames
   sealed_ = std::make_unique<security::SealedStream>(keys.cipher, keys.send, keys.recv,
                                                      security::pair_frame_key(job, ch, me, them, keys.cipher),
                                                      security::pair_frame_key(job, ch, them, me, keys.cipher));
@@ -77,7 +77,7 @@ size_t TcpConnection::wire_size(const SendOp& op) const {
 void TcpConnection::auth_failed(const char* what) {
   GEOCCL_LOG(kError, "a frame on stream " << stream_ << " from rank " << peer_.rank << " failed authentication ("
                                           << what << ", after " << sealed_->describe() << ")");
-  owner_.group().fail(ErrorCode::kProtocol,
+  peer_.group().fail(ErrorCode::kProtocol,
                       "a frame from rank " + std::to_string(peer_.rank) + " on stream " + std::to_string(stream_) +
                           " failed authentication (" + what +
                           "): tampered, replayed, reordered or injected; dropped before use",
@@ -87,11 +87,11 @@ void TcpConnection::auth_failed(const char* what) {
 
 void TcpConnection::configure_socket() {
   {
-    const auto& o = owner_.options();
+    const auto& o = peer_.options();
     set_liveness_options(fd_, o.user_timeout, o.keepalive_idle, o.keepalive_interval);
   }
   if (stream_ != TcpDevice::kControlStream) {
-    const auto& o = owner_.options();
+    const auto& o = peer_.options();
     set_notsent_lowat(fd_, peer_.wan ? o.wan_notsent_lowat : o.notsent_lowat);
     if (o.zerocopy && !sealed_) {  // sealed frames are written from their own buffers
       const int one = 1;
@@ -100,20 +100,20 @@ void TcpConnection::configure_socket() {
         GEOCCL_LOG(kWarn, "SO_ZEROCOPY refused (" << std::strerror(errno) << "); plain sendmsg");
     }
   }
-  if (peer_.wan && stream_ != TcpDevice::kControlStream) owner_.tune_wan_socket(fd_);
+  if (peer_.wan && stream_ != TcpDevice::kControlStream) peer_.tune_wan_socket(fd_);
   if (pacing_rate_) set_pacing_rate(pacing_rate_);
   interest_ = EPOLLIN;
-  owner_.group().loop().add_fd(fd_, interest_, [this](uint32_t ev) { on_events(ev); });
+  peer_.group().loop().add_fd(fd_, interest_, [this](uint32_t ev) { on_events(ev); });
 }
 
 TcpConnection::~TcpConnection() {
-  if (resume_timer_) owner_.group().loop().cancel_timer(resume_timer_);
+  if (resume_timer_) peer_.group().loop().cancel_timer(resume_timer_);
   close_fd();
 }
 
 void TcpConnection::close_fd() {
   if (fd_ < 0) return;
-  owner_.group().loop().remove_fd(fd_);
+  peer_.group().loop().remove_fd(fd_);
   ::close(fd_);
   fd_ = -1;
 }
@@ -121,7 +121,7 @@ void TcpConnection::close_fd() {
 void TcpConnection::post_send(SendOp op) {
   if (fd_ < 0 && !reconnecting_) {
     complete(op.req, {ErrorCode::kPeerLost, "connection to rank " + std::to_string(peer_.rank) + " is closed"});
-    owner_.group().notify();
+    peer_.group().notify();
     return;
   }
   queued_ += wire_size(op) - op.sent;
@@ -129,7 +129,7 @@ void TcpConnection::post_send(SendOp op) {
   if (zerocopy_) op.stable_header = std::make_shared<protocol::FrameHeaderBytes>(op.header);
   const bool was_empty = sendq_.empty();
   sendq_.push_back(std::move(op));
-  if (was_empty && stream_ != TcpDevice::kControlStream) owner_.data_queue_changed(peer_);
+  if (was_empty && stream_ != TcpDevice::kControlStream) peer_.queue_changed();
   write_some();
 }
 
@@ -155,7 +155,7 @@ void TcpConnection::enter_reconnecting(const std::string& why, bool recover) {
   std::deque<SendOp> q;
   for (auto& k : peer_.session.take_kept(stream_)) {
     if (!k.copy) {  // written before copies were kept (cannot happen when copies start on)
-      owner_.group().fail(ErrorCode::kPeerLost,
+      peer_.group().fail(ErrorCode::kPeerLost,
                           "data stream " + std::to_string(stream_) + " to rank " +
                               std::to_string(peer_.rank) +
                               " broke with frames that were sent without a copy to re-send",
@@ -187,14 +187,14 @@ void TcpConnection::enter_reconnecting(const std::string& why, bool recover) {
                                    << " to rank " << peer_.rank << " broke (" << why
                                    << "); re-establishing it, " << copies
                                    << " unacknowledged frame(s) to re-send");
-  if (any_zc) owner_.group().notify();
-  if (recover) owner_.stream_broken(peer_, stream_);
+  if (any_zc) peer_.group().notify();
+  if (recover) peer_.stream_broken(stream_);
 }
 
 void TcpConnection::resume(int fd, const security::ConnectionKeys& keys, int via) {
   if (fd_ >= 0) enter_reconnecting("the peer replaced it", /*recover=*/false);
   if (resume_timer_) {
-    owner_.group().loop().cancel_timer(resume_timer_);
+    peer_.group().loop().cancel_timer(resume_timer_);
     resume_timer_ = 0;
   }
   fd_ = fd;
@@ -208,8 +208,8 @@ void TcpConnection::resume(int fd, const security::ConnectionKeys& keys, int via
   GEOCCL_LOG(kWarn, "stream " << stream_ << " to rank " << peer_.rank << " re-established; "
                                << sendq_.size() << " frame(s) queued on it");
   write_some();
-  if (stream_ == TcpDevice::kControlStream) owner_.control_resumed(peer_);
-  owner_.group().notify();
+  if (stream_ == TcpDevice::kControlStream) peer_.control_resumed();
+  peer_.group().notify();
 }
 
 void TcpConnection::replace(const std::string& why) {
@@ -240,11 +240,11 @@ std::chrono::microseconds TcpConnection::srtt() const {
 }
 
 void TcpConnection::await_resume(std::chrono::milliseconds timeout) {
-  if (resume_timer_) owner_.group().loop().cancel_timer(resume_timer_);
-  resume_timer_ = owner_.group().loop().add_timer(std::chrono::steady_clock::now() + timeout, [this, timeout] {
+  if (resume_timer_) peer_.group().loop().cancel_timer(resume_timer_);
+  resume_timer_ = peer_.group().loop().add_timer(std::chrono::steady_clock::now() + timeout, [this, timeout] {
     resume_timer_ = 0;
     if (!reconnecting_) return;
-    owner_.group().fail(ErrorCode::kPeerUnreachable,
+    peer_.group().fail(ErrorCode::kPeerUnreachable,
                         "stream " + std::to_string(stream_) + " to rank " +
                             std::to_string(peer_.rank) +
                             " broke and the peer did not re-establish it within " +
@@ -281,8 +281,8 @@ int TcpConnection::reset_for_test(bool silent) {
 
 void TcpConnection::tune_for_wan() {
   if (fd_ < 0) return;
-  owner_.tune_wan_socket(fd_);
-  set_notsent_lowat(fd_, owner_.options().wan_notsent_lowat);
+  peer_.tune_wan_socket(fd_);
+  set_notsent_lowat(fd_, peer_.options().wan_notsent_lowat);
 }
 
 TcpConnection::PathSample TcpConnection::path_sample() const {
@@ -357,7 +357,7 @@ StreamStats TcpConnection::info() const {
 }
 
 void TcpConnection::post_control(FrameType type, std::vector<uint8_t> payload) {
-  if (fd_ < 0 || (stream_ != TcpDevice::kControlStream && owner_.group().failed())) return;
+  if (fd_ < 0 || (stream_ != TcpDevice::kControlStream && peer_.group().failed())) return;
   FrameHeader h;
   h.type = type;
   h.payload_len = static_cast<uint32_t>(payload.size());
@@ -395,7 +395,7 @@ void TcpConnection::fail_requests(const Failure& f) {
   reconnecting_ = false;
   queued_ = 0;
   for (const auto& s : sendq_) queued_ += wire_size(s) - s.sent;
-  if (stream_ != TcpDevice::kControlStream) owner_.data_queue_changed(peer_);
+  if (stream_ != TcpDevice::kControlStream) peer_.queue_changed();
 }
 
 void TcpConnection::update_interest() {
@@ -404,17 +404,17 @@ void TcpConnection::update_interest() {
   // Stop reading while a data header waits for a receive: its payload stays in the kernel. A
   // data stream of a failed group is not read at all (see on_events).
   const bool stalled = waiting_for_recv() ||
-                       (stream_ != TcpDevice::kControlStream && owner_.group().failed());
+                       (stream_ != TcpDevice::kControlStream && peer_.group().failed());
   if (!stalled) want |= EPOLLIN;
-  if (!sendq_.empty() && !(stream_ != TcpDevice::kControlStream && owner_.holding(peer_))) want |= EPOLLOUT;
+  if (!sendq_.empty() && !(stream_ != TcpDevice::kControlStream && peer_.holding())) want |= EPOLLOUT;
   if (want != interest_) {
     interest_ = want;
-    owner_.group().loop().modify_fd(fd_, want);
+    peer_.group().loop().modify_fd(fd_, want);
   }
 }
 
 void TcpConnection::on_events(uint32_t events) {
-  if (stream_ != TcpDevice::kControlStream && owner_.group().failed()) {
+  if (stream_ != TcpDevice::kControlStream && peer_.group().failed()) {
     // The group is gone: nothing more is read from a data stream (update_interest drops EPOLLIN,
     // so a peer still sending cannot make the loop spin), and a hang-up, reported whatever the
     // interest, closes it.
@@ -429,14 +429,14 @@ void TcpConnection::on_events(uint32_t events) {
 }
 
 void TcpConnection::on_closed(const std::string& why) {
-  if (!goodbye_ && owner_.can_resume(peer_, stream_)) return enter_reconnecting(why);
+  if (!goodbye_ && peer_.can_resume(stream_)) return enter_reconnecting(why);
   // A stream that ended after its goodbye has delivered every frame put on it; receives of the
   // peer still pending may be filled by its other data streams, so they matter only when this
   // was the last one open (or when a frame on this stream was cut short).
   const bool mid_frame = have_hdr_ || hdr_got_ > 0;
   const bool recv_pending = stream_ != TcpDevice::kControlStream &&
                             peer_.session.window().pending() &&
-                            (mid_frame || !owner_.data_stream_open(peer_, this));
+                            (mid_frame || !peer_.data_stream_open(this));
   const bool pending = recv_pending ||
                        std::any_of(zc_wait_.begin(), zc_wait_.end(), [](const ZcWait& z) { return z.req; }) ||
                        std::any_of(sendq_.begin(), sendq_.end(), [](const SendOp& s) { return s.req; });
@@ -445,7 +445,7 @@ void TcpConnection::on_closed(const std::string& why) {
   const std::string msg = "rank " + std::to_string(peer_.rank) + " " +
                           (goodbye_ ? "left the group while operations with it were pending"
                                     : "closed its connection (" + why + "); process died?");
-  owner_.group().fail(ErrorCode::kPeerLost, msg, /*tell_peers=*/true, {peer_.rank});
+  peer_.group().fail(ErrorCode::kPeerLost, msg, /*tell_peers=*/true, {peer_.rank});
 }
 
 // Returns false when the connection failed.
@@ -461,7 +461,7 @@ bool TcpConnection::handle_header() {
     return true;
   }
   if (st != protocol::DecodeStatus::kOk) {
-    owner_.group().fail(ErrorCode::kProtocol,
+    peer_.group().fail(ErrorCode::kProtocol,
                 "undecodable frame from rank " + std::to_string(peer_.rank) + ": " +
                     protocol::decode_status_name(st),
                 true);
@@ -469,7 +469,7 @@ bool TcpConnection::handle_header() {
     return false;
   }
   if (h.type == FrameType::kData && stream_ == TcpDevice::kControlStream) {
-    owner_.group().fail(ErrorCode::kProtocol, "data frame on the control stream of rank " + std::to_string(peer_.rank), true);
+    peer_.group().fail(ErrorCode::kProtocol, "data frame on the control stream of rank " + std::to_string(peer_.rank), true);
     close_fd();
     return false;
   }
@@ -482,14 +482,14 @@ bool TcpConnection::handle_header() {
 }
 
 void TcpConnection::check_early_frame() {
-  if (waiting_for_recv()) owner_.group().early_frame(peer_.rank, hdr_);
+  if (waiting_for_recv()) peer_.group().early_frame(peer_.rank, hdr_);
 }
 
 ssize_t TcpConnection::receive(uint8_t* dst, size_t n) {
   const ssize_t got = ::recv(fd_, dst, n, MSG_DONTWAIT);
   if (got > 0) {
     peer_.bytes_received.fetch_add(static_cast<uint64_t>(got), std::memory_order_relaxed);
-    owner_.group().heard(peer_.rank);
+    peer_.group().heard(peer_.rank);
     return got;
   }
   if (got == 0)
@@ -518,7 +518,7 @@ void TcpConnection::read_some() {
     auto& window = peer_.session.window();
     using Lookup = protocol::RecvWindow<RecvOp>::Lookup;
     if (hdr_.type == FrameType::kData) {
-      if (owner_.group().failed()) return;  // the group is gone: on_events stops reading
+      if (peer_.group().failed()) return;  // the group is gone: on_events stops reading
       const auto found = window.lookup(hdr_.frame);
       if (found == Lookup::kNotPosted) {  // stalled until it is posted
         check_early_frame();
@@ -537,7 +537,7 @@ void TcpConnection::read_some() {
     } else if (hdr_.type == FrameType::kData) {
       RecvOp& r = window.at(hdr_.frame);
       if (!payload_checked_) {
-        if (!owner_.group().check_frame(peer_.rank, r.expect, hdr_, r.dst.size())) return;
+        if (!peer_.group().check_frame(peer_.rank, r.expect, hdr_, r.dst.size())) return;
         payload_checked_ = true;
       }
       dst = r.dst.first(hdr_.payload_len);
@@ -581,21 +581,21 @@ void TcpConnection::read_some() {
         ++frames_received_;
         req->bytes = hdr_.payload_len;
         complete(req, {});
-        owner_.received(peer_, hdr_.payload_len);
-        owner_.group().notify();
+        peer_.received(hdr_.payload_len);
+        peer_.group().notify();
         break;
       }
       case FrameType::kAck:
-        owner_.acked(peer_, hdr_.frame);
+        peer_.acked(hdr_.frame);
         break;
       case FrameType::kGoodbye:
         goodbye_ = true;
         break;
       case FrameType::kAbort:
-        owner_.group().peer_aborted(peer_.rank, control_payload_);
+        peer_.group().peer_aborted(peer_.rank, control_payload_);
         break;
       case FrameType::kHeartbeat:
-        owner_.group().heartbeat(peer_.rank, control_payload_);
+        peer_.group().heartbeat(peer_.rank, control_payload_);
         break;
     }
   }
@@ -607,7 +607,7 @@ void TcpConnection::resume_writing() {
 }
 
 void TcpConnection::write_some() {
-  const bool hold = stream_ != TcpDevice::kControlStream && owner_.holding(peer_);
+  const bool hold = stream_ != TcpDevice::kControlStream && peer_.holding();
   while (fd_ >= 0 && !sendq_.empty() && !hold) {
     iovec iov[kMaxIov];
     int n_iov = 0;
@@ -641,7 +641,7 @@ void TcpConnection::write_some() {
     // Zero copy only pays for large writes (page pinning and a completion per call).
     // Control frames (abort, goodbye) are always copied: they may be the last thing written
     // before the socket is closed and their storage freed.
-    const bool zc = zerocopy_ && !control && bytes >= owner_.options().zerocopy_min_bytes;
+    const bool zc = zerocopy_ && !control && bytes >= peer_.options().zerocopy_min_bytes;
     const ssize_t n = ::sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT | (zc ? MSG_ZEROCOPY : 0));
     if (n < 0) {
       if (errno == EAGAIN || errno == EINTR) break;
@@ -694,8 +694,8 @@ void TcpConnection::complete_sent(size_t n) {
     if (acked_already && op.delivery) op.delivery->delivered.store(true, std::memory_order_release);
     sendq_.pop_front();
   }
-  if (sendq_.empty() && stream_ != TcpDevice::kControlStream) owner_.data_queue_changed(peer_);
-  if (completed) owner_.group().notify();
+  if (sendq_.empty() && stream_ != TcpDevice::kControlStream) peer_.queue_changed();
+  if (completed) peer_.group().notify();
 }
 
 // Drains MSG_ZEROCOPY completions: each reports a range [lo, hi] of zero-copy calls whose pages
@@ -727,7 +727,7 @@ void TcpConnection::read_errqueue() {
     }
     zc_wait_.pop_front();
   }
-  if (completed) owner_.group().notify();
+  if (completed) peer_.group().notify();
 }
 
 }  // namespace geoccl::transport::tcp

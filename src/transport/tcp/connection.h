@@ -52,13 +52,13 @@ class TcpConnection {
   // Takes ownership of `fd` (non-blocking) and registers it with the loop. `keys` from the
   // connection's authentication (cipher 0: plaintext, no group secret).
   // `via`: the rank whose relay carries the socket (-1: direct).
-  TcpConnection(TcpDevice& owner, TcpPeer& peer, int fd, int stream, const security::ConnectionKeys& keys, int via);
+  TcpConnection(TcpPeer& peer, int fd, int stream, const security::ConnectionKeys& keys, int via);
   ~TcpConnection();
   TcpConnection(const TcpConnection&) = delete;
   TcpConnection& operator=(const TcpConnection&) = delete;
 
   void post_send(SendOp op);
-  // Writes what is queued: the device stopped holding this stream (TcpDevice::holding).
+  // Writes what is queued: the device stopped holding this stream (TcpPeer::holding).
   void resume_writing();
   // A receive for data frame `frame` of this peer was posted: resume reading if this stream
   // stalled on exactly that frame.
@@ -119,7 +119,7 @@ class TcpConnection {
     uint64_t delivery_bps = 0;
   };
   PathSample path_sample() const;
-  // The peer turned out to be in another domain: WAN socket options (TcpDevice::tune_wan_socket).
+  // The peer turned out to be in another domain: WAN socket options (TcpPeer::tune_wan_socket).
   void tune_for_wan();
   // The most bytes/s the kernel may send on this socket (SO_MAX_PACING_RATE; the bulk class's
   // scavenger). Kept for a socket that replaces this one after a break.
@@ -140,7 +140,7 @@ class TcpConnection {
   // Closes the broken socket, forgets the partial frame being read, and queues every frame the
   // peer has not acknowledged (copies kept after writing, then frames not yet fully written) for
   // the next socket of this stream.
-  // `recover`: start recovering it (TcpDevice::stream_broken); not when a new socket is at hand.
+  // `recover`: start recovering it (TcpPeer::stream_broken); not when a new socket is at hand.
   void enter_reconnecting(const std::string& why, bool recover = true);
   void configure_socket();
   void set_keys(const security::ConnectionKeys& keys);
@@ -161,8 +161,7 @@ class TcpConnection {
   void complete_sent(size_t n);
   void read_errqueue();
 
-  TcpDevice& owner_;
-  TcpPeer& peer_;
+  TcpPeer& peer_;  // the pair: what the stream needs of it (TcpPeer's methods)
   int fd_;
   const int stream_;
   int via_;

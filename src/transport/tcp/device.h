@@ -97,10 +97,43 @@ struct TcpOptions {
   static constexpr int kInitialStreams = 4, kMostStreams = 16;
 };
 
-// One peer pair of a TcpDevice: its connections and its protocol state. Loop thread, except
-// the byte counters.
+// One peer pair of a TcpDevice: its connections, its protocol state, its relay and two-hop
+// state and the threads that keep it connected. Its streams (TcpConnection) ask what they need
+// through the pair's few methods below, which the device answers. Loop thread, except the byte
+// counters.
 struct TcpPeer {
   using Session = protocol::PeerSession<TcpConnection::RecvOp, RequestPtr>;
+  explicit TcpPeer(TcpDevice& d) : device(d) {}
+
+  // ---- What its streams ask of the pair (loop thread).
+  Group& group() const;
+  const TcpOptions& options() const;
+  // Stream `stream` broke (or stalled): whether it is re-established instead of failing the
+  // group. Resume is on for the peer, the group stands, the peer has not said goodbye, and for a
+  // data stream the control stream is open or being re-established.
+  bool can_resume(int stream) const;
+  // The higher rank dials it again (own thread, fast attempts until resume_timeout; a refused
+  // connection means the peer's process is gone: kPeerLost); the lower rank waits for that and
+  // checks that the peer's process is still there.
+  void stream_broken(int stream);
+  // The control stream was re-established: the latest acknowledgement goes again, and after an
+  // outage (control_stalled) the dialler replaces every data stream.
+  void control_resumed();
+  // Whether a data stream other than `except` is open or being re-established.
+  bool data_stream_open(const TcpConnection* except = nullptr) const;
+  // A data frame was received in full: acknowledges it when one is due.
+  void received(uint64_t bytes);
+  // The peer acknowledged every data frame below `upto`.
+  void acked(uint64_t upto);
+  // Applies the WAN socket options to a data socket.
+  void tune_wan_socket(int fd) const;
+  // A data stream's send queue became empty or non-empty.
+  void queue_changed();
+  // Whether the data streams hold their frames now (the device yields to a higher class that
+  // has frames queued for a WAN peer).
+  bool holding() const;
+
+  TcpDevice& device;
   int rank = -1;
   std::string endpoint;  // lower ranks: where to dial
   std::vector<std::unique_ptr<TcpConnection>> streams;  // [0] control, [1..S] data
@@ -200,36 +233,6 @@ class TcpDevice final : public Device {
   uint16_t stream_port_for_test(int peer, int stream);
   StallSample stall_sample_for_test(int peer, int stream);
 
-  // ---- For TcpConnection (loop thread).
-
-  Group& group() const { return group_; }
-  const TcpOptions& options() const { return options_; }
-  TcpPeer& peer(int rank) { return *peers_[static_cast<size_t>(rank)]; }
-  // Stream `stream` to the peer broke (or stalled): whether it is re-established instead of
-  // failing the group. Resume is on for the peer, the group stands, the peer has not said
-  // goodbye, and for a data stream the control stream is open or being re-established.
-  bool can_resume(const TcpPeer& p, int stream) const;
-  // The higher rank dials it again (own thread, fast attempts until resume_timeout; a refused
-  // connection means the peer's process is gone: kPeerLost); the lower rank waits for that and
-  // checks that the peer's process is still there.
-  void stream_broken(TcpPeer& p, int stream);
-  // The control stream to the peer was re-established: the latest acknowledgement goes again, and
-  // after an outage (control_stalled) the dialler replaces every data stream.
-  void control_resumed(TcpPeer& p);
-  // Whether a data stream of the peer other than `except` is open or being re-established.
-  bool data_stream_open(const TcpPeer& p, const TcpConnection* except = nullptr) const;
-  // A data frame of the peer was received in full: acknowledges it when one is due.
-  void received(TcpPeer& p, uint64_t bytes);
-  // The peer acknowledged every data frame below `upto`.
-  void acked(TcpPeer& p, uint64_t upto);
-  // Applies the WAN socket options to a data socket of a WAN peer.
-  void tune_wan_socket(int fd) const;
-  // A data stream's send queue became empty or non-empty.
-  void data_queue_changed(const TcpPeer& p);
-  // Whether the data streams to `p` hold their frames now (this device yields to a higher
-  // class that has frames queued for a WAN peer).
-  bool holding(const TcpPeer& p) const;
-
   // Priority between classes (the Router sets it up on the bulk class's device): this device
   // yields to `higher`. While `higher` has data frames queued for a WAN peer (and kYieldHold
   // after), nothing more is written to this device's WAN data sockets; otherwise they send at
@@ -249,7 +252,27 @@ class TcpDevice final : public Device {
   uint64_t bulk_rate_bps(int peer) const;
 
  private:
-  struct PendingAccept;
+  friend struct TcpPeer;  // answers what its streams ask (the functions below)
+
+  TcpPeer& peer(int rank) { return *peers_[static_cast<size_t>(rank)]; }
+  bool can_resume(const TcpPeer& p, int stream) const;
+  void stream_broken(TcpPeer& p, int stream);
+  void control_resumed(TcpPeer& p);
+  bool data_stream_open(const TcpPeer& p, const TcpConnection* except = nullptr) const;
+  void received(TcpPeer& p, uint64_t bytes);
+  void acked(TcpPeer& p, uint64_t upto);
+  void tune_wan_socket(int fd) const;
+  void data_queue_changed(const TcpPeer& p);
+  bool holding(const TcpPeer& p) const;
+
+  // An inbound connection in its handshake (protocol/handshake_machine.h). Nothing but the
+  // handshake is read from it until the dialler has proven the secret; the machine asks for no
+  // more than its messages, so the first frames stay in the socket for the connection.
+  struct PendingAccept {
+    int fd = -1;
+    runtime::EventLoop::TimerId timer = 0;
+    std::unique_ptr<protocol::HandshakeAcceptor> hs;
+  };
 
   void on_accept();
   void on_pending_readable(int fd);
