@@ -97,6 +97,18 @@ class PeerSession {
     }
   }
   uint64_t acked_upto() const { return acked_; }
+  // Frame `frame` alone was acknowledged (a transport whose acknowledgements come per frame and
+  // in any order: QUIC, one stream per frame): forgets it and its copy. False when it was not
+  // kept.
+  bool delivered(uint64_t frame) {
+    auto it = unacked_.find(frame);
+    if (it == unacked_.end()) return false;
+    release(it->second);
+    unacked_.erase(it);
+    return true;
+  }
+  // The frames written and not acknowledged, in frame order (a new connection sends them again).
+  const std::map<uint64_t, Kept>& unacked() const { return unacked_; }
 
   // Stream `stream` broke: its written, unacknowledged frames, in frame order, removed from
   // here, to be written again (they come back through written() with their copy).

@@ -58,6 +58,30 @@ TEST(PeerSession, AcksDeliverInFrameOrderAndForget) {
   EXPECT_EQ(delivered, (std::vector<int>{0, 1, 2, 3, 4}));
 }
 
+// QUIC acknowledges each frame on its own, in any order: the session forgets exactly that frame
+// and its copy (shared with the sender, not copied), and keeps the rest in frame order for a
+// new connection.
+TEST(PeerSession, FramesAcknowledgedOneByOneInAnyOrder) {
+  Session s;
+  s.set_keep_copies(true);
+  for (uint64_t f = 0; f < 4; ++f) {
+    auto copy = std::make_shared<std::vector<uint8_t>>(10 + f, 1);
+    EXPECT_FALSE(s.written(f, 0, header_of(f), *copy, std::make_shared<int>(static_cast<int>(f)), copy));
+  }
+  EXPECT_EQ(s.kept_bytes(), 10u + 11 + 12 + 13);
+  EXPECT_TRUE(s.delivered(2));
+  EXPECT_FALSE(s.delivered(2));  // once
+  EXPECT_TRUE(s.delivered(0));
+  EXPECT_EQ(s.kept_bytes(), 11u + 13);
+  std::vector<uint64_t> left;
+  for (const auto& [frame, k] : s.unacked()) {
+    left.push_back(frame);
+    EXPECT_EQ(*k.token, static_cast<int>(frame));
+    EXPECT_EQ(k.copy->size(), 10 + frame);
+  }
+  EXPECT_EQ(left, (std::vector<uint64_t>{1, 3}));
+}
+
 TEST(PeerSession, BrokenStreamGivesBackItsCopiesInOrder) {
   Session s;
   s.set_keep_copies(true);

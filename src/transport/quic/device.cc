@@ -282,13 +282,13 @@ void QuicDevice::established(QuicConnection& c) {
   for (auto it = p.staged.begin(); it != p.staged.end();)
     it = it->second.complete() ? std::next(it) : p.staged.erase(it);
   // (Frames a 0-RTT dialler sent as early data are on `c` already.)
-  for (auto& [frame, f] : p.unacked)
-    if (!c.carries(frame)) post(p, c, f);
+  for (const auto& [frame, k] : p.session.unacked())
+    if (!c.carries(frame)) post(p, c, k.token);
   p.reconnects.fetch_add(1, std::memory_order_relaxed);
-  p.frames_resent.fetch_add(p.unacked.size(), std::memory_order_relaxed);
+  p.frames_resent.fetch_add(p.session.unacked_frames(), std::memory_order_relaxed);
   if (p.rank < group_.rank()) {  // we dialled it: its reconnect time ends when the frames re-sent are in
     p.recovering = true;
-    p.recover_upto = p.unacked.empty() ? 0 : p.unacked.rbegin()->first;
+    p.recover_upto = p.session.unacked().empty() ? 0 : p.session.unacked().rbegin()->first;
     // From its first answer: what came before is the outage (or the lost attempts), not the
     // cost of reconnecting.
     p.recover_since = c.first_received() == Clock::time_point{} ? Clock::now() : c.first_received();
@@ -298,7 +298,7 @@ void QuicDevice::established(QuicConnection& c) {
   GEOCCL_LOG(kInfo, "QUIC: a new connection with rank "
                         << p.rank << " replaces one silent for " << silent_ms << " ms ("
                         << (c.zero_rtt() ? "0-RTT" : c.zero_rtt_refused() ? "0-RTT refused, full handshake" : "full handshake")
-                        << "); " << p.unacked.size() << " frame(s) sent again");
+                        << "); " << p.session.unacked_frames() << " frame(s) sent again");
   if (p.recovering) check_recovered(p);
   group_.notify();
 }
@@ -348,7 +348,7 @@ void QuicDevice::dial_again(QuicPeer& p) {
     // 0-RTT: the frames not yet acknowledged ride the first flight (and are not posted again
     // when it is established: established()).
     if (p.redial->early())
-      for (auto& [frame, f] : p.unacked) post(p, *p.redial, f);
+      for (const auto& [frame, k] : p.session.unacked()) post(p, *p.redial, k.token);
     p.redial->write(now_ns());
   } catch (const Error& e) {
     GEOCCL_LOG(kWarn, "QUIC: cannot dial rank " << p.rank << " again: " << e.what());
@@ -491,7 +491,7 @@ RequestPtr QuicDevice::send(int peer_rank, const FrameHeader& h, std::span<const
     numbered.frame = p.session.number_frame();
     f->frame = numbered.frame;
     f->header = protocol::encode_frame_header(numbered);
-    p.unacked[f->frame] = f;
+    p.session.written(f->frame, 0, f->header, *f->payload, f, f->payload);
     p.frames_sent.fetch_add(1, std::memory_order_relaxed);
     complete(req);
     group_.notify();
@@ -501,13 +501,13 @@ RequestPtr QuicDevice::send(int peer_rank, const FrameHeader& h, std::span<const
 }
 
 void QuicDevice::frame_delivered(QuicPeer& p, uint64_t frame) {
-  p.unacked.erase(frame);
+  p.session.delivered(frame);
   if (p.recovering) check_recovered(p);
   group_.notify();
 }
 
 void QuicDevice::check_recovered(QuicPeer& p) {
-  if (!p.unacked.empty() && p.unacked.begin()->first <= p.recover_upto) return;
+  if (!p.session.unacked().empty() && p.session.unacked().begin()->first <= p.recover_upto) return;
   p.recovering = false;
   const auto us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - p.recover_since).count();
   p.reconnect_us.store(static_cast<uint64_t>(us), std::memory_order_relaxed);
@@ -620,7 +620,7 @@ void QuicDevice::on_group_failure(const Failure& f, bool tell_peers) {
   for (auto& p : peers_) {
     p->session.window().drain([&](QuicRecvOp& r) { complete(r.req, f); });
     p->staged.clear();
-    p->unacked.clear();
+    p->session.drop_unacked([](std::shared_ptr<OutFrame>&) {});
   }
   if (!tell_peers) return;
   const auto payload = protocol::encode_abort(static_cast<uint8_t>(f.code), f.message, f.ranks);

@@ -99,14 +99,16 @@ struct StagedFrame {
 
 // One peer of a QuicDevice and its protocol state. Loop thread, except the counters.
 struct QuicPeer {
-  using Session = protocol::PeerSession<QuicRecvOp, RequestPtr>;
+  // The session keeps every frame sent and not yet acknowledged (its OutFrame, whose payload
+  // copy is the kept copy) for a replacement connection to send again.
+  using Session = protocol::PeerSession<QuicRecvOp, std::shared_ptr<OutFrame>>;
+  QuicPeer() { session.set_keep_copies(true); }
   int rank = -1;
   bool known = false;  // its address was read from the store
   Address address;
   Endpoint endpoint;
-  Session session;  // numbering and the receive window
+  Session session;  // numbering, the frames not acknowledged yet, the receive window
   std::map<uint64_t, StagedFrame> staged;
-  std::map<uint64_t, std::shared_ptr<OutFrame>> unacked;  // by frame number
   QuicConnection* conn = nullptr;  // the established connection (owned by the device)
   QuicConnection* redial = nullptr;  // dialler: a replacement of `conn` being dialled
   std::chrono::steady_clock::time_point last_redial{};
