@@ -1,5 +1,5 @@
-// Device: what every transport implements (tcp/, shm/, next quic/), one folder each with the
-// same file set:
+// Device: what every transport implements (tcp/, shm/, quic/), one folder each with the same
+// file set:
 //   device.{h,cc}      this interface: listen, address, connect/accept with the handshake,
 //                      the data path of the peers it serves, shutdown
 //   connection.{h,cc}  one peer pair's link: frame I/O on the device's fds
@@ -31,19 +31,78 @@
 
 namespace geoccl::transport {
 
-// What a device can do, announced rather than guessed (as NCCL's getProperties describes a net
-// plugin). The router calls set_two_hop and path_reading only where claimed (recv_reduce, on the
-// data path, returns null on a device that does not claim it), and the conformance suite checks
-// every claim against what the device does.
+using Clock = std::chrono::steady_clock;
+
+// ---- Optional capabilities. A device that has one implements its interface and returns itself
+// from the matching Device accessor (null: it has not); the router uses a capability only where
+// a device returns it, as NCCL's net plugins leave out what they cannot do.
+
+// Receives the next data frame from `peer` and combines it element-wise into `dst`
+// (dst = dst op payload, core::reduce_into order) instead of copying it: the payload must be
+// exactly dst.size() bytes. Straight from where the bytes arrive (shm: the shared segment), which
+// saves the staging copy a caller without it makes.
+class ReduceOnReceive {
+ public:
+  virtual RequestPtr recv_reduce(int peer, const protocol::FrameHeader& expect, std::span<uint8_t> dst,
+                                 DataType dtype, ReduceOp op) = 0;
+
+ protected:
+  ~ReduceOnReceive() = default;
+};
+
+// Paths tuned for the WAN (TCP: striped data streams, socket options, stream resume).
+class WanTuning {
+ public:
+  // After topology discovery: `peer` is in another domain (a WAN path) or in this rank's own
+  // (a LAN path). Both ends of a pair decide alike, as every rank knows the same domains.
+  virtual void set_wan_peer(int peer, bool wan) = 0;
+  // Waits until what set_wan_peer started for the WAN peers is in place (TCP: their striped data
+  // streams are open), or `deadline`: what the path measurements after it take for granted.
+  virtual void await_wan_streams(Clock::time_point deadline) = 0;
+
+ protected:
+  ~WanTuning() = default;
+};
+
+// The path to a peer as the device's own statistics show it now, for re-planning while a job
+// runs (collectives/path_monitor.h): the least smoothed RTT of its connections, and the delivery
+// rate of the samples that were not application-limited (0: none, or not measured).
+struct PathReading {
+  double srtt_ms = 0;
+  double delivery_mbps = 0;
+};
+class PathReader {
+ public:
+  virtual PathReading path_reading(int peer) const = 0;
+
+ protected:
+  ~PathReader() = default;
+};
+
+// A two-hop path for bulk data (collectives/detour.h), called on both ends of the pair with the
+// same figures: frames to `peer` of at least `min_bytes` go through rank `via` (a relay), the
+// smaller ones stay direct. Returns whether the device does it (TCP: the dialling end moves its
+// data streams but the first onto the relay; not for a pair that a relay carries already).
+class TwoHopPaths {
+ public:
+  virtual bool set_two_hop(int peer, int via, size_t min_bytes) = 0;
+
+ protected:
+  ~TwoHopPaths() = default;
+};
+
+// What a device can do, as its capability accessors say (logs, tests).
 struct DeviceProperties {
-  bool two_hop = false;             // bulk frames may take a two-hop path (set_two_hop)
-  bool reduces_on_receive = false;  // recv_reduce reduces where the bytes arrive
-  bool reads_paths = false;         // path_reading reports the path's RTT and delivery rate
+  bool two_hop = false;             // TwoHopPaths
+  bool reduces_on_receive = false;  // ReduceOnReceive
+  bool reads_paths = false;         // PathReader
+  bool wan_tuning = false;          // WanTuning
 };
 
 class Device {
  public:
-  using Clock = std::chrono::steady_clock;
+  using Clock = transport::Clock;
+  using PathReading = transport::PathReading;
   // The address `peer` published for this device (blocks on the store until it is there).
   using AddressOf = std::function<std::vector<uint8_t>(int peer)>;
   // Runs now and then (about every 100 ms) while connect() waits for peers; throws to abandon
@@ -53,7 +112,18 @@ class Device {
   virtual ~Device() = default;
   // "tcp", "shm": the device's name in GEOCCL_TRANSPORT, store keys, logs and LinkStats.
   virtual const char* name() const = 0;
-  virtual DeviceProperties properties() const = 0;
+
+  // Its optional capabilities (above); null where it has none.
+  virtual ReduceOnReceive* reduce_on_receive() { return nullptr; }
+  virtual WanTuning* wan_tuning() { return nullptr; }
+  virtual const PathReader* path_reader() const { return nullptr; }
+  virtual TwoHopPaths* two_hop_paths() { return nullptr; }
+  DeviceProperties properties() const {
+    auto& self = const_cast<Device&>(*this);
+    return {self.two_hop_paths() != nullptr, self.reduce_on_receive() != nullptr, path_reader() != nullptr,
+            self.wan_tuning() != nullptr};
+  }
+
   // Opaque bytes a peer needs to reach this rank through this device.
   virtual std::vector<uint8_t> address() const = 0;
   // Whether this device can carry frames to a peer that published `peer_address` (shm: the
@@ -74,25 +144,10 @@ class Device {
                           std::span<const uint8_t> payload) = 0;
   virtual RequestPtr recv(int peer, const protocol::FrameHeader& expect,
                           std::span<uint8_t> dst) = 0;
-  // Receives the next data frame from `peer` and combines it element-wise into `dst`
-  // (dst = dst op payload, core::reduce_into order) instead of copying it: the payload must be
-  // exactly dst.size() bytes. A device that can reduce straight from where the bytes arrive
-  // (shm: the shared segment; DeviceProperties::reduces_on_receive) saves a staging copy; the
-  // others return nullptr and the caller receives into scratch memory and reduces itself.
-  virtual RequestPtr recv_reduce(int /*peer*/, const protocol::FrameHeader& /*expect*/,
-                                 std::span<uint8_t> /*dst*/, DataType /*dtype*/, ReduceOp /*op*/) {
-    return nullptr;
-  }
   // Loop thread: calls Group::early_frame for every data frame waiting for its receive (a new
   // operation began).
   virtual void recheck_early_frames() = 0;
 
-  // After topology discovery: `peer` is in another domain (a WAN path) or in this rank's own
-  // (a LAN path). Both ends of a pair decide alike, as every rank knows the same domains.
-  virtual void set_wan_peer(int peer, bool wan) = 0;
-  // Waits until what set_wan_peer started for the WAN peers is in place (TCP: their striped data
-  // streams are open), or `deadline`: what the path measurements after it take for granted.
-  virtual void await_wan_streams(Clock::time_point /*deadline*/) {}
   // ---- Liveness (transport/liveness_monitor.h), loop thread. The device reports everything it
   // receives from a peer to Group::heard, and heartbeats to Group::heartbeat.
   // Sends `peer` a heartbeat frame with `payload` (protocol/liveness.h), on its control path.
@@ -105,19 +160,6 @@ class Device {
 
   // Fills the device's part of `ps` (ps->peer is set): counters, and the device's own detail.
   virtual void stats(LinkStats* ps) const = 0;
-  // The path to `peer` as the device's own statistics show it now, for re-planning while a job
-  // runs (collectives/path_monitor.h): the least smoothed RTT of its connections, and the
-  // delivery rate of the samples that were not application-limited (0: none, or not measured).
-  struct PathReading {
-    double srtt_ms = 0;
-    double delivery_mbps = 0;
-  };
-  virtual PathReading path_reading(int /*peer*/) const { return {}; }
-  // A two-hop path for bulk data (collectives/detour.h), called on both ends of the pair with the
-  // same figures: frames to `peer` of at least `min_bytes` go through rank `via` (a relay), the
-  // smaller ones stay direct. Returns whether the device does it (TCP: the dialling end moves its
-  // data streams but the first onto the relay; not for a pair that a relay carries already).
-  virtual bool set_two_hop(int /*peer*/, int /*via*/, size_t /*min_bytes*/) { return false; }
   // Says goodbye to every peer and closes, with a bounded wait for what is queued to leave.
   virtual void shutdown() = 0;
 };

@@ -162,8 +162,9 @@ RequestPtr Router::recv(int peer, const protocol::FrameHeader& expect, std::span
 
 RequestPtr Router::recv_reduce(int peer, const protocol::FrameHeader& expect, std::span<uint8_t> dst,
                                DataType dtype, ReduceOp op) {
-  // A device that does not reduce on receive returns null itself: no properties() on this path.
-  return of(peer, expect.channel).recv_reduce(peer, expect, dst, dtype, op);
+  // A device that does not reduce on receive leaves it to the caller (null).
+  ReduceOnReceive* r = of(peer, expect.channel).reduce_on_receive();
+  return r ? r->recv_reduce(peer, expect, dst, dtype, op) : nullptr;
 }
 
 void Router::begin_operation(const protocol::FrameHeader& h) {
@@ -220,19 +221,21 @@ void Router::set_domains(std::vector<int> domain_of, std::vector<std::string> na
 }
 
 void Router::set_wan_peer(int peer, bool wan) {
-  for (int c = 0; c < kPriorityClasses; ++c) of(peer, static_cast<uint8_t>(c)).set_wan_peer(peer, wan);
+  for (int c = 0; c < kPriorityClasses; ++c)
+    if (WanTuning* t = of(peer, static_cast<uint8_t>(c)).wan_tuning()) t->set_wan_peer(peer, wan);
 }
 
 void Router::await_wan_streams(Clock::time_point deadline) {
   for (auto& ch : channels_)
-    for (auto& d : ch.devices) d->await_wan_streams(deadline);
+    for (auto& d : ch.devices)
+      if (WanTuning* t = d->wan_tuning()) t->await_wan_streams(deadline);
 }
 
 bool Router::set_two_hop(int peer, int via, size_t min_bytes) {
   bool taken = false;
   for (int c = 0; c < kPriorityClasses; ++c) {
-    Device& d = of(peer, static_cast<uint8_t>(c));
-    const bool ok = d.properties().two_hop && d.set_two_hop(peer, via, min_bytes);
+    TwoHopPaths* t = of(peer, static_cast<uint8_t>(c)).two_hop_paths();
+    const bool ok = t && t->set_two_hop(peer, via, min_bytes);
     if (c == 0) taken = ok;
   }
   return taken;

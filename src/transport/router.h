@@ -72,9 +72,9 @@ class Router final : public Transport {
   std::optional<Failure> failure() const override;
   std::vector<LinkStats> stats() const override;
   // The gradient class's device's reading of the path to `peer` (Device::path_reading).
-  Device::PathReading path_reading(int peer) const {
-    const Device& d = of(peer, 0);
-    return d.properties().reads_paths ? d.path_reading(peer) : Device::PathReading{};
+  PathReading path_reading(int peer) const {
+    const PathReader* r = of(peer, 0).path_reader();
+    return r ? r->path_reading(peer) : PathReading{};
   }
 
   // A receive from any peer waits on `channel` (on) or is done (off): Group::watch_early_messages,

@@ -259,20 +259,29 @@ TEST_P(Conformance, APeerThatGoesAwayEndsTheReceivesWaitingForIt) {
   EXPECT_EQ(waiting->failure.code, ErrorCode::kPeerLost) << waiting->failure.message;
 }
 
-// What a device claims (DeviceProperties) it does, and what it does not claim it refuses: a
-// claimed reduce on receive sums the frame into the destination, an unclaimed one is left to the
-// caller (nullptr); a device that claims path readings reports the RTT of a link that carried
-// frames, one that does not reports nothing; one that claims no two-hop paths takes none.
-TEST_P(Conformance, WhatADeviceClaimsItDoes) {
+// What a device offers (its optional capabilities, transport/device.h) works: a reduce on
+// receive sums the frame into the destination, path readings report the RTT of a link that
+// carried frames, WAN tuning leaves the pair carrying frames; without the capability the caller
+// receives and reduces itself.
+TEST_P(Conformance, WhatADeviceOffersWorks) {
   Job job(GetParam(), 3);
   ASSERT_TRUE(job.connected());
-  const transport::DeviceProperties props = job.dev(1).properties();
+  if (transport::WanTuning* t = job.dev(1).wan_tuning()) {
+    for (int r = 0; r < 3; ++r)
+      if (transport::WanTuning* u = job.dev(r).wan_tuning())
+        for (int q = 0; q < 3; ++q)
+          if (q != r) u->set_wan_peer(q, true);
+    t->await_wan_streams(std::chrono::steady_clock::now() + 10s);
+  }
   constexpr size_t kFloats = 4096;
   std::vector<float> acc(kFloats, 1.0f), add(kFloats, 2.0f);
   const std::span<uint8_t> acc_bytes(reinterpret_cast<uint8_t*>(acc.data()), kFloats * sizeof(float));
   const std::span<const uint8_t> add_bytes(reinterpret_cast<const uint8_t*>(add.data()), kFloats * sizeof(float));
-  const RequestPtr reduce = job.dev(1).recv_reduce(0, header(0, add_bytes.size()), acc_bytes, DataType::kFloat32, ReduceOp::kSum);
-  EXPECT_EQ(reduce != nullptr, props.reduces_on_receive);
+  transport::ReduceOnReceive* reducer = job.dev(1).reduce_on_receive();
+  const RequestPtr reduce =
+      reducer ? reducer->recv_reduce(0, header(0, add_bytes.size()), acc_bytes, DataType::kFloat32, ReduceOp::kSum)
+              : nullptr;
+  EXPECT_EQ(reduce != nullptr, reducer != nullptr);
   // Frame 0 lands either in the reduce or in a plain receive; one back the other way.
   std::vector<uint8_t> plain(add_bytes.size());
   const RequestPtr recv = reduce ? reduce : job.dev(1).recv(0, header(0, add_bytes.size()), plain);
@@ -290,15 +299,12 @@ TEST_P(Conformance, WhatADeviceClaimsItDoes) {
   } else {
     EXPECT_TRUE(std::equal(plain.begin(), plain.end(), add_bytes.begin()));
   }
-  const Device::PathReading reading = job.dev(1).path_reading(0);
-  if (props.reads_paths) {
-    EXPECT_GT(reading.srtt_ms, 0.0);
-  } else {
-    EXPECT_TRUE(reading.srtt_ms == 0 && reading.delivery_mbps == 0);
+  if (const transport::PathReader* reader = job.dev(1).path_reader()) {
+    EXPECT_GT(reader->path_reading(0).srtt_ms, 0.0);
   }
-  if (!props.two_hop) {
-    EXPECT_FALSE(job.dev(1).set_two_hop(0, 2, 1));
-  }
+  const transport::DeviceProperties props = job.dev(1).properties();
+  EXPECT_EQ(props.reduces_on_receive, reducer != nullptr);
+  EXPECT_EQ(props.reads_paths, job.dev(1).path_reader() != nullptr);
 }
 
 // With the group secret, a rank with another secret is refused: it never joins, and the refusal

@@ -143,7 +143,6 @@ class QuicDevice final : public Device {
   ~QuicDevice() override;
 
   const char* name() const override { return "quic"; }
-  DeviceProperties properties() const override { return {}; }
   std::vector<uint8_t> address() const override;
   bool reaches(std::span<const uint8_t> peer_address) const override;
   void connect(const std::vector<int>& peers, const AddressOf& address_of, const Poll& poll,
@@ -151,7 +150,6 @@ class QuicDevice final : public Device {
   RequestPtr send(int peer, const protocol::FrameHeader& h, std::span<const uint8_t> payload) override;
   RequestPtr recv(int peer, const protocol::FrameHeader& expect, std::span<uint8_t> dst) override;
   void recheck_early_frames() override;
-  void set_wan_peer(int /*peer*/, bool /*wan*/) override {}
   void send_heartbeat(int peer, std::span<const uint8_t> payload) override;
   bool host_answers(int peer, std::chrono::milliseconds recent) const override;
   void stats(LinkStats* ps) const override;

@@ -43,7 +43,7 @@ struct ShmOptions {
   std::chrono::milliseconds handshake_timeout{10000};
 };
 
-class ShmDevice final : public Device {
+class ShmDevice final : public Device, public ReduceOnReceive {
  public:
   // Listens on a fresh abstract socket and subscribes to the group's failure. Throws Error(kIo).
   // The group (and its loop) must outlive the device.
@@ -52,11 +52,7 @@ class ShmDevice final : public Device {
   ~ShmDevice() override;
 
   const char* name() const override { return "shm"; }
-  DeviceProperties properties() const override {
-    DeviceProperties p;
-    p.reduces_on_receive = true;
-    return p;
-  }
+  ReduceOnReceive* reduce_on_receive() override { return this; }
   std::vector<uint8_t> address() const override { return encode_address(address_); }
   // Same boot id and network namespace as this rank.
   bool reaches(std::span<const uint8_t> peer_address) const override;
@@ -69,8 +65,6 @@ class ShmDevice final : public Device {
   RequestPtr recv_reduce(int peer, const protocol::FrameHeader& expect, std::span<uint8_t> dst,
                          DataType dtype, ReduceOp op) override;
   void recheck_early_frames() override;
-  // A peer on the same host is never a WAN peer: nothing to tune.
-  void set_wan_peer(int /*peer*/, bool /*wan*/) override {}
   void send_heartbeat(int peer, std::span<const uint8_t> payload) override;
   // A peer on this host: its host is ours, so a silent peer is a stopped or hung process.
   bool host_answers(int /*peer*/, std::chrono::milliseconds /*recent*/) const override { return true; }

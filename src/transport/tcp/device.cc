@@ -472,14 +472,7 @@ bool TcpDevice::set_two_hop(int peer_rank, int via, size_t min_bytes) {
   return taken;
 }
 
-DeviceProperties TcpDevice::properties() const {
-  DeviceProperties p;
-  p.two_hop = true;
-  p.reads_paths = true;
-  return p;
-}
-
-Device::PathReading TcpDevice::path_reading(int peer) const {
+PathReading TcpDevice::path_reading(int peer) const {
   PathReading out;
   group_.loop().run_owned([&] {
     const TcpPeer& p = *peers_[static_cast<size_t>(peer)];

@@ -177,7 +177,7 @@ struct TcpPeer {
   std::atomic<bool> opening{false};
 };
 
-class TcpDevice final : public Device {
+class TcpDevice final : public Device, public WanTuning, public PathReader, public TwoHopPaths {
  public:
   static constexpr int kControlStream = 0;
   // A two-hop path takes the data streams from this one on; stream 1 stays direct.
@@ -188,7 +188,9 @@ class TcpDevice final : public Device {
   ~TcpDevice() override;
 
   const char* name() const override { return "tcp"; }
-  DeviceProperties properties() const override;
+  WanTuning* wan_tuning() override { return this; }
+  const PathReader* path_reader() const override { return this; }
+  TwoHopPaths* two_hop_paths() override { return this; }
   std::vector<uint8_t> address() const override;
   bool reaches(std::span<const uint8_t> peer_address) const override;
   void connect(const std::vector<int>& peers, const AddressOf& address_of, const Poll& poll,
