@@ -132,10 +132,7 @@ size_t HandshakeAcceptor::want() const {
   return need_ - in_.size();
 }
 
-std::span<const uint8_t> HandshakeAcceptor::extension() const {
-  if (step_ == Step::kHello || in_.size() < kHelloSize + hello_.extension) return {};
-  return std::span<const uint8_t>(in_).subspan(kHelloSize, hello_.extension);
-}
+std::span<const uint8_t> HandshakeAcceptor::extension() const { return ext_; }
 
 Reply HandshakeAcceptor::reply(HandshakeStatus status) const {
   Reply r;
@@ -177,6 +174,9 @@ void HandshakeAcceptor::judge_hello() {
   }
   st = check_auth_flag(h, me_.key != nullptr);
   if (st != HandshakeStatus::kAccepted) return refuse_with(st, "");
+  if (relay_request() && !me_.relays)
+    return refuse_with(HandshakeStatus::kRefused,
+                       std::string("the ") + transport_name(me_.transport) + " transport relays nothing");
   // The higher rank of a pair dials; a relay request may come from any rank.
   if (!relay_request() && h.rank <= me_.rank)
     return refuse_with(HandshakeStatus::kBadRank, "rank " + std::to_string(h.rank) + " cannot dial rank " +
@@ -193,6 +193,8 @@ size_t HandshakeAcceptor::feed(std::span<const uint8_t> in) {
     switch (step_) {
       case Step::kHello: judge_hello(); break;
       case Step::kRest:
+        ext_.assign(in_.begin() + static_cast<std::ptrdiff_t>(kHelloSize),
+                    in_.begin() + static_cast<std::ptrdiff_t>(kHelloSize + hello_.extension));
         step_ = Step::kJudge;
         state_ = HandshakeState::kJudge;
         break;
@@ -218,6 +220,7 @@ size_t HandshakeAcceptor::feed(std::span<const uint8_t> in) {
 void HandshakeAcceptor::accept() {
   if (state_ != HandshakeState::kJudge || relay_request()) return;
   const auto rb = encode_reply(reply(HandshakeStatus::kAccepted));
+  replied_ = true;
   if (!me_.key) {
     out_.insert(out_.end(), rb.begin(), rb.end());
     step_ = Step::kFinished;
@@ -243,8 +246,13 @@ void HandshakeAcceptor::accept() {
 }
 
 void HandshakeAcceptor::refuse(HandshakeStatus status, std::string reason) {
-  if (state_ != HandshakeState::kJudge && state_ != HandshakeState::kRunning) return;
-  refuse_with(status, std::move(reason));
+  if (state_ == HandshakeState::kRefused) return;
+  if (!replied_) return refuse_with(status, std::move(reason));
+  // The dialler has our accepting Reply and reads frames next: a Reply now would be taken for
+  // one. The refusal is this side's alone; the device closes the connection.
+  step_ = Step::kFinished;
+  keys_ = {};
+  refused(status, reason.empty() ? std::string(handshake_status_name(status)) : std::move(reason));
 }
 
 std::array<uint8_t, kReplySize> HandshakeAcceptor::relay_reply(bool reached) const {

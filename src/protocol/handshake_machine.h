@@ -41,6 +41,7 @@ struct HandshakeSetup {
   uint64_t params_hash = 0;
   Transport transport = Transport::kTcp;
   uint16_t streams = 1;                     // connections per pair (a Hello's stream is below)
+  bool relays = false;                      // relay requests are taken (else refused: TCP only)
   const security::GroupKey* key = nullptr;  // authenticate inside the handshake (the caller keeps it alive)
 };
 
@@ -119,9 +120,11 @@ class HandshakeAcceptor : public HandshakeEnd {
   // kJudge -> the Reply (and with a secret AuthResp) is output; kDone, or kRunning until the
   // dialler's proof. Not for a relay request (relay_reply()).
   void accept();
-  // Before kDone (in kJudge, or a device's own check of what it read, such as a packet that held
-  // more or less than a message) -> a refusing Reply with `reason` (empty: the status says it)
-  // is output; kRefused.
+  // A refusal by the device, at any point until it adopts the connection (in kJudge, or its own
+  // check of what it read, such as a packet that held more or less than a message, or of a state
+  // that changed while the proof travelled) -> kRefused. Before accept() a refusing Reply with
+  // `reason` (empty: the status says it) is output; after it nothing is (the dialler reads
+  // frames next): the device closes the connection.
   void refuse(HandshakeStatus status, std::string reason);
   // A relay request's answer, sent by the relay once it knows whether it reached the target.
   std::array<uint8_t, kReplySize> relay_reply(bool reached) const;
@@ -136,7 +139,9 @@ class HandshakeAcceptor : public HandshakeEnd {
   Step step_ = Step::kHello;
   Hello hello_;
   std::vector<uint8_t> in_;  // Hello, extension, AuthInit; then AuthFin
+  std::vector<uint8_t> ext_;  // the extension, kept past accept()
   size_t need_ = kHelloSize;
+  bool replied_ = false;  // the accepting Reply is out
   std::unique_ptr<security::AuthAcceptor> auth_;
 };
 

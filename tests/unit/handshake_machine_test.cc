@@ -110,6 +110,9 @@ TEST(HandshakeMachine, WithASecretBothEndsGetTheSameKeysAndTheExtensionArrives) 
     ASSERT_EQ(d.state(), HandshakeState::kDone) << d.why();
     ASSERT_EQ(a.state(), HandshakeState::kDone) << a.why();
     ASSERT_TRUE(seen);
+    protocol::shm::Extension after;  // still there once the proof is in
+    EXPECT_TRUE(protocol::shm::decode_extension(a.extension(), &after));
+    EXPECT_EQ(after.token, ext.token);
     EXPECT_EQ(seen->ring_bytes, 8192u);
     EXPECT_EQ(seen->token, ext.token);
     EXPECT_NE(d.keys().cipher, 0);
@@ -200,7 +203,9 @@ TEST(HandshakeMachine, ARelayRequestCarriesNoAuthenticationAndIsAnsweredByTheRel
   for (bool reached : {true, false}) {
     // Rank 0 asks rank 3 to carry its stream 1 to rank 2 (a lower rank asks: the relay takes it).
     HandshakeDialler d(setup(0, Transport::kTcp, &key), 3, 1, {}, kHelloFlagRelayRequest, 2);
-    HandshakeAcceptor a(setup(3, Transport::kTcp, &key));
+    auto relay = setup(3, Transport::kTcp, &key);
+    relay.relays = true;
+    HandshakeAcceptor a(relay);
     const auto hello = d.take_output();
     EXPECT_EQ(hello.size(), kHelloSize);  // no AuthInit
     EXPECT_EQ(a.feed(hello), kHelloSize);
@@ -213,6 +218,15 @@ TEST(HandshakeMachine, ARelayRequestCarriesNoAuthenticationAndIsAnsweredByTheRel
     if (!reached) {
       EXPECT_EQ(d.status(), HandshakeStatus::kUnreachable);
     }
+  }
+  // A transport that relays nothing refuses the request, secret or not.
+  {
+    HandshakeDialler d(setup(0, Transport::kSharedMemory), 3, 0, {}, kHelloFlagRelayRequest, 2);
+    HandshakeAcceptor a(setup(3, Transport::kSharedMemory));
+    run(d, a, 1000);
+    ASSERT_EQ(a.state(), HandshakeState::kRefused);
+    EXPECT_EQ(d.status(), HandshakeStatus::kRefused);
+    EXPECT_NE(d.why().find("relays nothing"), std::string::npos) << d.why();
   }
   // Then the handshake through the tunnel, end to end, says which relay carries it.
   HandshakeDialler d(setup(2, Transport::kTcp, &key), 0, 1, {}, kHelloFlagRelayed, 3);
@@ -266,4 +280,31 @@ TEST(HandshakeMachine, AForgedProofIsRefusedAndGivesNoKeys) {
   EXPECT_TRUE(a.auth_failed());
   EXPECT_NE(a.why().find("could not prove the group secret"), std::string::npos) << a.why();
   EXPECT_EQ(a.keys().cipher, 0);
+}
+
+// Once the accepting Reply is out the dialler reads frames next: a refusal then (the device's
+// state changed while the proof travelled, or the proof came in a malformed packet) sends nothing
+// and gives no keys; the device closes the connection.
+TEST(HandshakeMachine, ARefusalAfterTheAcceptingReplySendsNothing) {
+  const auto key = key_of("machine-secret-0123456789");
+  for (const auto* k : {static_cast<const security::GroupKey*>(nullptr), &key}) {
+    HandshakeDialler d(setup(3, Transport::kTcp, k), 1, 0);
+    HandshakeAcceptor a(setup(1, Transport::kTcp, k));
+    run(d, a, 1000);
+    ASSERT_EQ(a.state(), HandshakeState::kDone) << a.why();
+    a.refuse(HandshakeStatus::kRefused, "rank 3 is connected already");
+    EXPECT_EQ(a.state(), HandshakeState::kRefused);
+    EXPECT_TRUE(a.take_output().empty());
+    EXPECT_EQ(a.why(), "rank 3 is connected already");
+    EXPECT_EQ(a.keys().cipher, 0);
+  }
+  // Mid-proof (accepted, AuthFin not in yet): the same.
+  HandshakeDialler d(setup(3, Transport::kTcp, &key), 1, 0);
+  HandshakeAcceptor a(setup(1, Transport::kTcp, &key));
+  a.feed(d.take_output());
+  a.accept();
+  EXPECT_FALSE(a.take_output().empty());
+  a.refuse(HandshakeStatus::kMalformed, "");
+  EXPECT_EQ(a.state(), HandshakeState::kRefused);
+  EXPECT_TRUE(a.take_output().empty());
 }

@@ -139,8 +139,11 @@ void QuicDevice::writable() {
   for (size_t i = 0; i < conns_.size(); ++i) {
     QuicConnection& c = *conns_[i];
     if (!c.socket_full()) continue;
-    if (!transmit(c)) return;  // full again
     c.set_socket_full(false);
+    if (!transmit(c)) {
+      if (c.socket_full()) return;  // full again: the rest wait for the next EPOLLOUT
+      continue;                     // this one failed; the others go on
+    }
     c.write(now_ns());
   }
 }
@@ -282,8 +285,11 @@ void QuicDevice::established(QuicConnection& c) {
   for (auto it = p.staged.begin(); it != p.staged.end();)
     it = it->second.complete() ? std::next(it) : p.staged.erase(it);
   // (Frames a 0-RTT dialler sent as early data are on `c` already.)
+  // (A send that fails may fail the group, which drops the kept frames: post from a copy.)
+  std::vector<std::shared_ptr<OutFrame>> again;
   for (const auto& [frame, k] : p.session.unacked())
-    if (!c.carries(frame)) post(p, c, k.token);
+    if (!c.carries(frame)) again.push_back(k.token);
+  for (const auto& f : again) post(p, c, f);
   p.reconnects.fetch_add(1, std::memory_order_relaxed);
   p.frames_resent.fetch_add(p.session.unacked_frames(), std::memory_order_relaxed);
   if (p.rank < group_.rank()) {  // we dialled it: its reconnect time ends when the frames re-sent are in
@@ -347,9 +353,13 @@ void QuicDevice::dial_again(QuicPeer& p) {
     conns_.push_back(std::move(nc));
     // 0-RTT: the frames not yet acknowledged ride the first flight (and are not posted again
     // when it is established: established()).
-    if (p.redial->early())
-      for (const auto& [frame, k] : p.session.unacked()) post(p, *p.redial, k.token);
-    p.redial->write(now_ns());
+    if (p.redial->early()) {
+      std::vector<std::shared_ptr<OutFrame>> again;
+      for (const auto& [frame, k] : p.session.unacked()) again.push_back(k.token);
+      for (const auto& f : again)
+        if (p.redial) post(p, *p.redial, f);  // (a failed send retires it)
+    }
+    if (p.redial) p.redial->write(now_ns());
   } catch (const Error& e) {
     GEOCCL_LOG(kWarn, "QUIC: cannot dial rank " << p.rank << " again: " << e.what());
   }

@@ -191,9 +191,13 @@ void ShmDevice::on_pending_readable(int fd) {
       p->awaiting_proof = hs.state() == protocol::HandshakeState::kRunning;
     }
   } else if (hs.state() == protocol::HandshakeState::kDone) {  // the dialler's proof was right
+    // The state may have changed while the proof travelled (refused now: the dialler sees the
+    // socket close).
     std::lock_guard lk(mu_);
     if (linked_[hs.hello().rank])
       hs.refuse(protocol::HandshakeStatus::kRefused, "rank " + std::to_string(hs.hello().rank) + " is connected already");
+    else if (shut_.load())
+      hs.refuse(protocol::HandshakeStatus::kRefused, "rank " + std::to_string(group_.rank()) + " is shutting down");
   }
   if (hs.state() == protocol::HandshakeState::kRefused) {
     // A refusal is counted before the dialler hears it: whoever sees the answer sees the count.

@@ -33,7 +33,7 @@ void TcpDevice::on_accept() {
     auto p = std::make_unique<PendingAccept>();
     p->fd = fd;
     p->hs = std::make_unique<protocol::HandshakeAcceptor>(
-        group_.handshake_setup(protocol::Transport::kTcp, static_cast<uint16_t>(streams_)));
+        tcp_handshake());
     p->timer = group_.loop().add_timer(Clock::now() + kHandshakeTimeout, [this, fd] {
       GEOCCL_LOG(kWarn, "dropping inbound connection that sent no handshake");
       rejected_.fetch_add(1);

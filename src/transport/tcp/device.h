@@ -280,6 +280,12 @@ class TcpDevice final : public Device, public WanTuning, public PathReader, publ
   void on_pending_readable(int fd);
   void drop_pending(int fd);
   void reject_pending(int fd, const std::string& why);
+  // What this rank's TCP handshakes say and expect (relay requests taken).
+  protocol::HandshakeSetup tcp_handshake() const {
+    auto s = group_.handshake_setup(protocol::Transport::kTcp, static_cast<uint16_t>(streams_));
+    s.relays = true;
+    return s;
+  }
   // Whether a stream from the Hello's rank is welcome now (kBadRank if not, *why says why);
   // *existing: the stream it replaces (resume).
   protocol::HandshakeStatus admit(const protocol::Hello& hello, TcpConnection** existing, std::string* why);

@@ -226,7 +226,7 @@ int TcpDevice::dial(const TcpPeer& p, bool wan, int stream, Clock::time_point de
   set_nodelay(fd);
   const std::string& cc = wan ? options_.wan_congestion_control : options_.congestion_control;
   if (!cc.empty()) set_congestion_control(fd, cc);
-  const auto setup = group_.handshake_setup(protocol::Transport::kTcp, static_cast<uint16_t>(streams_));
+  const auto setup = tcp_handshake();
   // Runs one handshake to its end on the blocking socket; false on an I/O failure (*why says).
   auto run = [&](protocol::HandshakeDialler& hs, const char* what) {
     std::array<uint8_t, 512> buf;
