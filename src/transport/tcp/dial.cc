@@ -332,7 +332,9 @@ void TcpDevice::redial(TcpPeer& p, bool wan, int stream, std::chrono::millisecon
     } else {
       fd = dial(p, wan, stream, std::min(deadline, started + attempt), &why, &rejected, &keys, &refused, &via);
     }
-    if (rejected || refused) silent_since = Clock::now();  // the path answers
+    // The direct path answers; or the attempt went through a relay (a two-hop path's, a
+    // failed-over pair's) and says nothing about the direct path, whose silence counts from now.
+    if (rejected || refused || via >= 0) silent_since = Clock::now();
     if (refused) {
       peer_gone(p, why);  // nobody listens where the peer did
       return;
