@@ -39,7 +39,6 @@
 
 #include "protocol/frame.h"
 #include "protocol/handshake_machine.h"
-#include "runtime/event_loop.h"
 #include "transport/quic/address.h"
 #include "transport/quic/flow_window.h"
 #include "transport/quic/udp.h"

@@ -56,7 +56,6 @@ struct ShmDevice::Pending {
   Segment seg;
   size_t ring_bytes = 0;
   UniqueFd wake_self, wake_peer;
-  bool awaiting_proof = false;
 };
 
 struct ShmDevice::Dialled {
@@ -167,7 +166,8 @@ void ShmDevice::on_pending_readable(int fd) {
   int flags = 0;
   const ssize_t n = recv_with_fds(fd, buf, &fds, &flags, MSG_DONTWAIT);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
-  const std::string who = p->awaiting_proof ? "a shared-memory connection claiming to be rank " +
+  // A mapped segment: its Hello was accepted, and the dialler's proof is what comes now.
+  const std::string who = p->seg.mapped() ? "a shared-memory connection claiming to be rank " +
                                                   std::to_string(hs.hello().rank)
                                             : "a shared-memory connection";
   if (n <= 0) {  // closed (or failed) without a word
@@ -188,7 +188,6 @@ void ShmDevice::on_pending_readable(int fd) {
       hs.accept();
       p->wake_self = std::move(fds[1]);
       p->wake_peer = std::move(fds[2]);
-      p->awaiting_proof = hs.state() == protocol::HandshakeState::kRunning;
     }
   } else if (hs.state() == protocol::HandshakeState::kDone) {  // the dialler's proof was right
     // The state may have changed while the proof travelled (refused now: the dialler sees the
