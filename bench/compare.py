@@ -685,6 +685,9 @@ def summarize(args, n, names, rows, k, rate, rtt):
                 "ratio_to_limit": (med / lim) if (med and lim) else None,
                 "ratio_to_small_bound": (med / bound) if (med and bound) else None,
             }
+            for key in ("cpu_ns_per_byte", "emulator_cpu_ns_per_byte"):
+                vals = [r[key] for r in rs if isinstance(r.get(key), (int, float))]
+                entry[name][key] = statistics.median(vals) if vals else None
             enc = [r["encoded_bytes_per_call"] for r in rs if "encoded_bytes_per_call" in r]
             if enc:  # geoccl with --compression: what all ranks encoded per call
                 entry[name]["encoded_bytes_per_call"] = statistics.median(enc)
@@ -713,6 +716,8 @@ def records_from(args, summary, names):
                 "ratio_to_small_bound": b["ratio_to_small_bound"],
                 "correct": b["correct"], "compression": compression_label(args, name),
                 "encoded_bytes_per_call": b.get("encoded_bytes_per_call"),
+                "cpu_ns_per_byte": b.get("cpu_ns_per_byte"),
+                "emulator_cpu_ns_per_byte": b.get("emulator_cpu_ns_per_byte"),
             })
     return out
 
@@ -806,6 +811,7 @@ def print_table(args, n, names, summary, k, rate, rtt):
         print("| " + " | ".join(cells) + " |")
     print("\nX/geoccl > 1: geoccl is faster. x limit: time / physical limit (1 = at the limit).",
           flush=True)
+    print_cpu_table(args, names, summary)
     if args.compression:
         for e in summary:
             for name in names:
@@ -818,6 +824,52 @@ def print_table(args, n, names, summary, k, rate, rtt):
                 else:
                     print("%s at %s: %.2f MB encoded per call, all ranks together"
                           % (name, e["size"], enc / 1e6))
+
+
+def memcpy_ns_per_byte(nbytes=64 << 20, rounds=5):
+    """This machine's floor: CPU ns to copy one byte once (memoryview copy, a large buffer, the
+    fastest of a few rounds)."""
+    src = bytearray(os.urandom(1 << 20)) * (nbytes >> 20)
+    dst = bytearray(len(src))
+    best = None
+    for _ in range(rounds):
+        t0 = time.process_time_ns()
+        dst[:] = src
+        t = (time.process_time_ns() - t0) / len(src)
+        best = t if best is None else min(best, t)
+    return best
+
+
+def print_cpu_table(args, names, summary):
+    """CPU per byte of user data: every rank's CPU (user + system, every thread) in the timed
+    calls over the bytes all ranks passed, beside one memcpy of each byte on this machine; on the
+    test bed the emulator's CPU over the same span is a column of its own."""
+    if not any(e[name].get("cpu_ns_per_byte") is not None for e in summary for name in names):
+        return
+    floor = memcpy_ns_per_byte()
+    head = ["size", "memcpy ns/B"]
+    for name in names:
+        head.append("%s cpu ns/B" % name)
+        if name != "geoccl":
+            head.append("%s/geoccl" % name)
+        if args.wan:
+            head.append("%s emulator ns/B" % name)
+    print("\nCPU per byte (all ranks' CPU in the timed calls / bytes all ranks passed):\n")
+    print("| " + " | ".join(head) + " |")
+    print("|" + "|".join("---:" for _ in head) + "|")
+    for e in summary:
+        cells = [e["size"], "%.3f" % floor]
+        ref = e.get("geoccl", {}).get("cpu_ns_per_byte")
+        for name in names:
+            c = e[name].get("cpu_ns_per_byte")
+            cells.append("-" if c is None else "%.3f" % c)
+            if name != "geoccl":
+                cells.append(fmt_ratio(c, ref))
+            if args.wan:
+                emu = e[name].get("emulator_cpu_ns_per_byte")
+                cells.append("-" if emu is None else "%.3f" % emu)
+        print("| " + " | ".join(cells) + " |")
+    print("\nX/geoccl > 1: X spends more CPU per byte than geoccl.", flush=True)
 
 
 def summarize_train(args, n, names, rows, k, rate, rtt):

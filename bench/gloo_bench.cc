@@ -31,6 +31,7 @@
 
 #include "bench_common.h"
 #include "bench_env.h"
+#include "cpu_clock.h"
 #include "gloo_rendezvous.h"
 
 namespace geoccl_bench {
@@ -134,6 +135,8 @@ struct Result {
   double max_us = 0;
   double algbw_gbps = 0;
   double busbw_gbps = 0;
+  double cpu_ns_per_byte = 0;       // every rank's CPU in the timed calls per byte of user data
+  double emulator_ns_per_byte = -1;  // the test bed's emulator over the same span; -1 off it
   bool correct = false;
 };
 
@@ -148,13 +151,13 @@ void Allreduce(const std::shared_ptr<gloo::Context>& ctx, float* data, std::size
   gloo::allreduce(opts);
 }
 
-// Elementwise MAX over ranks of a small vector of doubles (used to gather timings and flags).
+// Elementwise MAX (or SUM) over ranks of a small vector of doubles (timings, flags, CPU time).
 void AllreduceMax(const std::shared_ptr<gloo::Context>& ctx, std::vector<double>& v,
-                  std::chrono::milliseconds timeout) {
+                  std::chrono::milliseconds timeout, bool sum = false) {
   gloo::AllreduceOptions opts(ctx);
   opts.setOutput(v.data(), v.size());
-  opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, std::size_t)>(
-      &gloo::max<double>));
+  using Fn = void (*)(void*, const void*, const void*, std::size_t);
+  opts.setReduceFunction(sum ? static_cast<Fn>(&gloo::sum<double>) : static_cast<Fn>(&gloo::max<double>));
   opts.setTimeout(timeout);
   gloo::allreduce(opts);
 }
@@ -192,19 +195,27 @@ Result RunSize(const std::shared_ptr<gloo::Context>& ctx, std::size_t bytes, con
   std::vector<double> times_us;  // this rank's per-iteration times
   times_us.reserve(static_cast<std::size_t>(opt.iters));
   std::size_t mismatches = 0;
+  double cpu_s = 0, emulator_s = -1;
   for (int it = 0; it < opt.warmup + opt.iters; ++it) {
     std::memcpy(buf.data(), pattern.data(), bytes);
+    if (it == opt.warmup && ctx->rank == 0) emulator_s = geoccl::tools::emulator_cpu_s();
     // No barrier between iterations: every rank times its own call and we take the max over
     // ranks per iteration, which bounds the collective's completion time without adding a
     // barrier's latency to it.
+    const double cpu0 = geoccl::tools::process_cpu_s();
     const auto t0 = Clock::now();
     Allreduce(ctx, buf.data(), count, timeout);
     const auto t1 = Clock::now();
+    const double cpu1 = geoccl::tools::process_cpu_s();
     mismatches += CountMismatches(buf.data(), count, n, ctx->rank);
     if (it >= opt.warmup) {
       times_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+      cpu_s += cpu1 - cpu0;
     }
   }
+  if (emulator_s >= 0) emulator_s = geoccl::tools::emulator_cpu_s() - emulator_s;
+  std::vector<double> cpu{cpu_s};
+  AllreduceMax(ctx, cpu, timeout, /*sum=*/true);
 
   // One small collective after the loop gathers everything: per-iteration max over ranks, plus
   // a trailing "any rank saw a wrong element" flag.
@@ -226,6 +237,10 @@ Result RunSize(const std::shared_ptr<gloo::Context>& ctx, std::size_t bytes, con
   // share of the buffer each rank must send and receive in an optimal allreduce.
   r.algbw_gbps = static_cast<double>(bytes) / (r.median_us * 1e-6) / 1e9;
   r.busbw_gbps = r.algbw_gbps * 2.0 * (n - 1) / n;
+  // As geoccl bench counts it: CPU over the bytes every rank passed, all timed calls.
+  const double user_bytes = static_cast<double>(bytes) * n * std::max(opt.iters, 1);
+  r.cpu_ns_per_byte = cpu[0] * 1e9 / user_bytes;
+  if (emulator_s >= 0) r.emulator_ns_per_byte = emulator_s * 1e9 / user_bytes;
   r.correct = correct;
   return r;
 }
@@ -233,14 +248,16 @@ Result RunSize(const std::shared_ptr<gloo::Context>& ctx, std::size_t bytes, con
 void PrintHeader(int world_size) {
   std::printf("# gloo_bench: gloo::allreduce (ring), float32 sum, TCP, world_size %d\n",
               world_size);
-  std::printf("# %12s %12s %12s %12s %12s %12s %12s %8s\n", "size(B)", "count", "time(us)",
-              "min(us)", "max(us)", "algbw(GB/s)", "busbw(GB/s)", "correct");
+  std::printf("# %12s %12s %12s %12s %12s %12s %12s %9s %8s\n", "size(B)", "count", "time(us)",
+              "min(us)", "max(us)", "algbw(GB/s)", "busbw(GB/s)", "cpu_ns/B", "correct");
 }
 
 void PrintRow(const Result& r) {
-  std::printf("  %12zu %12zu %12.1f %12.1f %12.1f %12.3f %12.3f %8s\n", r.bytes, r.count,
-              r.median_us, r.min_us, r.max_us, r.algbw_gbps, r.busbw_gbps,
+  std::printf("  %12zu %12zu %12.1f %12.1f %12.1f %12.3f %12.3f %9.3f %8s", r.bytes, r.count,
+              r.median_us, r.min_us, r.max_us, r.algbw_gbps, r.busbw_gbps, r.cpu_ns_per_byte,
               r.correct ? "yes" : "NO");
+  if (r.emulator_ns_per_byte >= 0) std::printf("  emulator_cpu_ns/B %.3f", r.emulator_ns_per_byte);
+  std::printf("\n");
   std::fflush(stdout);
 }
 
@@ -257,6 +274,10 @@ void WriteJson(const std::string& path, const std::vector<Result>& results) {
        << ", \"time_us_max\": " << JsonNumber(r.max_us)
        << ", \"algbw_gbps\": " << JsonNumber(r.algbw_gbps)
        << ", \"busbw_gbps\": " << JsonNumber(r.busbw_gbps)
+       << ", \"cpu_ns_per_byte\": " << JsonNumber(r.cpu_ns_per_byte)
+       << (r.emulator_ns_per_byte >= 0
+               ? ", \"emulator_cpu_ns_per_byte\": " + JsonNumber(r.emulator_ns_per_byte)
+               : std::string())
        << ", \"correct\": " << (r.correct ? "true" : "false") << "}"
        << (i + 1 < results.size() ? ",\n" : "\n");
   }

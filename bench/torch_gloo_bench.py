@@ -230,6 +230,26 @@ def choose_gloo_interface(rank: int) -> None:
     os.environ["GLOO_SOCKET_IFNAME"] = iface
 
 
+def emulator_cpu_s() -> float:
+    """Seconds of CPU the test bed's emulator (GEOCCL_WAN_EMULATOR_PID, set by `geoccl run --wan`)
+    has used, every thread; -1 off the test bed."""
+    pid = os.environ.get("GEOCCL_WAN_EMULATOR_PID")
+    if not pid:
+        return -1.0
+    total, seen = 0.0, False
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat", encoding="ascii") as f:
+                    total += int(f.read().split()[0]) * 1e-9
+                    seen = True
+            except (OSError, ValueError, IndexError):
+                pass
+    except OSError:
+        return -1.0
+    return total if seen else -1.0
+
+
 def run_size(dist, torch, nbytes: int, args, rank: int, world: int) -> dict:
     count = nbytes // 4
     # A fresh hook state per size: powerSGD keeps per-bucket state (error, P and Q) of one shape.
@@ -248,8 +268,13 @@ def run_size(dist, torch, nbytes: int, args, rank: int, world: int) -> dict:
     times_us: list[float] = []
     wrong = False
     rel_error = 0.0
+    cpu_s = 0.0  # this process's CPU (every thread) in the timed calls
+    emulator_s = -1.0
     for it in range(args.warmup + args.iters):
         buf.copy_(pattern)  # the allreduce is in place: restore the input outside the timer
+        if it == args.warmup and rank == 0:
+            emulator_s = emulator_cpu_s()
+        c0 = time.process_time()
         # No barrier between iterations: each rank times its own call and the max over ranks
         # per iteration is taken afterwards.
         t0 = time.perf_counter_ns()
@@ -259,6 +284,7 @@ def run_size(dist, torch, nbytes: int, args, rank: int, world: int) -> dict:
         else:
             out = hook[0](hook[1], FlatBucket(0, buf, [shape], True)).wait()
         t1 = time.perf_counter_ns()
+        c1 = time.process_time()
         if hook is None:
             if not torch.equal(out, expected):
                 if not wrong:
@@ -276,10 +302,20 @@ def run_size(dist, torch, nbytes: int, args, rank: int, world: int) -> dict:
                 wrong = True
         if it >= args.warmup:
             times_us.append((t1 - t0) / 1e3)
+            cpu_s += c1 - c0
+    if emulator_s >= 0:
+        emulator_s = emulator_cpu_s() - emulator_s
 
     # One small collective gathers per-iteration max over ranks plus an "any rank wrong" flag.
     gathered = torch.tensor(times_us + [rel_error, 1.0 if wrong else 0.0], dtype=torch.float64)
     dist.all_reduce(gathered, op=dist.ReduceOp.MAX)
+    cpu = torch.tensor([cpu_s], dtype=torch.float64)
+    dist.all_reduce(cpu, op=dist.ReduceOp.SUM)
+    # As geoccl bench counts it: every rank's CPU over the bytes all ranks passed, timed calls.
+    user_bytes = nbytes * world * max(args.iters, 1)
+    extra_cpu = {"cpu_ns_per_byte": cpu.item() * 1e9 / user_bytes}
+    if emulator_s >= 0:
+        extra_cpu["emulator_cpu_ns_per_byte"] = emulator_s * 1e9 / user_bytes
     values = gathered.tolist()
     correct = values.pop() == 0.0
     rel_error = values.pop()
@@ -304,6 +340,7 @@ def run_size(dist, torch, nbytes: int, args, rank: int, world: int) -> dict:
         "algbw_gbps": algbw,
         "busbw_gbps": algbw * 2 * (world - 1) / world,
         "correct": correct,
+        **extra_cpu,
         **extra,
     }
 
@@ -312,15 +349,17 @@ def print_header(world: int, args) -> None:
     how = "float32 sum" if args.hook == "none" else f"float32 average through {hook_description(args)}"
     print(f"# torch_gloo_bench: torch.distributed all_reduce (gloo), {how}, "
           f"world_size {world}")
-    print("# {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>8}".format(
+    print("# {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>9} {:>8}".format(
         "size(B)", "count", "time(us)", "min(us)", "max(us)", "algbw(GB/s)", "busbw(GB/s)",
-        "correct"))
+        "cpu_ns/B", "correct"))
 
 
 def print_row(r: dict) -> None:
-    print("  {:>12} {:>12} {:>12.1f} {:>12.1f} {:>12.1f} {:>12.3f} {:>12.3f} {:>8}".format(
+    emu = r.get("emulator_cpu_ns_per_byte")
+    print("  {:>12} {:>12} {:>12.1f} {:>12.1f} {:>12.1f} {:>12.3f} {:>12.3f} {:>9.3f} {:>8}{}".format(
         r["bytes"], r["count"], r["time_us_median"], r["time_us_min"], r["time_us_max"],
-        r["algbw_gbps"], r["busbw_gbps"], "yes" if r["correct"] else "NO"), flush=True)
+        r["algbw_gbps"], r["busbw_gbps"], r["cpu_ns_per_byte"], "yes" if r["correct"] else "NO",
+        "" if emu is None else "  emulator_cpu_ns/B %.3f" % emu), flush=True)
 
 
 def write_json(path: str, results: list[dict]) -> None:

@@ -1,13 +1,14 @@
 #include "compression/half_codec.h"
 
 #include "core/half.h"
+#include "core/half_array.h"
 #include "geoccl/error.h"
 
 namespace geoccl::compression {
 namespace {
 
-// Plain loops over contiguous arrays: the compiler vectorizes them (-O3, see
-// tests/check_vectorized.sh); the conversions in core/half.h are branch-free after if-conversion.
+// bf16: plain loops over contiguous arrays, which the compiler vectorizes (-O3, see
+// tests/check_marked_vectorized.sh). fp16 goes through core/half_array.h (F16C where present).
 template <uint16_t (*FromF)(float)>
 void encode_loop(const float* __restrict src, uint8_t* __restrict out, size_t n) {
   for (size_t i = 0; i < n; ++i) store_u16(out + 2 * i, FromF(src[i]));  // must vectorize
@@ -36,7 +37,7 @@ void decode(CodecId codec, std::span<const uint8_t> in, std::span<float> dst) {
   check_destination(h, dst.size());
   const uint8_t* p = in.data() + kHeaderSize;
   if (codec == CodecId::kFp16)
-    decode_loop<core::half_to_float, kAdd>(p, dst.data(), dst.size());
+    (kAdd ? core::halves_add_to_floats : core::halves_to_floats)(p, dst.size(), dst.data());
   else
     decode_loop<core::bf16_to_float, kAdd>(p, dst.data(), dst.size());
 }
@@ -51,17 +52,13 @@ void half_encode(CodecId codec, std::span<const float> src, std::span<uint8_t> o
   write_header({codec, src.size(), 0, 0}, out);
   uint8_t* p = out.data() + kHeaderSize;
   if (codec == CodecId::kFp16)
-    encode_loop<core::float_to_half>(src.data(), p, src.size());
+    core::floats_to_halves(src.data(), src.size(), p);
   else
     encode_loop<core::float_to_bf16>(src.data(), p, src.size());
 }
 
-void fp16_store(const float* src, size_t n, uint8_t* out) {
-  encode_loop<core::float_to_half>(src, out, n);
-}
-void fp16_load(const uint8_t* in, size_t n, float* dst) {
-  decode_loop<core::half_to_float, false>(in, dst, n);
-}
+void fp16_store(const float* src, size_t n, uint8_t* out) { core::floats_to_halves(src, n, out); }
+void fp16_load(const uint8_t* in, size_t n, float* dst) { core::halves_to_floats(in, n, dst); }
 
 void half_decode(CodecId codec, std::span<const uint8_t> in, std::span<float> dst) {
   decode<false>(codec, in, dst);

@@ -314,8 +314,20 @@ TEST(CompressionTopK, KeepsExactlyKLargestTiesToLowerIndex) {
     spread[i] = std::ldexp(spread[i], static_cast<int>(rng() % 22) - 12);  // within fp16's range
     if (i % 97 == 0) spread[i] = std::numeric_limits<float>::denorm_min() * static_cast<float>(i % 5);
   }
-  for (const auto* input : {&ties, &spread})
-  for (uint32_t k : {1u, 100u, 655u, 1000u, 65535u, 65536u}) {
+  // Inputs that steer the selection's sample (topk.cc) each way: gaussian (the sample's band
+  // holds the answer), a period of 64 whose large values the sample rarely sees, ascending
+  // magnitudes, a few non-zeros among zeros, and large values only where the sample looks
+  // (the first 16 of every 64), so that it overestimates and the histogram takes over.
+  std::vector<float> plain = gaussian(65536 * 2 + 1000, 13), periodic(plain.size()),
+                     ascending(plain.size()), sparse(plain.size(), 0.0f), front(plain.size());
+  for (size_t i = 0; i < periodic.size(); ++i) {
+    periodic[i] = i % 64 == 63 ? 100.0f + static_cast<float>(i % 1000) : plain[i];
+    front[i] = i % 64 < 16 ? 10.0f + plain[i] : 0.01f * plain[i];
+    ascending[i] = static_cast<float>(i) * (i % 2 ? -1e-3f : 1e-3f);
+    if (i % 1500 == 7) sparse[i] = plain[i];
+  }
+  for (const auto* input : {&ties, &spread, &plain, &periodic, &ascending, &sparse, &front})
+  for (uint32_t k : {1u, 100u, 655u, 1000u, 20000u, 65535u, 65536u}) {
     const auto& x = *input;
     const auto y = round_trip({CodecId::kTopK, k}, x);
     for (size_t off = 0; off < x.size(); off += kTopKChunk) {
@@ -328,7 +340,7 @@ TEST(CompressionTopK, KeepsExactlyKLargestTiesToLowerIndex) {
       std::vector<bool> kept(n, false);
       for (size_t j = 0; j < topk_kept(n, k); ++j) kept[order[j]] = true;
       for (size_t i = 0; i < n; ++i) {
-        // Kept values travel as fp16 (the tie-heavy input is exact in fp16).
+        // Kept values travel as fp16.
         const float want = kept[i] ? core::half_to_float(core::float_to_half(x[off + i])) : 0.0f;
         if (std::isnan(want))
           ASSERT_TRUE(std::isnan(y[off + i]));

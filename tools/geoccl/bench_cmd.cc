@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "core/half.h"
+#include "cpu_clock.h"
 #include "resources.h"
 #include "geoccl/geoccl.h"
 
@@ -281,11 +282,12 @@ int run_bench(const BenchSpec& spec) {
   if (me == 0) std::printf("# setup %.3f s\n", setup_s);
   if (me == 0)
     std::printf("# geoccl bench: op=%s dtype=%s ranks=%d iters=%d warmup=%d algo=%s%s%s\n"
-                "%12s %12s %12s %12s %12s %10s %10s %8s\n",
+                "%12s %12s %12s %12s %12s %10s %10s %9s %8s\n",
                 spec.op.c_str(), spec.dtype.c_str(), n, spec.iters, spec.warmup, spec.algo.c_str(),
                 z ? " compression=" : "",
                 z ? (z->name() + (spec.error_feedback ? " (error feedback)" : "")).c_str() : "",
-                "bytes", "count", "median_us", "min_us", "max_us", "algbw_GB/s", "busbw_GB/s", "correct");
+                "bytes", "count", "median_us", "min_us", "max_us", "algbw_GB/s", "busbw_GB/s",
+                "cpu_ns/B", "correct");
   std::optional<Background> background;
   if (spec.background_bytes) background.emplace(comm, spec.background_bytes);
   for (size_t bytes : spec.sizes) {
@@ -315,15 +317,23 @@ int run_bench(const BenchSpec& spec) {
     std::vector<uint8_t> send = send_init;
     std::vector<uint8_t> recv(std::max<size_t>(c.recv_elems, 1) * es, 0);
     std::vector<double> times;
+    // CPU of the timed calls (every thread of the rank), and the emulator's over their span.
+    double cpu_s = 0, emulator_s = -1;
     for (int it = 0; it < spec.warmup + spec.iters; ++it) {
       if (c.in_place)
         std::copy(send_init.begin(), send_init.end(), send.begin());
+      if (it == spec.warmup && me == 0) emulator_s = emulator_cpu_s();
+      const double cpu0 = process_cpu_s();
       const auto t0 = Clock::now();
       c.run(comm, send.data(), recv.data()).wait();
       const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-      if (it >= spec.warmup) times.push_back(us);
+      if (it >= spec.warmup) {
+        times.push_back(us);
+        cpu_s += process_cpu_s() - cpu0;
+      }
       if (background) background->poll();
     }
+    if (emulator_s >= 0) emulator_s = emulator_cpu_s() - emulator_s;
     // The background keeps running until the last size is timed.
     int background_ops = 0;
     int64_t background_bad = 0;
@@ -333,6 +343,7 @@ int run_bench(const BenchSpec& spec) {
     }
     // The slowest rank defines each iteration's time.
     comm.allreduce(times.data(), times.size(), DataType::kFloat64, ReduceOp::kMax).wait();
+    comm.allreduce(&cpu_s, 1, DataType::kFloat64, ReduceOp::kSum).wait();
     // Verify the last iteration's output.
     const void* out = c.in_place ? send.data() : recv.data();
     int64_t bad = 0;
@@ -372,9 +383,15 @@ int run_bench(const BenchSpec& spec) {
     const size_t eff_bytes = c.count * es * (c.in_place ? 1 : static_cast<size_t>(n));
     const double algbw = med > 0 ? static_cast<double>(eff_bytes) / (med * 1e-6) / 1e9 : 0;
     const double busbw = algbw * c.bus_factor;
+    // CPU per byte of user data: every rank's CPU in the timed calls over the bytes all ranks
+    // passed (the size column, per rank), so one copy of each byte costs memcpy's figure.
+    const double user_bytes = static_cast<double>(eff_bytes) * n * std::max(spec.iters, 1);
+    const double cpu_ns_per_byte = cpu_s * 1e9 / user_bytes;
+    const double emulator_ns_per_byte = emulator_s >= 0 ? emulator_s * 1e9 / user_bytes : -1;
     if (me == 0) {
-      std::printf("%12zu %12zu %12.1f %12.1f %12.1f %10.3f %10.3f %8s", eff_bytes, c.count, med, mn,
-                  mx, algbw, busbw, ok ? "yes" : "NO");
+      std::printf("%12zu %12zu %12.1f %12.1f %12.1f %10.3f %10.3f %9.3f %8s", eff_bytes, c.count, med,
+                  mn, mx, algbw, busbw, cpu_ns_per_byte, ok ? "yes" : "NO");
+      if (emulator_ns_per_byte >= 0) std::printf("  emulator_cpu_ns/B %.3f", emulator_ns_per_byte);
       if (z)
         std::printf("  rel_error %.3g, encoded %.2f MB per call (all ranks)", rel_error,
                     static_cast<double>(encoded) / 1e6);
@@ -388,7 +405,9 @@ int run_bench(const BenchSpec& spec) {
                           {"iters", spec.iters}, {"algo", spec.algo},
                           {"time_us_median", med}, {"time_us_min", mn}, {"time_us_max", mx},
                           {"time_us_p99", p99},
-                          {"algbw_gbps", algbw}, {"busbw_gbps", busbw}, {"correct", ok}};
+                          {"algbw_gbps", algbw}, {"busbw_gbps", busbw},
+                          {"cpu_ns_per_byte", cpu_ns_per_byte}, {"correct", ok}};
+      if (emulator_ns_per_byte >= 0) r["emulator_cpu_ns_per_byte"] = emulator_ns_per_byte;
       if (z) {
         r["compression"] = z->name();
         r["error_feedback"] = spec.error_feedback;

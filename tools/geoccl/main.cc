@@ -56,7 +56,9 @@ int run_on_wan(geoccl::tools::LaunchSpec spec, const std::string& scenario_path,
     // region's namespace the reachable interface is the emulator's TUN device.
     std::map<std::string, std::string> env{{"GEOCCL_DOMAIN", wan.domain_of_rank(r)},
                                            {"GEOCCL_BIND_ADDR", wan.addr_of_rank(r)},
-                                           {"GLOO_SOCKET_IFNAME", "wan0"}};
+                                           {"GLOO_SOCKET_IFNAME", "wan0"},
+                                           // the benchmarks report the emulator's CPU per byte
+                                           {"GEOCCL_WAN_EMULATOR_PID", std::to_string(wan.emulator_pid())}};
     // The metrics' link capacity is known here: the domain's uplink, else the default link rate.
     if (metrics) {
       const auto* d = scenario.find_domain(wan.domain_of_rank(r));
