@@ -11,7 +11,7 @@ PKGS=(
   liblz4-dev libzstd-dev libxxhash-dev python3-torchvision
   etcd-server libcpp-httplib-dev prometheus tmux
   libngtcp2-dev libngtcp2-crypto-gnutls-dev libgnutls28-dev
-  libsodium-dev
+  libsodium-dev libssl-dev
 )
 missing=()
 for p in "${PKGS[@]}"; do

@@ -1,5 +1,6 @@
 #include "security/sealer.h"
 
+#include <openssl/evp.h>
 #include <sodium.h>
 
 #include <cstdlib>
@@ -20,20 +21,45 @@ struct Nonce {
     for (int i = 0; i < 4; ++i) b[8 + i] = static_cast<unsigned char>(record >> (8 * i));
   }
 };
+// AES-256-GCM takes the first 12 bytes as its IV (OpenSSL's default IV length for GCM).
 static_assert(crypto_aead_aes256gcm_NPUBBYTES == 12 && crypto_aead_aes256gcm_ABYTES == kTagBytes &&
               crypto_aead_xchacha20poly1305_ietf_ABYTES == kTagBytes && crypto_aead_aes256gcm_KEYBYTES == kKeyBytes &&
               crypto_aead_xchacha20poly1305_ietf_KEYBYTES == kKeyBytes);
 
 }  // namespace
 
+namespace {
+
+EVP_CIPHER_CTX* keyed_context(const Key& key, bool encrypt) {
+  EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
+  if (!ctx) throw std::bad_alloc();
+  const int ok = encrypt ? EVP_EncryptInit_ex(ctx, EVP_aes_256_gcm(), nullptr, key.data(), nullptr)
+                         : EVP_DecryptInit_ex(ctx, EVP_aes_256_gcm(), nullptr, key.data(), nullptr);
+  if (ok != 1) {
+    EVP_CIPHER_CTX_free(ctx);
+    throw Error(ErrorCode::kInternal, "AES-256-GCM: OpenSSL refused the key");
+  }
+  return ctx;
+}
+
+EVP_CIPHER_CTX* ctx_of(void* p) { return static_cast<EVP_CIPHER_CTX*>(p); }
+
+}  // namespace
+
 Aead::Aead(uint8_t cipher, const Key& key) : cipher_(cipher), key_(key) {
   init_sodium();
   if (cipher == kCipherAes256Gcm) {
+    // The choice between the ciphers is libsodium's test for AES-NI (security/secret.h), on both
+    // ends alike; OpenSSL does the work.
     if (!crypto_aead_aes256gcm_is_available())
       throw Error(ErrorCode::kInvalidArgument, "AES-256-GCM chosen but this CPU has no AES-NI");
-    aes_state_ = std::aligned_alloc(16, (sizeof(crypto_aead_aes256gcm_state) + 15) / 16 * 16);
-    if (!aes_state_) throw std::bad_alloc();
-    crypto_aead_aes256gcm_beforenm(static_cast<crypto_aead_aes256gcm_state*>(aes_state_), key_.data());
+    seal_ctx_ = keyed_context(key_, true);
+    try {
+      open_ctx_ = keyed_context(key_, false);
+    } catch (...) {
+      EVP_CIPHER_CTX_free(ctx_of(seal_ctx_));
+      throw;
+    }
   } else if (cipher != kCipherXChaCha20Poly1305) {
     throw Error(ErrorCode::kInvalidArgument, "unknown cipher " + std::to_string(cipher));
   }
@@ -41,22 +67,27 @@ Aead::Aead(uint8_t cipher, const Key& key) : cipher_(cipher), key_(key) {
 
 Aead::~Aead() {
   sodium_memzero(key_.data(), key_.size());
-  if (aes_state_) {
-    sodium_memzero(aes_state_, sizeof(crypto_aead_aes256gcm_state));
-    std::free(aes_state_);
-  }
+  EVP_CIPHER_CTX_free(ctx_of(seal_ctx_));  // clears the key schedule
+  EVP_CIPHER_CTX_free(ctx_of(open_ctx_));
 }
 
 void Aead::seal(uint64_t counter, uint32_t record, std::span<const uint8_t> ad, std::span<const uint8_t> plain,
                 uint8_t* out) const {
   const Nonce n(counter, record);
-  if (aes_state_)
-    crypto_aead_aes256gcm_encrypt_detached_afternm(out, out + plain.size(), nullptr, plain.data(), plain.size(),
-                                                   ad.data(), ad.size(), nullptr, n.b,
-                                                   static_cast<const crypto_aead_aes256gcm_state*>(aes_state_));
-  else
-    crypto_aead_xchacha20poly1305_ietf_encrypt_detached(out, out + plain.size(), nullptr, plain.data(), plain.size(),
-                                                        ad.data(), ad.size(), nullptr, n.b, key_.data());
+  if (seal_ctx_) {
+    EVP_CIPHER_CTX* ctx = ctx_of(seal_ctx_);
+    int len = 0;
+    const bool ok =
+        EVP_EncryptInit_ex(ctx, nullptr, nullptr, nullptr, n.b) == 1 &&
+        (ad.empty() || EVP_EncryptUpdate(ctx, nullptr, &len, ad.data(), static_cast<int>(ad.size())) == 1) &&
+        (plain.empty() || EVP_EncryptUpdate(ctx, out, &len, plain.data(), static_cast<int>(plain.size())) == 1) &&
+        EVP_EncryptFinal_ex(ctx, out + plain.size(), &len) == 1 &&
+        EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, static_cast<int>(kTagBytes), out + plain.size()) == 1;
+    if (!ok) throw Error(ErrorCode::kInternal, "AES-256-GCM: OpenSSL failed to seal");
+    return;
+  }
+  crypto_aead_xchacha20poly1305_ietf_encrypt_detached(out, out + plain.size(), nullptr, plain.data(), plain.size(),
+                                                      ad.data(), ad.size(), nullptr, n.b, key_.data());
 }
 
 bool Aead::open(uint64_t counter, uint32_t record, std::span<const uint8_t> ad, std::span<const uint8_t> in,
@@ -64,10 +95,22 @@ bool Aead::open(uint64_t counter, uint32_t record, std::span<const uint8_t> ad, 
   if (in.size() < kTagBytes) return false;
   const size_t n_plain = in.size() - kTagBytes;
   const Nonce n(counter, record);
-  if (aes_state_)
-    return crypto_aead_aes256gcm_decrypt_detached_afternm(out, nullptr, in.data(), n_plain, in.data() + n_plain,
-                                                          ad.data(), ad.size(), n.b,
-                                                          static_cast<const crypto_aead_aes256gcm_state*>(aes_state_)) == 0;
+  if (open_ctx_) {
+    EVP_CIPHER_CTX* ctx = ctx_of(open_ctx_);
+    // The tag is read before the ciphertext may be overwritten by its plaintext (in place).
+    uint8_t tag[kTagBytes];
+    std::memcpy(tag, in.data() + n_plain, kTagBytes);
+    int len = 0;
+    const bool ok =
+        EVP_DecryptInit_ex(ctx, nullptr, nullptr, nullptr, n.b) == 1 &&
+        (ad.empty() || EVP_DecryptUpdate(ctx, nullptr, &len, ad.data(), static_cast<int>(ad.size())) == 1) &&
+        (n_plain == 0 || EVP_DecryptUpdate(ctx, out, &len, in.data(), static_cast<int>(n_plain)) == 1) &&
+        EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, static_cast<int>(kTagBytes), tag) == 1 &&
+        EVP_DecryptFinal_ex(ctx, out + n_plain, &len) == 1;
+    // OpenSSL decrypts before it verifies: a wrong tag leaves no plaintext behind.
+    if (!ok && n_plain > 0) sodium_memzero(out, n_plain);
+    return ok;
+  }
   return crypto_aead_xchacha20poly1305_ietf_decrypt_detached(out, nullptr, in.data(), n_plain, in.data() + n_plain,
                                                              ad.data(), ad.size(), n.b, key_.data()) == 0;
 }

@@ -146,6 +146,48 @@ TEST(Auth, CipherIsTheBestBothOffer) {
   }
 }
 
+// AES-256-GCM runs on OpenSSL; its bytes must be the standard construction libsodium also
+// implements (and the wire carried before): each seals what the other opens, tags equal, and a
+// flipped bit fails both, leaving no plaintext behind.
+TEST(Aead, AesGcmBytesAreLibsodiumsBothWays) {
+  init_sodium();
+  if (!crypto_aead_aes256gcm_is_available()) GTEST_SKIP() << "no AES-NI";
+  Key k{};
+  randombytes_buf(k.data(), k.size());
+  const Aead aead(kCipherAes256Gcm, k);
+  for (size_t len : {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{1000}, size_t{256} << 10}) {
+    std::vector<uint8_t> plain(len), ad(64);
+    randombytes_buf(plain.data(), plain.size());
+    randombytes_buf(ad.data(), ad.size());
+    const uint64_t counter = 0x0102030405060708ull + len;
+    const uint32_t record = static_cast<uint32_t>(len % 7);
+    unsigned char nonce[12];
+    for (int i = 0; i < 8; ++i) nonce[i] = static_cast<unsigned char>(counter >> (8 * i));
+    for (int i = 0; i < 4; ++i) nonce[8 + i] = static_cast<unsigned char>(record >> (8 * i));
+    std::vector<uint8_t> ours(len + kTagBytes), theirs(len + kTagBytes);
+    aead.seal(counter, record, ad, plain, ours.data());
+    crypto_aead_aes256gcm_encrypt_detached(theirs.data(), theirs.data() + len, nullptr, plain.data(), len,
+                                           ad.data(), ad.size(), nullptr, nonce, k.data());
+    ASSERT_EQ(ours, theirs) << len << " bytes";
+    std::vector<uint8_t> out(len + 1, 0xee);
+    ASSERT_TRUE(aead.open(counter, record, ad, theirs, out.data()));
+    EXPECT_TRUE(std::equal(plain.begin(), plain.end(), out.begin()));
+    // In place, as the opener's staging buffer does.
+    std::vector<uint8_t> inplace = theirs;
+    ASSERT_TRUE(aead.open(counter, record, ad, inplace, inplace.data()));
+    EXPECT_TRUE(std::equal(plain.begin(), plain.end(), inplace.begin()));
+    // A flipped bit (ciphertext or tag) and another nonce fail; the output holds no plaintext.
+    std::vector<uint8_t> bad = theirs;
+    bad[len / 2] ^= 0x10;
+    std::vector<uint8_t> zeroed(len, 0xee);
+    EXPECT_FALSE(aead.open(counter, record, ad, bad, zeroed.data()));
+    EXPECT_TRUE(std::all_of(zeroed.begin(), zeroed.end(), [&](uint8_t b) { return len == 0 || b == 0; }));
+    EXPECT_FALSE(aead.open(counter + 1, record, ad, theirs, out.data()));
+    EXPECT_NE(crypto_aead_aes256gcm_decrypt_detached(out.data(), nullptr, bad.data(), len, bad.data() + len,
+                                                     ad.data(), ad.size(), nonce, k.data()), 0);
+  }
+}
+
 class Sealing : public ::testing::TestWithParam<uint8_t> {};
 
 TEST_P(Sealing, FramesRoundTripAndAnyChangeIsRefused) {
