@@ -72,9 +72,12 @@ class Collectives : public ::testing::TestWithParam<std::tuple<int, const char*>
 TEST_P(Collectives, EveryOpEveryDtypeMatchesReference) {
   const auto [n, transport] = GetParam();
 #ifdef GEOCCL_TEST_SANITIZED
-  // 5 and 8 ranks take the same paths as 6 and 7 (odd and even, folded and not); the release
-  // build runs every size.
+  // 5 and 8 ranks take the same paths as 6 and 7 (odd and even, folded and not), and at 8 the
+  // algorithms' paths are those of shared memory ("auto"): TCP and QUIC carry the same frames at
+  // 5. The release build runs every size on every transport.
   if (n == 6 || n == 7) GTEST_SKIP() << "covered by 5 and 8 ranks under the sanitizers";
+  if (n == 8 && std::string(transport) != "auto")
+    GTEST_SKIP() << "8 ranks run over shared memory under the sanitizers, TCP and QUIC at 5";
 #endif
   const auto codes = run_ranks(n, "collectives", 240, {{"GEOCCL_TRANSPORT", transport}});
   for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
