@@ -69,12 +69,16 @@ size_t count_above(const float* __restrict x, size_t n, uint32_t threshold) {
   return c;
 }
 
-// Writes the indices i < n with magnitude(x[i]) >= lo to index[], ascending, and returns their
-// count; index[] needs n + 4 entries. With SSE2, four magnitudes are compared at a time and
-// their matches' indices stored at once from a table of the 16 masks, without a branch per
-// element or per match: the passes that keep a few per cent of a chunk cost about half a cycle
-// per element (a mispredicted branch costs 15).
+// Writes the indices i < n with magnitude(x[i]) >= lo to index[] (n entries), ascending, and
+// returns their count. With SSE2, four magnitudes are compared at a time and their matches'
+// indices stored at once from a table of the 16 masks (a store of four where fewer match stays
+// within n: c <= i), without a branch per element or per match: the passes that keep a few per
+// cent of a chunk cost about half a cycle per element (a mispredicted branch costs 15).
 size_t indices_at_least(const float* x, size_t n, uint32_t lo, uint32_t* index) {
+  if (lo == 0) {  // every magnitude is at least 0
+    for (size_t i = 0; i < n; ++i) index[i] = static_cast<uint32_t>(i);
+    return n;
+  }
   size_t i = 0, c = 0;
 #ifdef __SSE2__
   alignas(16) static constexpr std::array<std::array<uint32_t, 4>, 16> kPositions = [] {
@@ -87,16 +91,14 @@ size_t indices_at_least(const float* x, size_t n, uint32_t lo, uint32_t* index) 
     return t;
   }();
   static constexpr std::array<uint8_t, 16> kCounts = {0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4};
-  if (lo > 0) {
-    const __m128i t = _mm_set1_epi32(static_cast<int32_t>(lo - 1));
-    const __m128i abs = _mm_set1_epi32(0x7fffffff);
-    for (; i + 4 <= n; i += 4) {
-      const __m128i v = _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i)), abs);
-      const int mask = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpgt_epi32(v, t)));
-      const __m128i pos = _mm_load_si128(reinterpret_cast<const __m128i*>(kPositions[static_cast<size_t>(mask)].data()));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(index + c), _mm_add_epi32(pos, _mm_set1_epi32(static_cast<int32_t>(i))));
-      c += kCounts[static_cast<size_t>(mask)];  // (popcount is a library call without -mpopcnt)
-    }
+  const __m128i t = _mm_set1_epi32(static_cast<int32_t>(lo - 1));
+  const __m128i abs = _mm_set1_epi32(0x7fffffff);
+  for (; i + 4 <= n; i += 4) {
+    const __m128i v = _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i)), abs);
+    const int mask = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpgt_epi32(v, t)));
+    const __m128i pos = _mm_load_si128(reinterpret_cast<const __m128i*>(kPositions[static_cast<size_t>(mask)].data()));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(index + c), _mm_add_epi32(pos, _mm_set1_epi32(static_cast<int32_t>(i))));
+    c += kCounts[static_cast<size_t>(mask)];  // (popcount is a library call without -mpopcnt)
   }
 #endif
   for (; i < n; ++i)
@@ -132,9 +134,6 @@ uint32_t select_desc(uint32_t* v, size_t m, size_t rank) {
   return v[rank - 1];
 }
 
-// The kth largest (1-based) magnitude of x[0, n) by a histogram of the top 11 bits (sign 0, the
-// exponent and 3 mantissa bits of a magnitude): it finds the bucket that holds the kth largest,
-// and only that bucket's elements are selected among. `mag`, `scratch`: n entries each.
 // The kth largest magnitude, how many magnitudes are above it, and (where the selection found
 // them) the ascending indices of every element at or above it among others: `candidates`
 // entries of the index array, or none (candidates = SIZE_MAX: look at every element).
@@ -144,6 +143,9 @@ struct Kth {
   size_t candidates = SIZE_MAX;
 };
 
+// The kth largest (1-based) magnitude of x[0, n) by a histogram of the top 11 bits (sign 0, the
+// exponent and 3 mantissa bits of a magnitude): it finds the bucket that holds the kth largest,
+// and only that bucket's elements are selected among. `mag`, `scratch`: n entries each.
 Kth kth_largest_by_histogram(const float* x, size_t n, size_t kth, uint32_t* mag, uint32_t* scratch) {
   magnitudes(x, n, mag);
   constexpr int kShift = 20;  // magnitudes are below 2^31: 2^11 buckets
@@ -167,7 +169,7 @@ Kth kth_largest_by_histogram(const float* x, size_t n, size_t kth, uint32_t* mag
 // or above its low end; when the kth largest is in the band, only the band's elements (a few
 // times the sample's share of the kept count) are selected among. Otherwise (a sample that
 // misled) the histogram finds it. Either way the answer is exact: the choice affects time, not
-// bytes. `mag`, `scratch`: n entries each.
+// bytes. `mag`, `scratch`, `index`: n entries each.
 Kth kth_largest(const float* x, size_t n, size_t kth, uint32_t* mag, uint32_t* scratch,
                 uint32_t* index) {
   constexpr size_t kStride = 64;
@@ -222,7 +224,7 @@ struct Work {
     if (w.mag.size() < n) {
       w.mag.resize(n);
       w.scratch.resize(n);
-      w.index.resize(n + 4);
+      w.index.resize(n);
       w.vals.resize(n);
       w.codes.resize(n);
       w.mag_codes.resize(n);

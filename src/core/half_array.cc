@@ -78,14 +78,14 @@ __attribute__((target("avx2,f16c"))) void to_floats_f16c(const uint8_t* in, size
   to_floats_portable<kAdd>(in + 2 * i, n - i, dst + i);
 }
 
-// CPUID: F16C (leaf 1, ecx bit 29), AVX2 (leaf 7, ebx bit 5), and the OS saving the AVX state
+// CPUID: F16C and AVX (leaf 1, ecx bits 29, 28), AVX2 (leaf 7, ebx bit 5), the OS saving the AVX state
 // (OSXSAVE, leaf 1 ecx bit 27, then XCR0 bits 1 and 2). clang 14 knows no "f16c" for
 // __builtin_cpu_supports.
 bool cpu_has_f16c() {
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
-  const bool f16c = (c >> 29) & 1, osxsave = (c >> 27) & 1;
-  if (!f16c || !osxsave) return false;
+  const bool f16c = (c >> 29) & 1, avx = (c >> 28) & 1, osxsave = (c >> 27) & 1;
+  if (!f16c || !avx || !osxsave) return false;
   unsigned xcr0_lo = 0, xcr0_hi = 0;
   __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
   if ((xcr0_lo & 6) != 6) return false;

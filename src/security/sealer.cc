@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <new>
 
 #include "geoccl/error.h"
@@ -44,6 +45,8 @@ EVP_CIPHER_CTX* keyed_context(const Key& key, bool encrypt) {
 
 EVP_CIPHER_CTX* ctx_of(void* p) { return static_cast<EVP_CIPHER_CTX*>(p); }
 
+constexpr size_t kMaxEvpBytes = static_cast<size_t>(std::numeric_limits<int>::max());
+
 }  // namespace
 
 Aead::Aead(uint8_t cipher, const Key& key) : cipher_(cipher), key_(key) {
@@ -75,6 +78,9 @@ void Aead::seal(uint64_t counter, uint32_t record, std::span<const uint8_t> ad, 
                 uint8_t* out) const {
   const Nonce n(counter, record);
   if (seal_ctx_) {
+    // OpenSSL counts in int; frames seal records of at most kRecordBytes.
+    if (plain.size() > kMaxEvpBytes || ad.size() > kMaxEvpBytes)
+      throw Error(ErrorCode::kInvalidArgument, "AES-256-GCM: a record larger than OpenSSL takes");
     EVP_CIPHER_CTX* ctx = ctx_of(seal_ctx_);
     int len = 0;
     const bool ok =
@@ -96,6 +102,7 @@ bool Aead::open(uint64_t counter, uint32_t record, std::span<const uint8_t> ad, 
   const size_t n_plain = in.size() - kTagBytes;
   const Nonce n(counter, record);
   if (open_ctx_) {
+    if (n_plain > kMaxEvpBytes || ad.size() > kMaxEvpBytes) return false;
     EVP_CIPHER_CTX* ctx = ctx_of(open_ctx_);
     // The tag is read before the ciphertext may be overwritten by its plaintext (in place).
     uint8_t tag[kTagBytes];

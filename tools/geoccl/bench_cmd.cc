@@ -386,8 +386,8 @@ int run_bench(const BenchSpec& spec) {
     // CPU per byte of user data: every rank's CPU in the timed calls over the bytes all ranks
     // passed (the size column, per rank), so one copy of each byte costs memcpy's figure.
     const double user_bytes = static_cast<double>(eff_bytes) * n * std::max(spec.iters, 1);
-    const double cpu_ns_per_byte = cpu_s * 1e9 / user_bytes;
-    const double emulator_ns_per_byte = emulator_s >= 0 ? emulator_s * 1e9 / user_bytes : -1;
+    const double cpu_ns_per_byte = user_bytes > 0 ? cpu_s * 1e9 / user_bytes : 0;
+    const double emulator_ns_per_byte = emulator_s >= 0 && user_bytes > 0 ? emulator_s * 1e9 / user_bytes : -1;
     if (me == 0) {
       std::printf("%12zu %12zu %12.1f %12.1f %12.1f %10.3f %10.3f %9.3f %8s", eff_bytes, c.count, med,
                   mn, mx, algbw, busbw, cpu_ns_per_byte, ok ? "yes" : "NO");

@@ -1,4 +1,4 @@
-// CPU time for the benchmarks' "CPU per byte" (geoccl bench, gloo_bench, train_step): this
+// CPU time for the benchmarks' "CPU per byte" (geoccl bench, gloo_bench): this
 // process's, every thread, user and system; and the test bed's link emulator's, which `geoccl
 // run --wan` names in GEOCCL_WAN_EMULATOR_PID. Header-only, no dependency on geoccl.
 #pragma once
@@ -19,9 +19,9 @@ inline double process_cpu_s() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
-// Seconds of CPU the test bed's emulator has used (every thread's run time from
-// /proc/PID/task/TID/schedstat, nanoseconds), or -1 when GEOCCL_WAN_EMULATOR_PID is unset or the
-// process cannot be read.
+// Seconds of CPU the test bed's emulator has used (every live thread's run time from
+// /proc/PID/task/TID/schedstat, nanoseconds; the emulator is one thread, so none is lost between
+// two readings), or -1 when GEOCCL_WAN_EMULATOR_PID is unset or the process cannot be read.
 inline double emulator_cpu_s() {
   const char* pid = std::getenv("GEOCCL_WAN_EMULATOR_PID");
   if (pid == nullptr || *pid == '\0') return -1;
