@@ -22,6 +22,8 @@
 #include <cstring>
 #include <span>
 
+#include "core/unaligned.h"
+
 namespace geoccl::compression {
 
 static_assert(std::endian::native == std::endian::little,
@@ -73,18 +75,10 @@ void check_destination(const Header& h, size_t dst_size);
 // Throws Error(kInvalidArgument) unless an encoder's output span is exactly `expected` bytes.
 void check_output(std::span<const uint8_t> out, size_t expected);
 
-// Host little-endian loads and stores of payload fields at any alignment.
-inline uint16_t load_u16(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store_u16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, sizeof v); }
-inline float load_f32(const uint8_t* p) {
-  float v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store_f32(uint8_t* p, float v) { std::memcpy(p, &v, sizeof v); }
+// Host little-endian loads and stores of payload fields at any alignment (core/unaligned.h).
+using core::load_f32;
+using core::load_u16;
+using core::store_f32;
+using core::store_u16;
 
 }  // namespace geoccl::compression

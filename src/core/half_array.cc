@@ -1,8 +1,7 @@
 #include "core/half_array.h"
 
-#include <cstring>
-
 #include "core/half.h"
+#include "core/unaligned.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -12,14 +11,6 @@
 
 namespace geoccl::core {
 namespace {
-
-// Little-endian u16 at any address (the codecs' byte order; x86 and arm64 are little-endian).
-inline uint16_t load_u16(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store_u16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, sizeof v); }
 
 // The portable loops. g++ does not vectorize them (the subnormal and NaN cases of core/half.h
 // stay branches): about 2 GB/s per core, where F16C does several times that.
