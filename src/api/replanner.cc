@@ -27,7 +27,7 @@ Replanner::Replanner(PlanOwner& plans, transport::Router& router, Submit submit,
       rank_(rank),
       every_(static_cast<uint64_t>(replan_ops)),
       monitor_(plans.current()->paths, monitor_options(replan_persist)),
-      window_(monitor_.plan().k) {
+      window_(collectives::best_rate_per_domain(monitor_.plan())) {
   const auto plan = plans_.current();
   const auto& topo = plan->topo;
   const int dm = topo.domain_of[static_cast<size_t>(rank_)];

@@ -17,7 +17,8 @@ void PathWindow::add(int from, const std::vector<double>& srtt_ms, const std::ve
     const double srtt = srtt_ms[static_cast<size_t>(d)], rate = delivery_mbps[static_cast<size_t>(d)];
     if (srtt > 0 && (delay_[x] == 0 || srtt / 2 < delay_[x])) delay_[x] = srtt / 2;
     if (rate <= 0) continue;
-    rate_[x] = std::max(rate_[x], active > 1 && rate >= total / active / 2 ? total : rate);
+    const bool shared = active > 1 && rate >= total / active / 2 && total >= uplink_[static_cast<size_t>(from)] / 2;
+    rate_[x] = std::max(rate_[x], shared ? total : rate);
   }
 }
 
@@ -27,6 +28,14 @@ std::vector<double> PathWindow::take() {
   std::fill(delay_.begin(), delay_.end(), 0.0);
   std::fill(rate_.begin(), rate_.end(), 0.0);
   return out;
+}
+
+std::vector<double> best_rate_per_domain(const WanPaths& paths) {
+  const auto k = static_cast<size_t>(paths.k);
+  std::vector<double> best(k, 0.0);
+  for (size_t x = 0; x < k * k && x < paths.rate_mbps.size(); ++x)
+    if (x / k != x % k) best[x / k] = std::max(best[x / k], paths.rate_mbps[x]);
+  return best;
 }
 
 PathMonitor::PathMonitor(WanPaths plan, PathMonitorOptions options) : plan_(std::move(plan)), options_(options) {
@@ -54,9 +63,7 @@ std::optional<WanPaths> PathMonitor::on_check(const std::vector<double>& one_way
   // A leader's best planned rate: what its uplink carries. Readings of a path overshoot (each
   // stream's latest sample, summed), so a rise counts only on a path planned well below it (one
   // that had dropped), where it means the path came back.
-  std::vector<double> row_best(static_cast<size_t>(k), 0.0);
-  for (size_t x = 0; x < n; ++x)
-    row_best[x / static_cast<size_t>(k)] = std::max(row_best[x / static_cast<size_t>(k)], plan_.rate_mbps[x]);
+  const std::vector<double> row_best = best_rate_per_domain(plan_);
   for (size_t x = 0; x < n; ++x) {
     if (x / static_cast<size_t>(k) == x % static_cast<size_t>(k)) continue;
     const double d = one_way_ms[x], pd = plan_.one_way_ms[x];

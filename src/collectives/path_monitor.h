@@ -30,15 +30,25 @@ struct PathMonitorOptions {
   int persist = 2;              // checks in a row that must show the change
 };
 
+// Each domain's best planned rate to any other: what its leader's uplink carries.
+std::vector<double> best_rate_per_domain(const WanPaths& paths);
+
 // One leader's readings of its paths between two checks, folded as on_check() wants them: the
 // least one-way delay (half the smoothed RTT) and the highest rate a path showed. Flows to
 // several leaders at once share this leader's uplink, while the plan's rate of a path is one
 // flow's alone: a path that gets at least half its fair share of what the flows deliver together
-// is limited by the uplink, not by itself, and counts as able to carry that total; only a path
-// well below its share shows its own rate.
+// is limited by the uplink, not by itself, and counts as able to carry that total, but only
+// while the flows together come near what the uplink carries (half of it, `uplink_mbps` per
+// leader: its best planned rate): flows that a slow path holds back (a ring or a tree waits on
+// its slowest hop) share nothing, and each path shows its own rate, as does a path well below
+// its share.
 class PathWindow {
  public:
-  explicit PathWindow(int k) : k_(k), delay_(static_cast<size_t>(k * k), 0.0), rate_(delay_.size(), 0.0) {}
+  explicit PathWindow(std::vector<double> uplink_mbps)
+      : k_(static_cast<int>(uplink_mbps.size())),
+        uplink_(std::move(uplink_mbps)),
+        delay_(uplink_.size() * uplink_.size(), 0.0),
+        rate_(delay_.size(), 0.0) {}
   // Readings of leader `from` at one moment, per domain (k each; the entry of `from` and zeros
   // are no reading).
   void add(int from, const std::vector<double>& srtt_ms, const std::vector<double>& delivery_mbps);
@@ -47,6 +57,7 @@ class PathWindow {
 
  private:
   int k_;
+  std::vector<double> uplink_;
   std::vector<double> delay_, rate_;
 };
 

@@ -344,21 +344,21 @@ int mode_collectives(Communicator& c, bool big) {
 // Re-planning (wan_replan, bench/scenarios/replan.toml): a loop of allreduces of
 // GEOCCL_TEST_BYTES (2 MiB), GEOCCL_TEST_ITERS (80) of them, through a link rate change in the
 // middle of the run. Every result is exact; the plan of the loop's allreduce (its algorithm and
-// the ring order across domains) changes exactly GEOCCL_TEST_REPLANS (1) times, and every rank
-// re-planned as often as the others and last after the same collective (a change of figures
-// that leaves the plan alone, such as a second, closer reading of a dropped rate, may re-plan
-// without changing it).
+// the ring order across domains) changes, never back to a plan it left (the link stays down: a
+// return would be flapping), and every rank re-planned as often as the others and last after the
+// same collective. A second, closer reading of the dropped rate may re-plan again, and may
+// refine the plan or leave it alone.
 int mode_replan(Communicator& c) {
   const int me = c.rank();
   const size_t bytes = std::getenv("GEOCCL_TEST_BYTES") ? std::strtoull(std::getenv("GEOCCL_TEST_BYTES"), nullptr, 10) : 2u << 20;
   const int iters = std::getenv("GEOCCL_TEST_ITERS") ? std::atoi(std::getenv("GEOCCL_TEST_ITERS")) : 80;
-  const int want = std::getenv("GEOCCL_TEST_REPLANS") ? std::atoi(std::getenv("GEOCCL_TEST_REPLANS")) : 1;
   const size_t count = bytes / 4;
   std::vector<float> buf(count);
   const auto first = c.plan_allreduce(count, DataType::kFloat32);
   AllreducePlan last = first;
   std::vector<int> order = c.topology().ring_order;
   int replans = 0, changes = 0;
+  std::vector<std::pair<std::string, std::vector<int>>> left;  // the plans the loop moved away from
   const auto t0 = Clock::now();
   for (int it = 0; it < iters; ++it) {
     for (size_t i = 0; i < count; ++i) buf[i] = static_cast<float>(input(me, i, DataType::kFloat32, ReduceOp::kSum));
@@ -381,6 +381,10 @@ int mode_replan(Communicator& c) {
     }
     if (it > 0 && (plan.algo != last.algo || order_now != order)) {
       ++changes;
+      left.emplace_back(last.algo, order);
+      for (const auto& [algo, ord] : left)
+        CHECK(algo != plan.algo || ord != order_now, "iteration %d: the plan went back to %s, which it had left", it,
+              algo.c_str());
       std::string o;
       for (int d : order_now) o += std::to_string(d) + " ";
       std::printf("rank %d: plan changed at iteration %d: %s -> %s, ring order %s\n", me, it, last.algo.c_str(),
@@ -392,7 +396,7 @@ int mode_replan(Communicator& c) {
     std::fflush(stdout);
     last = plan;
   }
-  CHECK(changes == want, "the plan changed %d times, expected %d", changes, want);
+  CHECK(changes >= 1, "the plan never changed");
   const auto after_op = static_cast<int64_t>(c.topology().replanned_after_op);
   int64_t agreed[4] = {after_op, -after_op, replans, -replans};
   c.allreduce(agreed, 4, DataType::kInt64, ReduceOp::kMax).wait();
@@ -401,8 +405,7 @@ int mode_replan(Communicator& c) {
         static_cast<long long>(-agreed[3]), static_cast<long long>(agreed[2]), static_cast<long long>(-agreed[1]),
         static_cast<long long>(agreed[0]));
   if (me == 0) std::printf("re-plans: %d, the last after collective #%lld\n", replans, static_cast<long long>(after_op));
-  if (want > 0)
-    CHECK(last.algo != first.algo || std::abs(last.predicted_ms - first.predicted_ms) > 0.2 * first.predicted_ms,
+  CHECK(last.algo != first.algo || std::abs(last.predicted_ms - first.predicted_ms) > 0.2 * first.predicted_ms,
           "the plan did not change: %s, %.1f ms before and after", first.algo.c_str(), first.predicted_ms);
   if (me == 0)
     std::printf("plan before: %s, predicted %.1f ms; after: %s, predicted %.1f ms\n", first.algo.c_str(),

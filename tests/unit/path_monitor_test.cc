@@ -126,7 +126,7 @@ TEST(PathMonitor, PersistAndThresholdsAreTheOptions) {
 }
 
 TEST(PathWindow, AnUplinkSharedByFlowsIsNotAPathDropAndTakeStartsAfresh) {
-  geoccl::collectives::PathWindow w(4);
+  geoccl::collectives::PathWindow w({200, 200, 200, 200});
   // Leader 0 sends to 1, 2, 3 at once: each gets a third of a 200 Mbit/s uplink.
   w.add(0, {0, 40, 44, 50}, {0, 67, 66, 67});
   // Later path 1 alone is slow while the others share the rest.
@@ -145,4 +145,26 @@ TEST(PathWindow, AnUplinkSharedByFlowsIsNotAPathDropAndTakeStartsAfresh) {
   EXPECT_DOUBLE_EQ(g[16 + 1], 10);
   EXPECT_DOUBLE_EQ(g[16 + 2], 200);
   EXPECT_DOUBLE_EQ(w.take()[16 + 2], 0);
+}
+
+TEST(PathWindow, FlowsHeldBackBySlowPathShareNoUplink) {
+  // Leader 1's uplink carries 180 Mbit/s; its path to 0 dropped to 10 and a ring paces the flows
+  // to 2 and 3 at the same 10: together they are far from the uplink, so each shows its own rate
+  // (counting the 30 of all three as path 0's would hide the drop).
+  geoccl::collectives::PathWindow w({200, 180, 200, 200});
+  w.add(1, {40, 0, 40, 40}, {10, 0, 10, 9.8});
+  auto f = w.take();
+  EXPECT_DOUBLE_EQ(f[16 + 4 + 0], 10);
+  EXPECT_DOUBLE_EQ(f[16 + 4 + 2], 10);
+  EXPECT_DOUBLE_EQ(f[16 + 4 + 3], 9.8);
+  // At half the uplink or more, the flows share it.
+  w.add(1, {40, 0, 40, 40}, {30, 0, 30, 30});
+  f = w.take();
+  EXPECT_DOUBLE_EQ(f[16 + 4 + 0], 90);
+  // The monitor's uplink figures: each domain's best planned rate to another.
+  geoccl::collectives::WanPaths p;
+  p.k = 3;
+  p.one_way_ms.assign(9, 10);
+  p.rate_mbps = {999, 100, 50, 70, 999, 80, 5, 6, 999};
+  EXPECT_EQ(geoccl::collectives::best_rate_per_domain(p), (std::vector<double>{100, 80, 6}));
 }

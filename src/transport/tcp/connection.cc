@@ -294,6 +294,7 @@ TcpConnection::PathSample TcpConnection::path_sample() const {
   out.min_rtt = std::chrono::microseconds(ti.tcpi_min_rtt == ~0u ? 0 : ti.tcpi_min_rtt);
   out.in_flight = ti.tcpi_unacked > 0;
   if (!ti.tcpi_delivery_rate_app_limited) out.delivery_bps = ti.tcpi_delivery_rate * 8;
+  out.delivered = ti.tcpi_delivered;
   return out;
 }
 

@@ -117,6 +117,7 @@ class TcpConnection {
     // The kernel's latest delivery-rate sample (bit/s), when the flow was not limited by what
     // the application gave it (else 0).
     uint64_t delivery_bps = 0;
+    uint32_t delivered = 0;  // segments delivered so far: a sample is new when this moved
   };
   PathSample path_sample() const;
   // The peer turned out to be in another domain: WAN socket options (TcpPeer::tune_wan_socket).

@@ -475,7 +475,8 @@ bool TcpDevice::set_two_hop(int peer_rank, int via, size_t min_bytes) {
 PathReading TcpDevice::path_reading(int peer) const {
   PathReading out;
   group_.loop().run_owned([&] {
-    const TcpPeer& p = *peers_[static_cast<size_t>(peer)];
+    TcpPeer& p = *peers_[static_cast<size_t>(peer)];
+    p.read_delivered.resize(static_cast<size_t>(streams_), 0);
     uint64_t delivered = 0;
     for (int s = 0; s < streams_; ++s) {
       const TcpConnection* c = p.streams[static_cast<size_t>(s)].get();
@@ -483,7 +484,11 @@ PathReading TcpDevice::path_reading(int peer) const {
       const auto ps = c->path_sample();
       const double srtt = static_cast<double>(ps.srtt.count()) / 1e3;
       if (srtt > 0 && (out.srtt_ms == 0 || srtt < out.srtt_ms)) out.srtt_ms = srtt;
-      if (s != kControlStream) delivered += ps.delivery_bps;
+      // A stream's rate sample counts while acks come in: an idle stream keeps the sample of its
+      // last burst, which may be from before the path changed.
+      auto& last = p.read_delivered[static_cast<size_t>(s)];
+      if (s != kControlStream && ps.delivered != last) delivered += ps.delivery_bps;
+      last = ps.delivered;
     }
     out.delivery_mbps = static_cast<double>(delivered) / 1e6;
   });

@@ -157,6 +157,8 @@ struct TcpPeer {
   std::atomic<int> two_hop{-1};
   size_t two_hop_min_bytes = 0;
   size_t rotate = 0;    // tie-break for the stream choice
+  // Per stream, the segments it had delivered at the last path_reading (loop thread).
+  std::vector<uint32_t> read_delivered;
   std::atomic<uint64_t> bytes_sent{0}, bytes_received{0};
   std::vector<std::thread> dialers;  // re-dialler of each stream (at most one at a time)
   // The lower rank of a pair whose stream broke: checks that the peer's process is still there
