@@ -18,6 +18,12 @@ rank 0's included, leaves it up. The harness applies the faults while the job ru
     cut60      the same for 60 s
     partition  one region cut from every other for --partition-seconds (10)
     loss       one pair at 5 % loss for 10 s, then back to the scenario's loss
+    store      SIGKILL of the etcd server (--store etcd); rank 0's supervisor restarts it on the
+               same data directory after --restart-delay
+
+With --store etcd the rendezvous store is an etcd server that rank 0's supervisor runs in its
+region (GEOCCL_STORE=etcd://MASTER_ADDR:MASTER_PORT/chaos, keys under leases) instead of a
+geoccl.StoreServer.
 
 and logs each with its time. Every worker appends one line per committed step (time, step, epoch,
 members) and, at the end, its accuracy and parameter checksum. The report (stdout, and
@@ -40,18 +46,22 @@ A short version runs in CI (tests/python/test_chaos.py); docs/benchmarks.md has 
 """
 
 import argparse
+import ctypes
 import json
 import os
 import random
 import re
+import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FAULTS = ["kill", "kill0", "stop", "cut5", "cut60", "partition", "loss"]
+FAULTS = ["kill", "kill0", "stop", "cut5", "cut60", "partition", "loss", "store"]
 
 
 def parse_args(argv=None):
@@ -63,7 +73,10 @@ def parse_args(argv=None):
     p.add_argument("--fault-every", type=float, default=120.0, help="seconds between faults")
     p.add_argument("--first-fault", type=float, default=0.0,
                    help="seconds of training before the first fault (default: --fault-every)")
-    p.add_argument("--faults", default=",".join(FAULTS), help="the kinds to draw from, comma-separated")
+    p.add_argument("--faults", default="",
+                   help="the kinds to draw from, comma-separated (default: every kind; store only with --store etcd)")
+    p.add_argument("--store", choices=["tcp", "etcd"], default="tcp",
+                   help="the rendezvous store: a geoccl.StoreServer in rank 0's supervisor, or an etcd server there")
     p.add_argument("--seed", type=int, default=1, help="seed of the schedule (kinds and targets)")
     p.add_argument("--stop-seconds", type=float, default=20.0)
     p.add_argument("--partition-seconds", type=float, default=10.0)
@@ -81,14 +94,65 @@ def parse_args(argv=None):
 
 # ---- one rank: the supervisor and its worker ----
 
+def free_local_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def die_with_parent():
+    """In a child before exec: SIGKILL when the supervisor dies (prctl PR_SET_PDEATHSIG)."""
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+
+
+class EtcdServer:
+    """The job's etcd, run by rank 0's supervisor at MASTER_ADDR:MASTER_PORT: restarted on the same
+    data directory (its keys and leases survive) --restart-delay after it dies, until stop()."""
+
+    def __init__(self, args, addr, port):
+        self.args, self.stopped = args, threading.Event()
+        client, peer = f"http://{addr}:{port}", f"http://127.0.0.1:{free_local_port()}"
+        self.cmd = ["etcd", "--name=chaos", f"--data-dir={os.path.join(args.out, 'etcd')}",
+                    f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
+                    f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
+                    f"--initial-cluster=chaos={peer}", "--initial-cluster-state=new", "--logger=zap",
+                    "--log-level=warn"]
+        self.proc = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        with open(os.path.join(self.args.out, "etcd.log"), "a") as log:
+            while not self.stopped.is_set():
+                self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
+                with open(os.path.join(self.args.out, "etcd.pid"), "w") as f:
+                    f.write(str(self.proc.pid))
+                rc = self.proc.wait()
+                if self.stopped.is_set():
+                    break
+                print(f"[supervisor 0] etcd exited with {rc}; restarting it", flush=True)
+                time.sleep(self.args.restart_delay)
+
+    def stop(self):
+        self.stopped.set()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+        self.thread.join(timeout=10)
+
+
 def supervise(args):
     """Restarts the worker whenever it dies, until one worker has finished the job."""
     rank = int(os.environ.get("RANK", "0"))
+    addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
     store = None
-    if rank == 0:
+    if args.store == "etcd":
+        os.environ["GEOCCL_STORE"] = f"etcd://{addr}:{port}/chaos"
+        if rank == 0:
+            store = EtcdServer(args, addr, port)
+    elif rank == 0:
         import geoccl
 
-        store = geoccl.StoreServer(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))
+        store = geoccl.StoreServer(addr, port)
     incarnation = 0
     argv = [a for a in sys.argv[1:] if a != "--supervise"]
     while True:
@@ -104,6 +168,8 @@ def supervise(args):
         time.sleep(args.restart_delay)
     if store is not None:
         time.sleep(5.0)  # the others may still be finishing their last steps
+        if isinstance(store, EtcdServer):
+            store.stop()
     return 0 if rc == 0 else 1
 
 
@@ -170,16 +236,16 @@ class Job:
 
     def __init__(self, args, out, faults_on):
         self.args, self.out = args, out
-        os.makedirs(out, exist_ok=True)
-        for f in os.listdir(out):
-            os.remove(os.path.join(out, f))
+        shutil.rmtree(out, ignore_errors=True)
+        os.makedirs(out)
         geoccl = os.path.join(args.build, "tools", "geoccl", "geoccl")
         cmd = [geoccl, "run", "--wan", args.scenario]
         if args.domains:
             cmd += ["--domains", args.domains]
         worker = [sys.executable, os.path.abspath(__file__), "--supervise", "--out", out,
                   "--steps", str(args.steps), "--step-sleep", str(args.step_sleep), "--timeout", str(args.timeout),
-                  "--join-window", str(args.join_window), "--restart-delay", str(args.restart_delay)]
+                  "--join-window", str(args.join_window), "--restart-delay", str(args.restart_delay),
+                  "--store", args.store]
         env = dict(os.environ, GEOCCL_SESSION=f"chaos-{os.getpid()}-{int(faults_on)}", OMP_NUM_THREADS="1")
         pkg = os.path.join(args.build, "python")
         env["PYTHONPATH"] = os.pathsep.join(p for p in [pkg, env.get("PYTHONPATH", "")] if p)
@@ -286,6 +352,10 @@ def apply_fault(job, kind, rng, domains, loss, events, pending):
         for b in domains:
             if b != a:
                 job.ctl(f"cut {a}-{b} {int(job.args.partition_seconds)}s")
+    elif kind == "store":
+        ev["target"] = "etcd"
+        with open(os.path.join(job.out, "etcd.pid")) as f:
+            os.kill(int(f.read()), signal.SIGKILL)
     elif kind == "loss":
         a, b = rng.sample(domains, 2)
         ev["target"] = f"{a}-{b}"
@@ -408,10 +478,12 @@ def analyse(job, events, rc, steps):
 
 
 def harness(args):
-    faults = [f for f in args.faults.split(",") if f]
+    faults = [f for f in args.faults.split(",") if f] or [f for f in FAULTS if f != "store" or args.store == "etcd"]
     bad = [f for f in faults if f not in FAULTS]
     if bad:
         sys.exit(f"chaos: unknown fault kinds {bad}; known: {FAULTS}")
+    if "store" in faults and args.store != "etcd":
+        sys.exit("chaos: the store fault restarts an etcd server: it needs --store etcd")
     report = {"command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:])}
     if args.baseline:
         job, events, rc = run_job(args, os.path.join(args.out, "baseline"), [])

@@ -51,7 +51,8 @@ int main(int argc, char** argv) {
       size_t at = security::kTagBytes;
       for (uint32_t r = 0; static_cast<size_t>(r) * security::kRecordBytes < bytes; ++r) {
         const size_t p = security::record_plain_size(bytes, r);
-        if (!opener.open_record(hi, r, std::span<uint8_t>(wire.data() + at, p + security::kTagBytes))) return 1;
+        if (!opener.open_record(hi, r, std::span<const uint8_t>(wire.data() + at, p + security::kTagBytes), wire.data() + at))
+          return 1;
         at += p + security::kTagBytes;
       }
       opener.next();

@@ -22,15 +22,17 @@ std::span<uint8_t> SealedStream::record_space(size_t payload_bytes) {
   return std::span<uint8_t>(record_).subspan(record_got_, wire - record_got_);
 }
 
-SealedStream::Record SealedStream::record_got(size_t n, std::span<const uint8_t>* plain) {
+SealedStream::Record SealedStream::record_got(size_t n, uint8_t* dst, size_t* plain, const uint8_t** at) {
   record_got_ += n;
   const size_t size = record_plain_size(payload_bytes_, record_index_);
   if (record_got_ < size + kTagBytes) return Record::kMore;
-  if (!opener_.open_record(header_, record_index_, std::span<uint8_t>(record_.data(), size + kTagBytes)))
+  uint8_t* out = dst ? dst : record_.data();
+  if (!opener_.open_record(header_, record_index_, std::span<const uint8_t>(record_.data(), size + kTagBytes), out))
     return Record::kFailed;
   record_got_ = 0;
   ++record_index_;
-  *plain = std::span<const uint8_t>(record_.data(), size);
+  *plain = size;
+  if (at) *at = out;
   return Record::kOpened;
 }
 

@@ -4,8 +4,9 @@
 // how many bytes arrived where this told it to put them.
 //
 // On the wire (sealer.h): the 64-byte header in clear and its tag, then the payload in records of
-// at most kRecordBytes, each followed by its tag. A record is staged here and verified before any
-// of its bytes reach the frame's destination.
+// at most kRecordBytes, each followed by its tag. A record's wire bytes are staged here and
+// decrypted straight to the frame's destination (no copy after), where a wrong tag leaves zeros:
+// no unverified byte stays there.
 #pragma once
 
 #include <array>
@@ -47,11 +48,12 @@ class SealedStream {
   // Where the next wire bytes of the payload (of `payload_bytes`, the opened header's) go: the
   // rest of the current record.
   std::span<uint8_t> record_space(size_t payload_bytes);
-  // `n` bytes arrived in record_space(). kOpened: a whole record verified, its plaintext in
-  // `*plain` (valid until the next call); kMore: the record is not complete; kFailed: its tag is
-  // wrong.
+  // `n` bytes arrived in record_space(). kOpened: a whole record verified, its plaintext (`*plain`
+  // bytes) at `dst` (nullptr: in the staging, at `*at`, valid until the next call); kMore: the
+  // record is not complete; kFailed: its tag is wrong. `dst` has room for the whole record
+  // (record_plain_size of the payload).
   enum class Record { kMore, kOpened, kFailed };
-  Record record_got(size_t n, std::span<const uint8_t>* plain);
+  Record record_got(size_t n, uint8_t* dst, size_t* plain, const uint8_t** at = nullptr);
   // The frame is in: the next header comes.
   void end_frame();
   // The counts of what this stream opened, for the log of a failure.

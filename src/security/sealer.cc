@@ -185,9 +185,9 @@ bool FrameOpener::repeated(std::span<const uint8_t, protocol::kFrameHeaderSize> 
 }
 
 bool FrameOpener::open_record(std::span<const uint8_t, protocol::kFrameHeaderSize> header, uint32_t index,
-                              std::span<uint8_t> in) const {
+                              std::span<const uint8_t> in, uint8_t* out) const {
   if (index == kHeaderRecord) return false;
-  return (current_data_ ? data_ : control_).open(current_frame_, index, header, in, in.data());
+  return (current_data_ ? data_ : control_).open(current_frame_, index, header, in, out);
 }
 
 void FrameOpener::next() {

@@ -70,7 +70,7 @@ class Aead {
             uint8_t* out) const;
   // in = ciphertext || tag; writes the plaintext (in.size() - kTagBytes bytes, may equal in) only
   // when the tag is right. False otherwise (out untouched where the cipher verifies first;
-  // zeroed otherwise).
+  // zeroed otherwise: nothing unverified is left there either way).
   bool open(uint64_t counter, uint32_t record, std::span<const uint8_t> ad, std::span<const uint8_t> in,
             uint8_t* out) const;
 
@@ -116,10 +116,11 @@ class FrameOpener {
   // not above the last data frame opened here (replayed or reordered on this connection).
   bool open_header(std::span<const uint8_t, protocol::kFrameHeaderSize> header,
                    std::span<const uint8_t, kTagBytes> tag);
-  // Record `index` of the frame whose header opened last (ciphertext || tag, decrypted in place to
-  // its first in.size() - kTagBytes bytes).
+  // Record `index` of the frame whose header opened last (ciphertext || tag), decrypted to its
+  // in.size() - kTagBytes bytes at `out` (may equal in.data()); a wrong tag leaves none of them
+  // behind (Aead::open).
   bool open_record(std::span<const uint8_t, protocol::kFrameHeaderSize> header, uint32_t index,
-                   std::span<uint8_t> in) const;
+                   std::span<const uint8_t> in, uint8_t* out) const;
   // A data frame header whose number is below what this connection expects (open_header refuses it
   // whatever its tag): for the log.
   bool repeated(std::span<const uint8_t, protocol::kFrameHeaderSize> header) const;

@@ -225,7 +225,7 @@ TEST_P(Sealing, FramesRoundTripAndAnyChangeIsRefused) {
         std::vector<uint8_t> rec(bad.begin() + kTagBytes, bad.begin() + kTagBytes + record_plain_size(n, 0) + kTagBytes);
         const bool in_first = n / 2 < kRecordBytes;
         if (in_first) {
-          EXPECT_FALSE(opener.open_record(hb, 0, rec));
+          EXPECT_FALSE(opener.open_record(hb, 0, rec, rec.data()));
         }
       }
     }
@@ -238,8 +238,8 @@ TEST_P(Sealing, FramesRoundTripAndAnyChangeIsRefused) {
                                wire.begin() + static_cast<std::ptrdiff_t>(at + p + kTagBytes));
       // Records cannot be swapped: record i opened as i + 1 fails.
       std::vector<uint8_t> copy = rec;
-      EXPECT_FALSE(opener.open_record(hb, i + 1, copy));
-      ASSERT_TRUE(opener.open_record(hb, i, rec));
+      EXPECT_FALSE(opener.open_record(hb, i + 1, copy, copy.data()));
+      ASSERT_TRUE(opener.open_record(hb, i, rec, rec.data()));
       got.insert(got.end(), rec.begin(), rec.begin() + static_cast<std::ptrdiff_t>(p));
       at += p + kTagBytes;
     }
@@ -303,7 +303,7 @@ TEST_P(Sealing, ResentDataFrameSealsIdenticallyAndNothingElseRepeats) {
     size_t at = kTagBytes;
     for (uint32_t i = 0; static_cast<size_t>(i) * kRecordBytes < n; ++i) {
       const size_t p = record_plain_size(n, i);
-      if (!o.open_record(hb, i, std::span<uint8_t>(wire.data() + at, p + kTagBytes))) return false;
+      if (!o.open_record(hb, i, std::span<const uint8_t>(wire.data() + at, p + kTagBytes), wire.data() + at)) return false;
       at += p + kTagBytes;
     }
     o.next();
@@ -395,13 +395,22 @@ TEST_P(Sealing, AStreamOfFramesOpensInAnyChunkingAndRefusesChangesAndRepeats) {
       if (const char* bad = s.open_header(hw)) return bad;
       protocol::FrameHeader h;
       if (protocol::decode_frame_header(std::span<const uint8_t, protocol::kFrameHeaderSize>(hw.data(), protocol::kFrameHeaderSize), &h) != protocol::DecodeStatus::kOk) return "undecodable";
-      std::vector<uint8_t> payload;
-      while (payload.size() < h.payload_len) {
+      // Opened straight into the frame's destination, as a connection does.
+      std::vector<uint8_t> payload(h.payload_len, 0xee);
+      for (size_t have = 0; have < h.payload_len;) {
         const size_t n = take(s.record_space(h.payload_len));
-        std::span<const uint8_t> plain;
-        const auto r = s.record_got(n, &plain);
-        if (r == SealedStream::Record::kFailed) return "payload record";
-        if (r == SealedStream::Record::kOpened) payload.insert(payload.end(), plain.begin(), plain.end());
+        size_t plain = 0;
+        const auto r = s.record_got(n, payload.data() + have, &plain);
+        if (r == SealedStream::Record::kFailed) {
+          // Nothing unverified is left where the failed record was to go.
+          const size_t size = std::min(kRecordBytes, h.payload_len - have);
+          if (std::any_of(payload.begin() + static_cast<std::ptrdiff_t>(have),
+                          payload.begin() + static_cast<std::ptrdiff_t>(have + size),
+                          [](uint8_t b) { return b != 0 && b != 0xee; }))
+            return "a failed record left bytes behind";
+          return "payload record";
+        }
+        if (r == SealedStream::Record::kOpened) have += plain;
       }
       s.end_frame();
       got->push_back(payload);

@@ -547,16 +547,17 @@ void TcpConnection::read_some() {
     }
 
     if (sealed_ && payload_got_ < hdr_.payload_len) {
-      // One record at a time into the stream's staging; only a verified record reaches `dst`.
+      // One record at a time into the stream's staging, opened straight into `dst` (a wrong tag
+      // leaves zeros there); a discarded frame's records are opened in the staging.
       const std::span<uint8_t> space = sealed_->record_space(hdr_.payload_len);
       const ssize_t n = receive(space.data(), space.size());
       if (n <= 0) return;
-      std::span<const uint8_t> plain;
-      const auto got = sealed_->record_got(static_cast<size_t>(n), &plain);
+      size_t plain = 0;
+      const auto got =
+          sealed_->record_got(static_cast<size_t>(n), discard_ ? nullptr : dst.data() + payload_got_, &plain);
       if (got == security::SealedStream::Record::kFailed) return auth_failed("payload record");
       if (got == security::SealedStream::Record::kMore) continue;
-      if (!discard_) std::memcpy(dst.data() + payload_got_, plain.data(), plain.size());
-      payload_got_ += plain.size();
+      payload_got_ += plain;
       if (payload_got_ < hdr_.payload_len) continue;
     }
     // Where the next bytes go: a discarded frame reuses its small buffer from the start.
