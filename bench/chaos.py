@@ -100,6 +100,13 @@ def free_local_port():
         return s.getsockname()[1]
 
 
+def etcd_dir(session):
+    """etcd's data directory: on tmpfs, as a production etcd's is on a disk whose fsync takes
+    a millisecond (on this VM's disk etcd's fsyncs queue its writes for seconds)."""
+    base = "/dev/shm" if os.path.isdir("/dev/shm") else "/tmp"
+    return os.path.join(base, f"geoccl-{session}-etcd")
+
+
 def die_with_parent():
     """In a child before exec: SIGKILL when the supervisor dies (prctl PR_SET_PDEATHSIG)."""
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
@@ -112,7 +119,7 @@ class EtcdServer:
     def __init__(self, args, addr, port):
         self.args, self.stopped = args, threading.Event()
         client, peer = f"http://{addr}:{port}", f"http://127.0.0.1:{free_local_port()}"
-        self.cmd = ["etcd", "--name=chaos", f"--data-dir={os.path.join(args.out, 'etcd')}",
+        self.cmd = ["etcd", "--name=chaos", f"--data-dir={etcd_dir(os.environ['GEOCCL_SESSION'])}",
                     f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
                     f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
                     f"--initial-cluster=chaos={peer}", "--initial-cluster-state=new", "--logger=zap",
@@ -246,7 +253,8 @@ class Job:
                   "--steps", str(args.steps), "--step-sleep", str(args.step_sleep), "--timeout", str(args.timeout),
                   "--join-window", str(args.join_window), "--restart-delay", str(args.restart_delay),
                   "--store", args.store]
-        env = dict(os.environ, GEOCCL_SESSION=f"chaos-{os.getpid()}-{int(faults_on)}", OMP_NUM_THREADS="1")
+        self.session = f"chaos-{os.getpid()}-{int(faults_on)}"
+        env = dict(os.environ, GEOCCL_SESSION=self.session, OMP_NUM_THREADS="1")
         pkg = os.path.join(args.build, "python")
         env["PYTHONPATH"] = os.pathsep.join(p for p in [pkg, env.get("PYTHONPATH", "")] if p)
         self.log = open(os.path.join(out, "job.log"), "w+")
@@ -406,7 +414,10 @@ def run_job(args, out, faults):
             undo()
         except (OSError, RuntimeError):
             pass
-    rc = job.wait(deadline)
+    try:
+        rc = job.wait(deadline)
+    finally:
+        shutil.rmtree(etcd_dir(job.session), ignore_errors=True)
     return job, events, rc
 
 

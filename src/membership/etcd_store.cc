@@ -276,6 +276,22 @@ void EtcdStore::wait(const std::vector<std::string>& keys, milliseconds timeout)
 int64_t EtcdStore::add(const std::string& key, int64_t delta) {
   const std::string full = prefix_ + key;
   const auto deadline = Clock::now() + io_timeout_;
+  auto counter = [&](const std::vector<uint8_t>& value) {
+    int64_t v = 0;
+    protocol::Reader reader(value);
+    if (value.size() != 8 || !reader.i64(&v))
+      throw Error(ErrorCode::kInvalidArgument, "store key '" + key + "' at " + address_ + " holds " +
+                                                   std::to_string(value.size()) + " bytes, not a counter (8)");
+    return v;
+  };
+  if (delta == 0) {
+    // A read: no write, so a poller (the elastic decider reads its candidate count every few
+    // ms) does not move the key's revision under the adders' compare-and-set, which a writer one
+    // WAN round trip away would lose every time.
+    check_lease();
+    const auto kv = range(full, deadline);
+    return kv ? counter(kv->value) : 0;
+  }
   // Start from "absent, 0": a new counter costs one transaction, and a failed try returns the
   // current value and revision for the next.
   int64_t cur = 0, mod_revision = 0;
@@ -295,11 +311,7 @@ int64_t EtcdStore::add(const std::string& key, int64_t delta) {
     if (!r->current) {  // deleted between two tries: start again from 0
       cur = mod_revision = 0;
     } else {
-      protocol::Reader reader(r->current->value);
-      if (r->current->value.size() != 8 || !reader.i64(&cur))
-        throw Error(ErrorCode::kInvalidArgument,
-                    "store key '" + key + "' at " + address_ + " holds " +
-                        std::to_string(r->current->value.size()) + " bytes, not a counter (8)");
+      cur = counter(r->current->value);
       mod_revision = r->current->mod_revision;
     }
     if (Clock::now() >= deadline)

@@ -3,7 +3,8 @@
 // to 100 ms): one range request per try, so a group of N ranks waiting costs etcd at most
 // 10 N requests per second, and a key is seen at most 100 ms after it is set.
 // add() is a compare-and-set loop on the key's mod_revision (one transaction per try; a failed
-// try returns the current value), atomic across every client of the cluster.
+// try returns the current value), atomic across every client of the cluster; add(key, 0) is a
+// read (it writes nothing, so polling a counter does not starve its adders).
 //
 // Every key is attached to a lease (TTL kLeaseTtl) that a background thread renews at a third
 // of its TTL for as long as a store of this process on that etcd is open: the keys of a process

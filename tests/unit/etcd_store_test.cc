@@ -194,6 +194,24 @@ TEST_F(EtcdStoreTest, ConcurrentAddsFromManyClientsSumExactly) {
   EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
 }
 
+TEST_F(EtcdStoreTest, AddingZeroReadsWithoutWriting) {
+  // add(key, 0) is how a decider polls a counter: it must not move the key's revision, or an
+  // adder one WAN round trip away loses its compare-and-set to every poll.
+  auto s = open();
+  EXPECT_EQ(s->add("polled", 0), 0);  // absent: 0, and still absent
+  EXPECT_FALSE(s->check("polled"));
+  EXPECT_EQ(s->add("polled", 3), 3);
+  auto revision = [&] {
+    const auto j = gateway("/v3/kv/range", {{"key", b64("/job/polled")}});
+    return std::stoll(j["kvs"][0]["mod_revision"].get<std::string>());
+  };
+  const int64_t before = revision();
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(s->add("polled", 0), 3);
+  EXPECT_EQ(revision(), before);
+  s->set("text", {'h', 'i'});
+  EXPECT_EQ(error_of([&] { s->add("text", 0); }, 2s).code(), ErrorCode::kInvalidArgument);
+}
+
 TEST_F(EtcdStoreTest, PrefixesKeepJobsApart) {
   auto a = open("a");
   auto ab = open("ab");

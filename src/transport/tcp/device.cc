@@ -516,24 +516,24 @@ void TcpDevice::stats(LinkStats* ps) const {
     }
     // The smoothed RTT: the data streams' mean weighted by the bytes each sent, the RTT this
     // rank's traffic to the peer saw. The kernel samples RTT only from acks of data sent, so a
-    // stream that sent nothing still holds its handshake's figure, which a lost SYN or Hello
-    // leaves near a retransmission timeout (805 ms beside three streams at 25 ms, on a 20 ms
-    // path, to a peer a ring only receives from). With no data sent, the control stream's, which
-    // heartbeats keep sampling; the plain mean when there is none.
-    double rtt_weighted = 0, rtt_all = 0, weight = 0;
+    // stream that sent nothing or little still holds its handshake's figure, which a lost SYN or
+    // Hello leaves near a retransmission timeout (805 ms beside three streams at 25 ms, on a 20 ms
+    // path, to a peer a ring only receives from; 700 ms on one that got 300 KB). Below
+    // kRttWeightBytes sent in all, the least smoothed RTT of the data streams and the control
+    // stream (which heartbeats keep sampling): a path that carried little has no queue to show.
+    constexpr double kRttWeightBytes = 4 << 20;
+    double rtt_weighted = 0, rtt_least = 0, weight = 0;
+    auto least = [&](double ms) {
+      if (ms > 0 && (rtt_least == 0 || ms < rtt_least)) rtt_least = ms;
+    };
     for (const auto& st : t.each) {
-      rtt_all += st.rtt_ms;
+      least(st.rtt_ms);
       rtt_weighted += st.rtt_ms * static_cast<double>(st.bytes_sent);
       weight += static_cast<double>(st.bytes_sent);
     }
-    const TcpConnection* control = p.streams[kControlStream].get();
-    const double control_ms = control ? static_cast<double>(control->srtt().count()) / 1e3 : 0;
-    if (weight > 0)
-      ps->rtt_ms = rtt_weighted / weight;
-    else if (control_ms > 0)
-      ps->rtt_ms = control_ms;
-    else if (!t.each.empty())
-      ps->rtt_ms = rtt_all / static_cast<double>(t.each.size());
+    if (const TcpConnection* control = p.streams[kControlStream].get())
+      least(static_cast<double>(control->srtt().count()) / 1e3);
+    ps->rtt_ms = weight >= kRttWeightBytes ? rtt_weighted / weight : rtt_least;
     for (const auto& st : t.each) {
       if (t.congestion_control.empty()) t.congestion_control = st.congestion_control;
       if (st.min_rtt_ms > 0 && (t.min_rtt_ms == 0 || st.min_rtt_ms < t.min_rtt_ms)) t.min_rtt_ms = st.min_rtt_ms;
