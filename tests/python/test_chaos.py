@@ -17,7 +17,7 @@ import pytest
 
 from conftest import PKG, REPO
 
-STEPS = 400
+STEPS = 480
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/net/tun"),
@@ -28,7 +28,7 @@ def test_training_survives_kills_a_cut_and_a_store_restart(tmp_path):
     out = tmp_path / "chaos"
     cmd = [sys.executable, os.path.join(REPO, "bench", "chaos.py"), "--scenario",
            os.path.join(REPO, "bench", "scenarios", "seed.toml"), "--steps", str(STEPS), "--step-sleep", "0.05",
-           "--first-fault", "5", "--fault-every", "12", "--faults", "kill,kill0,cut5,store", "--store", "etcd",
+           "--first-fault", "5", "--fault-every", "10", "--faults", "kill,kill0,cut5,store", "--store", "etcd",
            "--seed", "3",
            "--out", str(out), "--build", os.path.dirname(PKG), "--deadline", "240"]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
