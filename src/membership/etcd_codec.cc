@@ -189,17 +189,19 @@ std::string range_request(const std::string& key) { return json{{"key", b64(key)
 std::string delete_request(const std::string& key) { return json{{"key", b64(key)}}.dump(); }
 
 std::string cas_request(const std::string& key, int64_t mod_revision,
-                        std::span<const uint8_t> value, int64_t lease) {
+                        std::span<const uint8_t> value, int64_t lease, const std::string& marker,
+                        std::span<const uint8_t> marker_value) {
   const std::string k = b64(key);
   // A key that does not exist compares as mod_revision 0.
   json compare = {{"key", k},
                   {"target", "MOD"},
                   {"result", "EQUAL"},
                   {"mod_revision", std::to_string(mod_revision)}};
-  json put = {{"request_put", put_object(key, value, lease)}};
+  json success = json::array({json{{"request_put", put_object(key, value, lease)}}});
+  if (!marker.empty()) success.push_back(json{{"request_put", put_object(marker, marker_value, lease)}});
   json range = {{"request_range", {{"key", k}}}};
   return json{{"compare", json::array({compare})},
-              {"success", json::array({put})},
+              {"success", std::move(success)},
               {"failure", json::array({range})}}
       .dump();
 }
@@ -237,13 +239,17 @@ std::optional<TxnResult> decode_txn_response(std::string_view body, const std::s
   TxnResult out;
   if (!bool_field(j, "succeeded", &out.succeeded)) return std::nullopt;
   const json* responses = member(j, "responses");
-  if (!responses || !responses->is_array() || responses->size() != 1 ||
-      !responses->front().is_object())
+  // A success answers each put (the key's, and a marker's when there is one); a failure the range.
+  if (!responses || !responses->is_array() || responses->empty() || responses->size() > (out.succeeded ? 2u : 1u))
     return std::nullopt;
+  for (const json& r : *responses)
+    if (!r.is_object()) return std::nullopt;
   const json& only = responses->front();
   if (out.succeeded) {
-    const json* put = member(only, "response_put");
-    if (!put || !put->is_object()) return std::nullopt;
+    for (const json& r : *responses) {
+      const json* put = member(r, "response_put");
+      if (!put || !put->is_object()) return std::nullopt;
+    }
     return out;
   }
   const json* range = member(only, "response_range");

@@ -34,9 +34,12 @@ std::string range_request(const std::string& key);
 std::string delete_request(const std::string& key);
 // A transaction that puts `value` (attached to `lease`, 0 for none) only while the key's
 // mod_revision is `mod_revision` (0: the key does not exist) and otherwise reads the key, so
-// that each try of a compare-and-set loop is one round trip.
+// that each try of a compare-and-set loop is one round trip. With a `marker` key, a success also
+// puts `marker_value` there (same lease), in the same atomic step: a client that lost the answer
+// reads the marker to learn whether its transaction was applied.
 std::string cas_request(const std::string& key, int64_t mod_revision,
-                        std::span<const uint8_t> value, int64_t lease);
+                        std::span<const uint8_t> value, int64_t lease, const std::string& marker = {},
+                        std::span<const uint8_t> marker_value = {});
 // A lease of `ttl_seconds`, and one renewal of lease `id`.
 std::string lease_grant_request(int64_t ttl_seconds);
 std::string lease_keepalive_request(int64_t id);

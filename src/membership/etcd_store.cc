@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdio>
 #include <map>
+#include <random>
 #include <thread>
 
 #include "core/logging.h"
@@ -136,6 +138,12 @@ EtcdStore::EtcdStore(const std::string& host, uint16_t port, std::string prefix,
       port_(port) {
   http_->set_keep_alive(true);
   http_->set_tcp_nodelay(true);
+  {
+    std::random_device rd;
+    char id[17];
+    std::snprintf(id, sizeof id, "%08x%08x", rd(), rd());
+    add_marker_ = prefix_ + ".adds/" + id;
+  }
   // etcd may still be starting (or electing a leader): the first request retries until the
   // deadline, like the TCP store's connect.
   try {
@@ -182,7 +190,7 @@ void EtcdStore::check_lease() const {
 }
 
 std::string EtcdStore::call(const char* path, const std::string& body, Clock::time_point deadline,
-                            Retry retry) {
+                            Retry retry, bool* maybe_applied) {
   milliseconds backoff(20);
   std::string last;
   for (;;) {
@@ -202,9 +210,14 @@ std::string EtcdStore::call(const char* path, const std::string& body, Clock::ti
           err == httplib::Error::Connection || err == httplib::Error::ConnectionTimeout;
       last = (unsent ? "could not connect (" : "the connection failed (") +
              httplib::to_string(err) + ")";
-      if (!unsent && retry == Retry::kUnsent)
+      if (!unsent && retry == Retry::kUnsent) {
+        if (maybe_applied) {
+          *maybe_applied = true;
+          return {};
+        }
         throw Error(ErrorCode::kIo, address_ + ": " + path + " failed: " + last +
                                         "; it may or may not have been applied");
+      }
       may_retry = true;
     } else if (res->status == 200) {
       return std::move(res->body);
@@ -215,8 +228,13 @@ std::string EtcdStore::call(const char* path, const std::string& body, Clock::ti
       // (4xx) stays rejected.
       if (res->status < 500)
         throw Error(ErrorCode::kProtocol, address_ + " refused " + path + ": " + last);
-      if (retry == Retry::kUnsent)
+      if (retry == Retry::kUnsent) {
+        if (maybe_applied) {
+          *maybe_applied = true;
+          return {};
+        }
         throw Error(ErrorCode::kIo, address_ + ": " + path + " failed: " + last);
+      }
       may_retry = true;
     }
     const auto now = Clock::now();
@@ -292,6 +310,9 @@ int64_t EtcdStore::add(const std::string& key, int64_t delta) {
     const auto kv = range(full, deadline);
     return kv ? counter(kv->value) : 0;
   }
+  std::lock_guard<std::mutex> serial(add_mu_);
+  std::vector<uint8_t> seq;
+  protocol::Writer(&seq).u64(++add_seq_);
   // Start from "absent, 0": a new counter costs one transaction, and a failed try returns the
   // current value and revision for the next.
   int64_t cur = 0, mod_revision = 0;
@@ -302,9 +323,18 @@ int64_t EtcdStore::add(const std::string& key, int64_t delta) {
         static_cast<int64_t>(static_cast<uint64_t>(cur) + static_cast<uint64_t>(delta));
     std::vector<uint8_t> encoded;
     protocol::Writer(&encoded).i64(next);
+    bool maybe_applied = false;
     const std::string body =
-        call("/v3/kv/txn", etcd::cas_request(full, mod_revision, bytes_of(encoded), lease_->id()),
-             deadline, Retry::kUnsent);
+        call("/v3/kv/txn",
+             etcd::cas_request(full, mod_revision, bytes_of(encoded), lease_->id(), add_marker_, bytes_of(seq)),
+             deadline, Retry::kUnsent, &maybe_applied);
+    if (maybe_applied) {
+      // The answer was lost: the marker holds this add's number exactly when it was applied.
+      const auto marker = range(add_marker_, deadline);
+      if (marker && marker->value == seq) return next;
+      cur = mod_revision = 0;  // not applied: the next try reads the counter again
+      continue;
+    }
     auto r = etcd::decode_txn_response(body, full);
     if (!r) undecodable("/v3/kv/txn", body);
     if (r->succeeded) return next;

@@ -3,8 +3,10 @@
 // to 100 ms): one range request per try, so a group of N ranks waiting costs etcd at most
 // 10 N requests per second, and a key is seen at most 100 ms after it is set.
 // add() is a compare-and-set loop on the key's mod_revision (one transaction per try; a failed
-// try returns the current value), atomic across every client of the cluster; add(key, 0) is a
-// read (it writes nothing, so polling a counter does not starve its adders).
+// try returns the current value), atomic across every client of the cluster and applied once
+// even when etcd restarts or the connection breaks while it is in flight (a marker key written
+// in the same transaction says whether it was); add(key, 0) is a read (it writes nothing, so
+// polling a counter does not starve its adders).
 //
 // Every key is attached to a lease (TTL kLeaseTtl) that a background thread renews at a third
 // of its TTL for as long as a store of this process on that etcd is open: the keys of a process
@@ -86,9 +88,11 @@ class EtcdStore final : public Store {
   enum class Retry { kIdempotent, kUnsent };
 
   // POSTs `body` to `path` and returns the body of a 200 answer, retrying as `retry` allows
-  // until `deadline`. Throws kTimeout / kIo / kProtocol naming the address and the path.
+  // until `deadline`. Throws kTimeout / kIo / kProtocol naming the address and the path; with
+  // `maybe_applied`, a kUnsent request that failed after it was sent (a broken connection, a 5xx
+  // answer) sets it and returns "" instead of throwing.
   std::string call(const char* path, const std::string& body, Clock::time_point deadline,
-                   Retry retry);
+                   Retry retry, bool* maybe_applied = nullptr);
   // One range request for the key (full etcd key): its value, or nullopt when it does not exist.
   std::optional<etcd::KeyValue> range(const std::string& full_key, Clock::time_point deadline);
   [[noreturn]] void undecodable(const char* path, const std::string& body) const;
@@ -105,6 +109,12 @@ class EtcdStore final : public Store {
   std::string host_;
   uint16_t port_;
   std::shared_ptr<EtcdLease> lease_;
+  // add(): one at a time per store, each numbered; its transaction also writes that number to
+  // this store's marker key (prefix/.adds/<random id>), which tells after a lost answer (etcd
+  // restarted, the connection broke) whether it was applied: so an add is applied exactly once.
+  std::mutex add_mu_;
+  uint64_t add_seq_ = 0;
+  std::string add_marker_;
 };
 
 }  // namespace geoccl::membership

@@ -47,6 +47,13 @@ TEST(EtcdCodec, RequestsCarryBase64KeysAndValues) {
   EXPECT_EQ(txn["success"][0]["request_put"]["value"], b64("12345678"));
   EXPECT_FALSE(txn["success"][0]["request_put"].contains("lease"));
   EXPECT_EQ(txn["failure"][0]["request_range"]["key"], b64("/p/n"));
+  EXPECT_EQ(txn["success"].size(), 1u);
+  // With a marker: its put joins the counter's, on the same lease.
+  const auto marked = nlohmann::json::parse(cas_request("/p/n", 7, bytes("12345678"), 9, "/p/.adds/ab", bytes("seq")));
+  ASSERT_EQ(marked["success"].size(), 2u);
+  EXPECT_EQ(marked["success"][1]["request_put"]["key"], b64("/p/.adds/ab"));
+  EXPECT_EQ(marked["success"][1]["request_put"]["value"], b64("seq"));
+  EXPECT_EQ(marked["success"][1]["request_put"]["lease"], "9");
 }
 
 TEST(EtcdCodec, PutsCarryTheirLeaseAsTheGatewayWritesInt64) {
@@ -159,6 +166,13 @@ TEST(EtcdCodec, TxnPutAndDeleteAnswersDecode) {
       "/n");
   ASSERT_TRUE(won);
   EXPECT_TRUE(won->succeeded);
+  // With a marker, two puts answer; three, or a range among them, do not decode.
+  const std::string put = R"({"response_put":{"header":{"revision":"12"}}})";
+  EXPECT_TRUE(decode_txn_response("{" + header + R"(,"succeeded":true,"responses":[)" + put + "," + put + "]}", "/n"));
+  EXPECT_FALSE(decode_txn_response(
+      "{" + header + R"(,"succeeded":true,"responses":[)" + put + "," + put + "," + put + "]}", "/n"));
+  EXPECT_FALSE(decode_txn_response(
+      "{" + header + R"(,"succeeded":true,"responses":[)" + put + R"(,{"response_range":{}}]})", "/n"));
   const auto lost = decode_txn_response(
       "{" + header +
           R"(,"responses":[{"response_range":{"header":{"revision":"12"},"kvs":[{"key":")" +
