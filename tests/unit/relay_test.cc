@@ -376,12 +376,16 @@ TEST(Relay, ATunnelWhoseLegToTheFarEndIsCutEndsAndTheStreamsComeBack) {
 // Striping while a rank sends to several WAN peers at once (TcpOptions::narrow_fan_out, on by
 // default: GEOCCL_EXPERIMENT=stripe=backlog): rank 0 posts 1 MiB frames to ranks 1 and 2 in turn before
 // either posts a receive, so both peers have frames unsent from the start; each peer's frames then
-// keep to S / 2 = 2 of its 4 data streams. With wide striping they spread over all 4.
+// keep to S / 2 = 2 of its 4 data streams. With wide striping they spread over all 4. Small
+// socket buffers (256 KiB) keep both peers' frames unsent whatever the pace of the posts: with the
+// kernel's loopback autotuning the buffers took whole frames, and a slow poster (ASan) left a
+// peer idle between its frames, so they spread wide.
 TEST(Relay, FramesToTwoBusyWanPeersTakeHalfTheStreamsEach) {
   for (const bool narrow : {true, false}) {
     TcpOptions o = relay_options();
     o.data_streams = 4;
     o.narrow_fan_out = narrow;
+    o.wan_buffer_bytes = 256 << 10;
     Group3 g(3, o, [](int, int, const std::string& real) { return real; }, 20s, false);
     ASSERT_TRUE(g.connected());
     g.all_wan();
