@@ -333,6 +333,11 @@ int64_t EtcdStore::add(const std::string& key, int64_t delta) {
       const auto marker = range(add_marker_, deadline);
       if (marker && marker->value == seq) return next;
       cur = mod_revision = 0;  // not applied: the next try reads the counter again
+      if (Clock::now() >= deadline)
+        throw Error(ErrorCode::kTimeout, "store key '" + key + "' at " + address_ +
+                                             ": add() got no answer etcd applied it within " +
+                                             std::to_string(io_timeout_.count()) + " ms");
+      std::this_thread::sleep_for(std::min<Clock::duration>(milliseconds(50), deadline - Clock::now()));
       continue;
     }
     auto r = etcd::decode_txn_response(body, full);
