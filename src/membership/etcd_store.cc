@@ -293,7 +293,7 @@ void EtcdStore::wait(const std::vector<std::string>& keys, milliseconds timeout)
 
 int64_t EtcdStore::add(const std::string& key, int64_t delta) {
   const std::string full = prefix_ + key;
-  const auto deadline = Clock::now() + io_timeout_;
+  auto deadline = Clock::now() + io_timeout_;
   auto counter = [&](const std::vector<uint8_t>& value) {
     int64_t v = 0;
     protocol::Reader reader(value);
@@ -311,6 +311,7 @@ int64_t EtcdStore::add(const std::string& key, int64_t delta) {
     return kv ? counter(kv->value) : 0;
   }
   std::lock_guard<std::mutex> serial(add_mu_);
+  deadline = Clock::now() + io_timeout_;  // the bound starts once the add before it is done
   std::vector<uint8_t> seq;
   protocol::Writer(&seq).u64(++add_seq_);
   // Start from "absent, 0": a new counter costs one transaction, and a failed try returns the
@@ -329,7 +330,9 @@ int64_t EtcdStore::add(const std::string& key, int64_t delta) {
              etcd::cas_request(full, mod_revision, bytes_of(encoded), lease_->id(), add_marker_, bytes_of(seq)),
              deadline, Retry::kUnsent, &maybe_applied);
     if (maybe_applied) {
-      // The answer was lost: the marker holds this add's number exactly when it was applied.
+      // The answer was lost: the marker holds this add's number when it was applied. (A
+      // transaction etcd still commits after answering 5xx, its proposal in flight, is not seen
+      // here: the next try may then add again.)
       const auto marker = range(add_marker_, deadline);
       if (marker && marker->value == seq) return next;
       cur = mod_revision = 0;  // not applied: the next try reads the counter again

@@ -3,10 +3,13 @@
 // to 100 ms): one range request per try, so a group of N ranks waiting costs etcd at most
 // 10 N requests per second, and a key is seen at most 100 ms after it is set.
 // add() is a compare-and-set loop on the key's mod_revision (one transaction per try; a failed
-// try returns the current value), atomic across every client of the cluster and applied once
-// even when etcd restarts or the connection breaks while it is in flight (a marker key written
-// in the same transaction says whether it was); add(key, 0) is a read (it writes nothing, so
-// polling a counter does not starve its adders).
+// try returns the current value), atomic across every client of the cluster. When its answer is
+// lost (etcd restarted, the connection broke, a 5xx) a marker key written in the same
+// transaction says whether it was applied, so it is not applied twice for that; one case is
+// left: a transaction etcd commits after it answered 5xx (its proposal still in flight) is not
+// seen by that check, and the next try adds again. add(key, 0) is a read (it writes nothing,
+// so polling a counter does not starve its adders; unlike the TCP store's, it does not create
+// the key).
 //
 // Every key is attached to a lease (TTL kLeaseTtl) that a background thread renews at a third
 // of its TTL for as long as a store of this process on that etcd is open: the keys of a process

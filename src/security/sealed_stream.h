@@ -5,8 +5,9 @@
 //
 // On the wire (sealer.h): the 64-byte header in clear and its tag, then the payload in records of
 // at most kRecordBytes, each followed by its tag. A record's wire bytes are staged here and
-// decrypted straight to the frame's destination (no copy after), where a wrong tag leaves zeros:
-// no unverified byte stays there.
+// decrypted straight to the frame's destination (no copy after), where a wrong tag leaves zeros
+// (AES-GCM, which decrypts before it verifies) or nothing (XChaCha20-Poly1305): no unverified
+// byte stays there.
 #pragma once
 
 #include <array>

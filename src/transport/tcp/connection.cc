@@ -548,7 +548,7 @@ void TcpConnection::read_some() {
 
     if (sealed_ && payload_got_ < hdr_.payload_len) {
       // One record at a time into the stream's staging, opened straight into `dst` (a wrong tag
-      // leaves zeros there); a discarded frame's records are opened in the staging.
+      // leaves no unverified byte there); a discarded frame's records are opened in the staging.
       const std::span<uint8_t> space = sealed_->record_space(hdr_.payload_len);
       const ssize_t n = receive(space.data(), space.size());
       if (n <= 0) return;
