@@ -5,10 +5,14 @@
 // relay carries the pair; the streams stay authenticated and sealed end to end.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <random>
@@ -22,7 +26,9 @@
 #include "transport/group.h"
 #include "transport/tcp/address.h"
 #include "transport/tcp/device.h"
+#include "transport/tcp/relay.h"
 #include "runtime/socket.h"
+#include "device_ticker.h"
 #include "netns_child.h"
 #include "requests.h"
 
@@ -166,6 +172,15 @@ bool streams_through(Rank& r, int peer, int first, int via, std::chrono::seconds
     if (std::chrono::steady_clock::now() > until) return false;
     std::this_thread::sleep_for(20ms);
   }
+}
+
+// Both ends of pair (0, 2) send their bulk frames through rank 1 (a two-hop path), and every data
+// stream from 2 on is open through it.
+void take_two_hop(Group3& g, size_t bulk) {
+  ASSERT_TRUE(g[0].dev->set_two_hop(2, 1, bulk));
+  ASSERT_TRUE(g[2].dev->set_two_hop(0, 1, bulk));
+  ASSERT_TRUE(streams_through(g[2], 0, 2, 1));
+  ASSERT_TRUE(streams_through(g[0], 2, 2, 1));
 }
 
 TcpOptions relay_options() {
@@ -342,11 +357,8 @@ TEST(Relay, ATunnelWhoseLegToTheFarEndIsCutEndsAndTheStreamsComeBack) {
         Group3 g(3, o, [](int, int, const std::string& real) { return real; });
         ASSERT_TRUE(g.connected());
         g.all_wan();
-        constexpr size_t kBulk = 64 << 10;
-        ASSERT_TRUE(g[0].dev->set_two_hop(2, 1, kBulk));
-        ASSERT_TRUE(g[2].dev->set_two_hop(0, 1, kBulk));
-        ASSERT_TRUE(streams_through(g[2], 0, 2, 1));
-        ASSERT_TRUE(streams_through(g[0], 2, 2, 1));
+        take_two_hop(g, 64 << 10);
+        if (::testing::Test::HasFatalFailure()) return;
         std::mt19937_64 rng(11);
         const std::vector<size_t> bulk(16, 1 << 20);
         transfer(g[2], 2, g[0], 0, bulk, 0, rng);
@@ -366,6 +378,104 @@ TEST(Relay, ATunnelWhoseLegToTheFarEndIsCutEndsAndTheStreamsComeBack) {
         EXPECT_GE(g[1].dev->relay_counters(0).stalled, 1u);
         for (uint16_t port : g[1].dev->relay_ports_for_test(0))
           for (uint16_t cut : ports) EXPECT_NE(port, cut);  // the streams came back on new tunnels
+        EXPECT_FALSE(g[0].group.failure());
+        EXPECT_FALSE(g[2].group.failure());
+      },
+      90s);
+  EXPECT_EQ(rc, 0);
+}
+
+// A relay's device finds the path to one end of a tunnel down (set_paths_down): the tunnel ends at
+// its next check, with nothing in flight on it, and both its sockets close; a rank at neither end
+// leaves it alone.
+TEST(Relay, ATunnelToARankWhosePathIsDownEnds) {
+  transport::tcp::Relay relay([](int) {});
+  relay.set_stall_timeout(200ms);
+  const int target = runtime::listen_on("127.0.0.1", 0, 4), front = runtime::listen_on("127.0.0.1", 0, 4);
+  const int requester = runtime::connect_with_timeout("127.0.0.1", runtime::local_port(front), 2s);
+  ASSERT_GE(requester, 0);
+  const int served = ::accept(front, nullptr, nullptr);
+  ASSERT_GE(served, 0);
+  std::array<uint8_t, protocol::kReplySize> accepted{}, unreachable{};
+  accepted[0] = 1;
+  relay.serve(served, 2, 0, transport::tcp::join_host_port("127.0.0.1", runtime::local_port(target)), 2s, accepted,
+              unreachable);
+  pollfd wait{target, POLLIN, 0};
+  ASSERT_EQ(::poll(&wait, 1, 10000), 1);  // the relay connected on
+  const int far = ::accept(target, nullptr, nullptr);
+  ASSERT_GE(far, 0);
+  for (int fd : {requester, far}) runtime::set_nonblocking(fd, false);
+  std::array<uint8_t, protocol::kReplySize> reply{};
+  ASSERT_EQ(::recv(requester, reply.data(), reply.size(), MSG_WAITALL), static_cast<ssize_t>(reply.size()));
+  EXPECT_EQ(reply, accepted);
+  auto round_trip = [&] {
+    char out = 'x', in = 0;
+    if (::send(requester, &out, 1, 0) != 1 || ::recv(far, &in, 1, MSG_WAITALL) != 1 || in != out) return false;
+    return ::send(far, &out, 1, 0) == 1 && ::recv(requester, &in, 1, MSG_WAITALL) == 1 && in == out;
+  };
+  ASSERT_TRUE(round_trip());
+  relay.set_paths_down({5});
+  std::this_thread::sleep_for(300ms);  // several checks
+  ASSERT_TRUE(round_trip());
+  EXPECT_EQ(relay.counters().open, 1u);
+  relay.set_paths_down({0});
+  // Both ends see the tunnel close (bounded: a receive timeout fails the test instead of hanging).
+  const timeval limit{10, 0};
+  for (int fd : {requester, far}) {
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+    char c = 0;
+    const ssize_t n = ::recv(fd, &c, 1, 0);
+    EXPECT_TRUE(n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) << n << " " << std::strerror(errno);
+  }
+  for (int i = 0; i < 500 && relay.counters().open > 0; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(relay.counters().open, 0u);
+  EXPECT_EQ(relay.counters(0).stalled, 1u);
+  for (int fd : {requester, far, target, front}) ::close(fd);
+}
+
+// The relay of a two-hop path loses its path to the dialling end of the pair (iptables drops every
+// packet between rank 2 and rank 1, the relay) while rank 0 sends bulk frames through it. The
+// relay's stall check ends the tunnels, and rank 0's ends of the streams wait for rank 2 to dial
+// them again; the relay's close cannot reach rank 2 across the cut, and rank 2 only receives on
+// those streams, so nothing of theirs tells it. Rank 2's own path to rank 1 goes silent (a frame
+// it sends rank 1 is not acknowledged, as its heartbeats would not be): it replaces its streams
+// through rank 1, they come back direct, and every frame arrives once.
+TEST(Relay, ATwoHopPathWhoseRelayLosesTheDiallingEndComesBackDirect) {
+  if (!test_support::can_cut_packets()) GTEST_SKIP() << "needs root and iptables";
+  const int rc = test_support::run_in_netns(
+      [] {
+        TcpOptions o = relay_options();
+        o.data_streams = 3;
+        o.resume_timeout = 20s;
+        Group3 g(3, o, [](int, int, const std::string& real) { return real; });
+        ASSERT_TRUE(g.connected());
+        g.all_wan();
+        take_two_hop(g, 64 << 10);
+        if (::testing::Test::HasFatalFailure()) return;
+        test_support::DeviceTicker<Rank> t0(g[0]), t1(g[1]), t2(g[2]);
+        std::mt19937_64 rng(13);
+        const std::vector<size_t> bulk(16, 1 << 20);
+        transfer(g[0], 0, g[2], 2, bulk, 0, rng);
+        EXPECT_GT(g[1].dev->relay_counters(0).bytes, 0u);
+        std::string host;
+        uint16_t port = 0;
+        runtime::split_host_port(g[1].dev->endpoint(), &host, &port);
+        test_support::iptables("-I INPUT -p tcp --sport " + std::to_string(port) + " -j DROP");
+        test_support::iptables("-I INPUT -p tcp --dport " + std::to_string(port) + " -j DROP");
+        std::vector<uint8_t> ping(1000), pong(1000, 0);
+        for (auto& x : ping) x = static_cast<uint8_t>(rng());
+        std::vector<RequestPtr> pings{g[1].dev->recv(2, relayed_header(0, pong.size()), pong),
+                                      g[2].dev->send(1, relayed_header(0, ping.size()), ping)};
+        transfer(g[0], 0, g[2], 2, bulk, 16, rng);
+        EXPECT_EQ(g[2].stats(0).two_hop, -1);
+        EXPECT_TRUE(streams_through(g[2], 0, 2, -1));
+        // The cut mends before rank 2's stream to rank 1 gives up (rank 0's relay cannot help: on
+        // loopback the cut is of rank 1's port, for every rank): the frame arrives once.
+        test_support::iptables("-D INPUT -p tcp --sport " + std::to_string(port) + " -j DROP");
+        test_support::iptables("-D INPUT -p tcp --dport " + std::to_string(port) + " -j DROP");
+        ASSERT_TRUE(test_support::wait_for(pings, 60s));
+        for (const auto& r : pings) EXPECT_TRUE(r->ok()) << r->failure.message;
+        EXPECT_EQ(ping, pong);
         EXPECT_FALSE(g[0].group.failure());
         EXPECT_FALSE(g[2].group.failure());
       },

@@ -199,3 +199,16 @@ TEST(TcpStall, TheBusyBoundIsNeverBelowTheQuietBound) {
   EXPECT_EQ(d[0].reason, StallReason::kStreamStuck);
   EXPECT_EQ(d[0].bound, 3200ms);
 }
+
+// The path a relay's tunnels ride on (TcpDevice::tick): down only when a stream has waited past its
+// bound and nothing to the rank was acknowledged within the timeout; an idle path, or one where
+// any stream is acknowledged, is not.
+TEST(TcpStall, APathIsSilentOnlyWithDataWaitingAndNoAcknowledgement) {
+  using geoccl::transport::tcp::path_silent;
+  EXPECT_FALSE(path_silent(std::vector<StallSample>{stream(0, 60s), stream(0, 60s)}, kTimeout));  // idle
+  EXPECT_TRUE(path_silent(std::vector<StallSample>{stream(0, 5s), stream(100, 1500ms)}, kTimeout));
+  EXPECT_FALSE(path_silent(std::vector<StallSample>{stream(0, 200ms), stream(100, 1500ms)}, kTimeout));
+  EXPECT_FALSE(path_silent(std::vector<StallSample>{stream(0, 5s), stream(100, 900ms)}, kTimeout));
+  EXPECT_FALSE(path_silent(std::vector<StallSample>{stream(0, 5s), stream(100, 1500ms)}, 0ms));  // off
+  EXPECT_FALSE(path_silent(std::vector<StallSample>{StallSample{}, StallSample{}}, kTimeout));   // closed
+}

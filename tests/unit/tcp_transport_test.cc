@@ -29,6 +29,7 @@
 #include "geoccl/config.h"
 #include "geoccl/error.h"
 #include "protocol/handshake.h"
+#include "device_ticker.h"
 #include "netns_child.h"
 #include "requests.h"
 #include "runtime/event_loop.h"
@@ -485,25 +486,7 @@ using test_support::can_cut_packets;
 using test_support::iptables;
 using test_support::run_in_netns;
 
-// The liveness monitor's part: the device's tick every 250 ms, on its loop thread.
-class Ticker {
- public:
-  explicit Ticker(Side& s)
-      : thread_([this, &s] {
-          while (!stop_.load()) {
-            s.loop.run_owned([&] { s.dev->tick(std::chrono::steady_clock::now()); });
-            std::this_thread::sleep_for(250ms);
-          }
-        }) {}
-  ~Ticker() {
-    stop_.store(true);
-    thread_.join();
-  }
-
- private:
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
+using Ticker = test_support::DeviceTicker<Side>;
 
 TcpOptions stall_options() {
   TcpOptions o;

@@ -151,15 +151,21 @@ void TcpDevice::control_resumed(TcpPeer& p) {
 
 void TcpDevice::tick(Clock::time_point now) {
   if (options_.stall_timeout.count() <= 0 || group_.failed() || closing_.load()) return;
-  std::vector<StallSample> samples(static_cast<size_t>(streams_));
+  std::vector<StallSample> samples(static_cast<size_t>(streams_)), direct(samples.size());
+  // The ranks whose direct path from this rank is down now: a tunnel through one of them rides
+  // on that path (below).
+  std::vector<int> silent;
   for (auto& pp : peers_) {
     TcpPeer& p = *pp;
-    // The rank that dials replaces a stalled stream; the other waits for the new connection.
-    if (p.rank >= group_.rank() || !p.resume) continue;
+    if (!p.resume) continue;
     for (int s = 0; s < streams_; ++s) {
       TcpConnection* c = p.streams[static_cast<size_t>(s)].get();
       samples[static_cast<size_t>(s)] = c && c->open() ? c->stall_sample(now) : StallSample{};
+      direct[static_cast<size_t>(s)] = c && c->via() < 0 ? samples[static_cast<size_t>(s)] : StallSample{};
     }
+    if (p.relay.load() < 0 && path_silent(direct, options_.stall_timeout)) silent.push_back(p.rank);
+    // The rank that dials replaces a stalled stream; the other waits for the new connection.
+    if (p.rank >= group_.rank()) continue;
     for (const StallDecision& d : stalled_streams(samples, options_.stall_timeout)) {
       const int s = static_cast<int>(d.stream);
       TcpConnection* c = p.streams[d.stream].get();
@@ -178,6 +184,24 @@ void TcpDevice::tick(Clock::time_point now) {
                    " ms while the peer's other streams are acknowledged (busy bound " +
                    std::to_string(d.bound.count()) + " ms): stuck");
       }
+    }
+  }
+  // A stream through a relay whose path from here is down: the relay's end of the tunnel toward
+  // this rank may have closed already (the relay saw the cut and reset the far end, which waits
+  // for us), and its close cannot cross the cut. The rank that dials replaces it, which tries
+  // the relay and then the direct path (two-hop) or another relay (fail-over). The relay side:
+  // tunnels this rank carries with a silent rank at one end end, so that their live end
+  // re-establishes the stream another way.
+  relay_.set_paths_down(silent);
+  if (silent.empty()) return;
+  for (auto& pp : peers_) {
+    TcpPeer& p = *pp;
+    if (!p.resume || p.rank >= group_.rank()) continue;
+    for (int s = 0; s < streams_; ++s) {
+      TcpConnection* c = p.streams[static_cast<size_t>(s)].get();
+      if (!c || !c->open() || c->via() < 0 || !can_resume(p, s)) continue;
+      if (std::find(silent.begin(), silent.end(), c->via()) == silent.end()) continue;
+      c->replace("its relay, rank " + std::to_string(c->via()) + ", gives no answer: the path to it is down");
     }
   }
 }

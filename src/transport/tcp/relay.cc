@@ -217,11 +217,19 @@ void Relay::run(Tunnel& t, std::string target, std::chrono::milliseconds connect
     forward(t.a, b, stop_fd_, t.bytes, tick, [&] {
       const auto now = Clock::now();
       const bool a_stalled = stalled(t.from, t.a, now, idle_a), b_stalled = stalled(t.to, b, now, idle_b);
-      if (!a_stalled && !b_stalled) return false;
-      GEOCCL_LOG(kWarn, what << ": the path to rank " << (b_stalled ? t.to : t.from)
-                             << " stalled (data unacknowledged past " << stall_timeout_.count()
-                             << " ms while no relayed stream to it was acknowledged, or past the busy bound): "
-                                "the tunnel ends and its two ends re-establish the stream");
+      if (a_stalled || b_stalled) {
+        GEOCCL_LOG(kWarn, what << ": the path to rank " << (b_stalled ? t.to : t.from)
+                               << " stalled (data unacknowledged past " << stall_timeout_.count()
+                               << " ms while no relayed stream to it was acknowledged, or past the busy bound): "
+                                  "the tunnel ends and its two ends re-establish the stream");
+        t.stalled = true;
+        return true;
+      }
+      const int down = path_down(t.from, t.to);
+      if (down < 0) return false;
+      GEOCCL_LOG(kWarn, what << ": the path to rank " << down
+                             << " is down (this rank's own streams to it are unacknowledged): the tunnel ends and "
+                                "its two ends re-establish the stream");
       t.stalled = true;
       return true;
     });
@@ -249,6 +257,18 @@ bool Relay::stalled(int rank, int fd, Clock::time_point now, Clock::time_point& 
   for (const StallDecision& d : stalled_streams(both, stall_timeout_))
     if (d.stream == 0) return true;
   return false;
+}
+
+void Relay::set_paths_down(std::vector<int> ranks) {
+  std::lock_guard lk(life_mu_);
+  down_ = std::move(ranks);
+}
+
+int Relay::path_down(int a, int b) const {
+  std::lock_guard lk(life_mu_);
+  for (int r : down_)
+    if (r == a || r == b) return r;
+  return -1;
 }
 
 std::vector<uint16_t> Relay::onward_ports(int to) const {

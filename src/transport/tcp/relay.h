@@ -52,11 +52,17 @@ class Relay {
              const std::array<uint8_t, protocol::kReplySize>& accepted,
              const std::array<uint8_t, protocol::kReplySize>& unreachable);
 
+  // The ranks whose path from this rank its device finds down now (TcpDevice::tick; empty: none).
+  // A tunnel with one of them at an end ends on its next stall check, even with nothing of its
+  // own in flight: a tunnel whose live end only receives would otherwise wait on the cut leg for
+  // as long as TCP retries, and its live end re-establishes the stream another way.
+  void set_paths_down(std::vector<int> ranks);
+
   // Tunnels served so far and open now, and bytes forwarded (both directions) through tunnels
   // with `rank` at one end (-1: every tunnel).
   struct Counters {
     uint64_t tunnels = 0, open = 0, refused = 0, bytes = 0;
-    uint64_t stalled = 0;  // ended because a socket stalled
+    uint64_t stalled = 0;  // ended because a socket stalled or its device found a path down
   };
   Counters counters(int rank = -1) const;
   // The local ports of the open tunnels' sockets to `to` (tests cut them).
@@ -74,8 +80,12 @@ class Relay {
   const std::function<void(int)> tune_;
   std::chrono::milliseconds linger_{10000};
   std::chrono::milliseconds stall_timeout_{0};
-  std::mutex life_mu_;
+  // The first of `a`, `b` whose path set_paths_down said is down, or -1.
+  int path_down(int a, int b) const;
+
+  mutable std::mutex life_mu_;
   std::map<int, Clock::time_point> acked_;  // per rank: the latest acknowledgement on a relay socket
+  std::vector<int> down_;                   // set_paths_down
   int stop_fd_ = -1;  // eventfd: readable once the relay stops
   mutable std::mutex mu_;
   std::list<Tunnel> tunnels_;

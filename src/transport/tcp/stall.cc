@@ -51,4 +51,10 @@ std::vector<StallDecision> stalled_streams(std::span<const StallSample> streams,
   return out;
 }
 
+bool path_silent(std::span<const StallSample> streams, std::chrono::milliseconds timeout) {
+  for (const StallDecision& d : stalled_streams(streams, timeout))
+    if (d.reason == StallReason::kPathSilent) return true;
+  return false;
+}
+
 }  // namespace geoccl::transport::tcp

@@ -65,6 +65,10 @@ struct StallDecision {
 std::vector<StallDecision> stalled_streams(std::span<const StallSample> streams,
                                            std::chrono::milliseconds timeout);
 
+// Whether the path these streams share is down now: a stalled_streams decision of kPathSilent
+// (a stream quiet past its bound, and none acknowledged within `timeout`).
+bool path_silent(std::span<const StallSample> streams, std::chrono::milliseconds timeout);
+
 // The quiet time after which a stream is replaced although the path shows life (the busy bound
 // above), for the peer's streams `streams`.
 std::chrono::milliseconds busy_bound(std::span<const StallSample> streams,
