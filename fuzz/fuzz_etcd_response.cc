@@ -16,7 +16,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (auto r = decode_range_response(body, key);
         r && *r && ((*r)->mod_revision <= 0 || (*r)->lease < 0))
       std::abort();
-    if (auto t = decode_txn_response(body, key); t && t->succeeded && t->current) std::abort();
+    // Without a marker and with one ("b", the seeds' marker key).
+    for (const char* marker : {"", "b"})
+      if (auto t = decode_txn_response(body, key, marker);
+          t && t->succeeded && (t->current || t->marker || t->revision <= 0))
+        std::abort();
   }
   (void)decode_put_response(body);
   if (auto d = decode_delete_response(body); d && *d < 0) std::abort();

@@ -189,20 +189,27 @@ std::string range_request(const std::string& key) { return json{{"key", b64(key)
 std::string delete_request(const std::string& key) { return json{{"key", b64(key)}}.dump(); }
 
 std::string cas_request(const std::string& key, int64_t mod_revision,
-                        std::span<const uint8_t> value, int64_t lease, const std::string& marker,
-                        std::span<const uint8_t> marker_value) {
+                        std::span<const uint8_t> value, int64_t lease, const Marker* marker) {
   const std::string k = b64(key);
   // A key that does not exist compares as mod_revision 0.
-  json compare = {{"key", k},
-                  {"target", "MOD"},
-                  {"result", "EQUAL"},
-                  {"mod_revision", std::to_string(mod_revision)}};
+  auto mod_is = [](const std::string& encoded_key, int64_t revision) {
+    return json{{"key", encoded_key},
+                {"target", "MOD"},
+                {"result", "EQUAL"},
+                {"mod_revision", std::to_string(revision)}};
+  };
+  json compare = json::array({mod_is(k, mod_revision)});
   json success = json::array({json{{"request_put", put_object(key, value, lease)}}});
-  if (!marker.empty()) success.push_back(json{{"request_put", put_object(marker, marker_value, lease)}});
-  json range = {{"request_range", {{"key", k}}}};
-  return json{{"compare", json::array({compare})},
+  json failure = json::array({json{{"request_range", {{"key", k}}}}});
+  if (marker) {
+    const std::string m = b64(marker->key);
+    compare.push_back(mod_is(m, marker->mod_revision));
+    success.push_back(json{{"request_put", put_object(marker->key, marker->value, lease)}});
+    failure.push_back(json{{"request_range", {{"key", m}}}});
+  }
+  return json{{"compare", std::move(compare)},
               {"success", std::move(success)},
-              {"failure", json::array({range})}}
+              {"failure", std::move(failure)}}
       .dump();
 }
 
@@ -233,18 +240,24 @@ std::optional<int64_t> decode_delete_response(std::string_view body) {
   return deleted;
 }
 
-std::optional<TxnResult> decode_txn_response(std::string_view body, const std::string& key) {
+std::optional<TxnResult> decode_txn_response(std::string_view body, const std::string& key,
+                                             const std::string& marker) {
   const json j = parse_object(body);
-  if (j.is_discarded() || !header_revision(j)) return std::nullopt;
+  if (j.is_discarded()) return std::nullopt;
+  const auto revision = header_revision(j);
+  if (!revision) return std::nullopt;
   TxnResult out;
+  out.revision = *revision;
   if (!bool_field(j, "succeeded", &out.succeeded)) return std::nullopt;
+  // A success put something: the header's revision is that put's, which is positive.
+  if (out.succeeded && out.revision <= 0) return std::nullopt;
+  // One response per request of the branch taken: a put each (the key's, the marker's), or a
+  // range each.
+  const size_t expected = marker.empty() ? 1 : 2;
   const json* responses = member(j, "responses");
-  // A success answers each put (the key's, and a marker's when there is one); a failure the range.
-  if (!responses || !responses->is_array() || responses->empty() || responses->size() > (out.succeeded ? 2u : 1u))
-    return std::nullopt;
+  if (!responses || !responses->is_array() || responses->size() != expected) return std::nullopt;
   for (const json& r : *responses)
     if (!r.is_object()) return std::nullopt;
-  const json& only = responses->front();
   if (out.succeeded) {
     for (const json& r : *responses) {
       const json* put = member(r, "response_put");
@@ -252,11 +265,19 @@ std::optional<TxnResult> decode_txn_response(std::string_view body, const std::s
     }
     return out;
   }
-  const json* range = member(only, "response_range");
-  if (!range) return std::nullopt;
-  auto current = range_result(*range, key);
+  auto read = [&](size_t i, const std::string& k) -> std::optional<std::optional<KeyValue>> {
+    const json* range = member((*responses)[i], "response_range");
+    if (!range) return std::nullopt;
+    return range_result(*range, k);
+  };
+  auto current = read(0, key);
   if (!current) return std::nullopt;
   out.current = std::move(*current);
+  if (!marker.empty()) {
+    auto m = read(1, marker);
+    if (!m) return std::nullopt;
+    out.marker = std::move(*m);
+  }
   return out;
 }
 

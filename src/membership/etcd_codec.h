@@ -32,14 +32,21 @@ std::optional<std::vector<uint8_t>> base64_decode(std::string_view text);
 std::string put_request(const std::string& key, std::span<const uint8_t> value, int64_t lease);
 std::string range_request(const std::string& key);
 std::string delete_request(const std::string& key);
+// The marker key of a store's adds (etcd_store.h), as one try of an add sees it.
+struct Marker {
+  std::string key;
+  int64_t mod_revision = 0;        // the transaction requires this one (0: the marker is absent)
+  std::span<const uint8_t> value;  // what a success puts there
+};
 // A transaction that puts `value` (attached to `lease`, 0 for none) only while the key's
 // mod_revision is `mod_revision` (0: the key does not exist) and otherwise reads the key, so
-// that each try of a compare-and-set loop is one round trip. With a `marker` key, a success also
-// puts `marker_value` there (same lease), in the same atomic step: a client that lost the answer
-// reads the marker to learn whether its transaction was applied.
+// that each try of a compare-and-set loop is one round trip. With a `marker`, it also requires
+// the marker's mod_revision, a success also puts the marker's value (same lease) in the same
+// atomic step, and a failure also reads the marker: tries that carry the same marker revision
+// apply at most one of them, and the answer of one that did not says whether another did.
 std::string cas_request(const std::string& key, int64_t mod_revision,
-                        std::span<const uint8_t> value, int64_t lease, const std::string& marker = {},
-                        std::span<const uint8_t> marker_value = {});
+                        std::span<const uint8_t> value, int64_t lease,
+                        const Marker* marker = nullptr);
 // A lease of `ttl_seconds`, and one renewal of lease `id`.
 std::string lease_grant_request(int64_t ttl_seconds);
 std::string lease_keepalive_request(int64_t id);
@@ -58,7 +65,10 @@ struct Lease {
 
 struct TxnResult {
   bool succeeded = false;
+  // The store's revision after it: when it succeeded, > 0 and the mod_revision of what it put.
+  int64_t revision = 0;
   std::optional<KeyValue> current;  // when it failed: the key as the failure branch read it
+  std::optional<KeyValue> marker;   // when it failed and had a marker: the marker, as read
 };
 
 // Each returns nullopt when `body` is not what the gateway answers to that request for `key`
@@ -70,7 +80,10 @@ std::optional<std::optional<KeyValue>> decode_range_response(std::string_view bo
 std::optional<int64_t> decode_put_response(std::string_view body);
 // The number of keys deleted.
 std::optional<int64_t> decode_delete_response(std::string_view body);
-std::optional<TxnResult> decode_txn_response(std::string_view body, const std::string& key);
+// A transaction's answer for `key`, and for `marker` when cas_request had one (the answer of a
+// transaction with a marker has one more response in each branch).
+std::optional<TxnResult> decode_txn_response(std::string_view body, const std::string& key,
+                                             const std::string& marker = {});
 // The lease granted: nullopt also when etcd names an error, grants no positive ID, or a TTL
 // outside 1..kMaxLeaseTtl.
 std::optional<Lease> decode_lease_grant_response(std::string_view body);

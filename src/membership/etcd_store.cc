@@ -312,8 +312,7 @@ int64_t EtcdStore::add(const std::string& key, int64_t delta) {
   }
   std::lock_guard<std::mutex> serial(add_mu_);
   deadline = Clock::now() + io_timeout_;  // the bound starts once the add before it is done
-  std::vector<uint8_t> seq;
-  protocol::Writer(&seq).u64(++add_seq_);
+  const uint64_t seq = ++add_seq_;
   // Start from "absent, 0": a new counter costs one transaction, and a failed try returns the
   // current value and revision for the next.
   int64_t cur = 0, mod_revision = 0;
@@ -322,30 +321,54 @@ int64_t EtcdStore::add(const std::string& key, int64_t delta) {
     // Two's-complement wrap, as the TCP store's int64 addition on the same counter would give.
     const int64_t next =
         static_cast<int64_t>(static_cast<uint64_t>(cur) + static_cast<uint64_t>(delta));
-    std::vector<uint8_t> encoded;
+    std::vector<uint8_t> encoded, marked;
     protocol::Writer(&encoded).i64(next);
+    {
+      protocol::Writer w(&marked);
+      w.u64(seq);
+      w.i64(next);
+    }
+    // Every try of this add requires the marker as the add before it left it (or as a failed
+    // try read it): whichever try etcd commits first moves the marker, and every other try of
+    // the add fails, however late etcd gets to it.
+    const etcd::Marker marker{add_marker_, marker_revision_, bytes_of(marked)};
     bool maybe_applied = false;
     const std::string body =
         call("/v3/kv/txn",
-             etcd::cas_request(full, mod_revision, bytes_of(encoded), lease_->id(), add_marker_, bytes_of(seq)),
+             etcd::cas_request(full, mod_revision, bytes_of(encoded), lease_->id(), &marker),
              deadline, Retry::kUnsent, &maybe_applied);
     if (maybe_applied) {
-      // The answer was lost: the marker holds this add's number when it was applied. (A
-      // transaction etcd still commits after answering 5xx, its proposal in flight, is not seen
-      // here: the next try may then add again.)
-      const auto marker = range(add_marker_, deadline);
-      if (marker && marker->value == seq) return next;
-      cur = mod_revision = 0;  // not applied: the next try reads the counter again
+      // The answer was lost: this try may have been applied, or may be yet (etcd answers 5xx
+      // while the proposal is in flight and can still commit it). The next try carries the same
+      // compares: it applies only if no earlier try did, and fails otherwise, its answer showing
+      // the marker with this add's number.
       if (Clock::now() >= deadline)
-        throw Error(ErrorCode::kTimeout, "store key '" + key + "' at " + address_ +
-                                             ": add() got no answer etcd applied it within " +
-                                             std::to_string(io_timeout_.count()) + " ms");
+        throw Error(ErrorCode::kTimeout,
+                    "store key '" + key + "' at " + address_ +
+                        ": add() got no answer etcd applied it within " +
+                        std::to_string(io_timeout_.count()) +
+                        " ms (a try still in flight there may apply it later, once)");
       std::this_thread::sleep_for(std::min<Clock::duration>(milliseconds(50), deadline - Clock::now()));
       continue;
     }
-    auto r = etcd::decode_txn_response(body, full);
+    auto r = etcd::decode_txn_response(body, full, add_marker_);
     if (!r) undecodable("/v3/kv/txn", body);
-    if (r->succeeded) return next;
+    if (r->succeeded) {
+      marker_revision_ = r->revision;  // the marker was put with the counter
+      return next;
+    }
+    // Failed: an earlier try of this add was applied (the marker holds this add's number and
+    // the value that try gave the counter), or the counter or the marker moved (another client
+    // added; an earlier add of this store that ended in an error was applied late).
+    marker_revision_ = r->marker ? r->marker->mod_revision : 0;
+    if (r->marker) {
+      uint64_t applied_seq = 0;
+      int64_t applied_value = 0;
+      protocol::Reader reader(r->marker->value);
+      if (reader.u64(&applied_seq) && reader.i64(&applied_value) && reader.remaining() == 0 &&
+          applied_seq == seq)
+        return applied_value;
+    }
     if (!r->current) {  // deleted between two tries: start again from 0
       cur = mod_revision = 0;
     } else {

@@ -3,13 +3,16 @@
 // to 100 ms): one range request per try, so a group of N ranks waiting costs etcd at most
 // 10 N requests per second, and a key is seen at most 100 ms after it is set.
 // add() is a compare-and-set loop on the key's mod_revision (one transaction per try; a failed
-// try returns the current value), atomic across every client of the cluster. When its answer is
-// lost (etcd restarted, the connection broke, a 5xx) a marker key written in the same
-// transaction says whether it was applied, so it is not applied twice for that; one case is
-// left: a transaction etcd commits after it answered 5xx (its proposal still in flight) is not
-// seen by that check, and the next try adds again. add(key, 0) is a read (it writes nothing,
-// so polling a counter does not starve its adders; unlike the TCP store's, it does not create
-// the key).
+// try returns the current value), atomic across every client of the cluster, and each add is
+// applied exactly once: every try also requires the store's marker key (prefix/.adds/<random
+// id>) to be as the previous add left it, and puts there, in the same atomic step, the add's
+// number and the counter's new value. Of the tries of one add, however their answers were lost
+// (etcd restarted, the connection broke, a 5xx) and whenever etcd commits them (it may commit a
+// proposal after it answered 5xx), at most one applies; a try that fails reads the marker in the
+// same transaction, so its answer says whether an earlier try of the add was applied, and with
+// what value. An add that ends in an error may still be applied later, once. add(key, 0) is a
+// read (it writes nothing, so polling a counter does not starve its adders; unlike the TCP
+// store's, it does not create the key).
 //
 // Every key is attached to a lease (TTL kLeaseTtl) that a background thread renews at a third
 // of its TTL for as long as a store of this process on that etcd is open: the keys of a process
@@ -112,12 +115,15 @@ class EtcdStore final : public Store {
   std::string host_;
   uint16_t port_;
   std::shared_ptr<EtcdLease> lease_;
-  // add(): one at a time per store, each numbered; its transaction also writes that number to
-  // this store's marker key (prefix/.adds/<random id>), which tells after a lost answer (etcd
-  // restarted, the connection broke) whether it was applied: so an add is applied exactly once.
-  std::mutex add_mu_;
+  // add(): one at a time per store, each numbered. Its tries require this store's marker key
+  // (prefix/.adds/<random id>) at marker_revision_ and put the add's number and result there:
+  // the first try etcd commits moves the marker, so no other try of the add applies.
+  std::mutex add_mu_;  // guards add_seq_ and marker_revision_
   uint64_t add_seq_ = 0;
   std::string add_marker_;
+  // The marker's mod_revision as the last add left it or a failed try read it (0: absent). One
+  // that is out of date (an add that ended in an error was applied late) costs a failed try.
+  int64_t marker_revision_ = 0;
 };
 
 }  // namespace geoccl::membership

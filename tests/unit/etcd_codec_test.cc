@@ -48,12 +48,26 @@ TEST(EtcdCodec, RequestsCarryBase64KeysAndValues) {
   EXPECT_FALSE(txn["success"][0]["request_put"].contains("lease"));
   EXPECT_EQ(txn["failure"][0]["request_range"]["key"], b64("/p/n"));
   EXPECT_EQ(txn["success"].size(), 1u);
-  // With a marker: its put joins the counter's, on the same lease.
-  const auto marked = nlohmann::json::parse(cas_request("/p/n", 7, bytes("12345678"), 9, "/p/.adds/ab", bytes("seq")));
+  EXPECT_EQ(txn["compare"].size(), 1u);
+  EXPECT_EQ(txn["failure"].size(), 1u);
+  // With a marker: its revision joins the compare, its put the counter's (on the same lease),
+  // its range the failure branch's.
+  const std::vector<uint8_t> seq = bytes("seq");
+  const Marker marker{"/p/.adds/ab", 5, seq};
+  const auto marked = nlohmann::json::parse(cas_request("/p/n", 7, bytes("12345678"), 9, &marker));
+  ASSERT_EQ(marked["compare"].size(), 2u);
+  EXPECT_EQ(marked["compare"][0]["key"], b64("/p/n"));
+  EXPECT_EQ(marked["compare"][1]["key"], b64("/p/.adds/ab"));
+  EXPECT_EQ(marked["compare"][1]["target"], "MOD");
+  EXPECT_EQ(marked["compare"][1]["result"], "EQUAL");
+  EXPECT_EQ(marked["compare"][1]["mod_revision"], "5");
   ASSERT_EQ(marked["success"].size(), 2u);
   EXPECT_EQ(marked["success"][1]["request_put"]["key"], b64("/p/.adds/ab"));
   EXPECT_EQ(marked["success"][1]["request_put"]["value"], b64("seq"));
   EXPECT_EQ(marked["success"][1]["request_put"]["lease"], "9");
+  ASSERT_EQ(marked["failure"].size(), 2u);
+  EXPECT_EQ(marked["failure"][0]["request_range"]["key"], b64("/p/n"));
+  EXPECT_EQ(marked["failure"][1]["request_range"]["key"], b64("/p/.adds/ab"));
 }
 
 TEST(EtcdCodec, PutsCarryTheirLeaseAsTheGatewayWritesInt64) {
@@ -166,23 +180,63 @@ TEST(EtcdCodec, TxnPutAndDeleteAnswersDecode) {
       "/n");
   ASSERT_TRUE(won);
   EXPECT_TRUE(won->succeeded);
-  // With a marker, two puts answer; three, or a range among them, do not decode.
+  EXPECT_EQ(won->revision, 12);
+  // With a marker, two puts answer; one, three, or a range among them do not decode.
   const std::string put = R"({"response_put":{"header":{"revision":"12"}}})";
-  EXPECT_TRUE(decode_txn_response("{" + header + R"(,"succeeded":true,"responses":[)" + put + "," + put + "]}", "/n"));
-  EXPECT_FALSE(decode_txn_response(
-      "{" + header + R"(,"succeeded":true,"responses":[)" + put + "," + put + "," + put + "]}", "/n"));
-  EXPECT_FALSE(decode_txn_response(
-      "{" + header + R"(,"succeeded":true,"responses":[)" + put + R"(,{"response_range":{}}]})", "/n"));
-  const auto lost = decode_txn_response(
-      "{" + header +
-          R"(,"responses":[{"response_range":{"header":{"revision":"12"},"kvs":[{"key":")" +
-          b64("/n") + R"(","mod_revision":"11","value":")" +
-          base64_encode(std::vector<uint8_t>{5, 0, 0, 0, 0, 0, 0, 0}) + R"("}],"count":"1"}}]})",
-      "/n");
+  const auto puts = [&](std::initializer_list<std::string> each) {
+    std::string list;
+    for (const auto& p : each) list += (list.empty() ? "" : ",") + p;
+    return "{" + header + R"(,"succeeded":true,"responses":[)" + list + "]}";
+  };
+  const auto won_marked = decode_txn_response(puts({put, put}), "/n", "/m");
+  ASSERT_TRUE(won_marked);
+  EXPECT_TRUE(won_marked->succeeded);
+  EXPECT_EQ(won_marked->revision, 12);
+  EXPECT_FALSE(decode_txn_response(puts({put, put}), "/n"));
+  EXPECT_FALSE(decode_txn_response(puts({put}), "/n", "/m"));
+  EXPECT_FALSE(decode_txn_response(puts({put, put, put}), "/n", "/m"));
+  EXPECT_FALSE(decode_txn_response(puts({put, R"({"response_range":{}})"}), "/n", "/m"));
+  // A success that says no revision did not put anything.
+  EXPECT_FALSE(
+      decode_txn_response(R"({"header":{},"succeeded":true,"responses":[)" + put + "]}", "/n"));
+  const auto range_of = [](const std::string& key, const std::vector<uint8_t>& value) {
+    return R"({"response_range":{"header":{"revision":"12"},"kvs":[{"key":")" + b64(key) +
+           R"(","mod_revision":"11","value":")" + base64_encode(value) + R"("}],"count":"1"}})";
+  };
+  const std::vector<uint8_t> five{5, 0, 0, 0, 0, 0, 0, 0};
+  const auto lost =
+      decode_txn_response("{" + header + R"(,"responses":[)" + range_of("/n", five) + "]}", "/n");
   ASSERT_TRUE(lost);
   EXPECT_FALSE(lost->succeeded);
   ASSERT_TRUE(lost->current);
   EXPECT_EQ(lost->current->mod_revision, 11);
+  EXPECT_FALSE(lost->marker);
+  // With a marker, the failure reads the key and the marker, in that order; the marker may be
+  // absent (no add of that store applied yet).
+  const std::vector<uint8_t> mark = bytes("0123456789abcdef");
+  const auto lost_marked = decode_txn_response(
+      "{" + header + R"(,"responses":[)" + range_of("/n", five) + "," + range_of("/m", mark) + "]}",
+      "/n", "/m");
+  ASSERT_TRUE(lost_marked);
+  EXPECT_FALSE(lost_marked->succeeded);
+  ASSERT_TRUE(lost_marked->current && lost_marked->marker);
+  EXPECT_EQ(lost_marked->current->value, five);
+  EXPECT_EQ(lost_marked->marker->value, mark);
+  EXPECT_EQ(lost_marked->marker->mod_revision, 11);
+  const auto no_marker =
+      decode_txn_response("{" + header + R"(,"responses":[)" + range_of("/n", five) +
+                              R"(,{"response_range":{"header":{"revision":"12"}}}]})",
+                          "/n", "/m");
+  ASSERT_TRUE(no_marker);
+  EXPECT_TRUE(no_marker->current);
+  EXPECT_FALSE(no_marker->marker);
+  for (const std::string& bad : {
+           "{" + header + R"(,"responses":[)" + range_of("/n", five) + "]}",  // no marker range
+           "{" + header + R"(,"responses":[)" + range_of("/m", mark) + "," + range_of("/n", five) +
+               "]}",  // swapped
+           "{" + header + R"(,"responses":[)" + range_of("/n", five) + "," + put + "]}",
+       })
+    EXPECT_FALSE(decode_txn_response(bad, "/n", "/m")) << bad;
   EXPECT_EQ(decode_put_response("{" + header + "}"), 12);
   EXPECT_EQ(decode_delete_response("{" + header + R"(,"deleted":"1"})"), 1);
   EXPECT_EQ(decode_delete_response("{" + header + "}"), 0);

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <mutex>
@@ -20,6 +21,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "etcd_server.h"
@@ -213,62 +215,191 @@ TEST_F(EtcdStoreTest, AddingZeroReadsWithoutWriting) {
   EXPECT_EQ(error_of([&] { s->add("text", 0); }, 2s).code(), ErrorCode::kInvalidArgument);
 }
 
+// A gateway in front of etcd that passes every request on, except the transactions that
+// `on_txn` answers itself (it returns true): it may pass those on, before or after answering, or
+// never. One client passes requests on, one at a time.
+class FaultyGateway {
+ public:
+  using OnTxn = std::function<bool(const httplib::Request&, httplib::Response&)>;
+  struct Answer {
+    int status = 502;  // 502: etcd did not answer
+    std::string body;
+  };
+
+  FaultyGateway(uint16_t etcd_port, OnTxn on_txn)
+      : upstream_("127.0.0.1", etcd_port), on_txn_(std::move(on_txn)) {
+    upstream_.set_read_timeout(5s);
+    proxy_.Post(R"(/v3/.*)", [this](const httplib::Request& req, httplib::Response& res) {
+      if (req.path == "/v3/kv/txn" && on_txn_(req, res)) return;
+      reply(res, pass_on(req.path, req.body));
+    });
+    port_ = proxy_.bind_to_any_port("127.0.0.1");
+    if (port_ <= 0) return;
+    serve_ = std::thread([this] { proxy_.listen_after_bind(); });
+    // stop() does nothing to a server that is not listening yet.
+    for (const auto until = Clock::now() + 5s; !proxy_.is_running() && Clock::now() < until;)
+      std::this_thread::yield();
+  }
+  ~FaultyGateway() {
+    proxy_.stop();
+    if (serve_.joinable()) serve_.join();
+  }
+
+  int port() const { return port_; }
+  std::string url(const std::string& prefix) const {
+    return "etcd://127.0.0.1:" + std::to_string(port_) + "/" + prefix;
+  }
+  // etcd's answer to `body` at `path`, passed on now.
+  Answer pass_on(const std::string& path, const std::string& body) {
+    std::lock_guard lk(upstream_mu_);
+    const auto r = upstream_.Post(path, body, "application/json");
+    return r ? Answer{r->status, r->body} : Answer{};
+  }
+  static void reply(httplib::Response& res, const Answer& a) {
+    res.status = a.status;
+    if (!a.body.empty()) res.set_content(a.body, "application/json");
+  }
+  // What etcd answers when a proposal did not commit in time (it may still commit).
+  static void timed_out(httplib::Response& res) {
+    res.status = 503;
+    res.set_content(R"({"error":"etcdserver: request timed out","code":14})", "application/json");
+  }
+  // Whether an answer passed on is that of a transaction etcd applied.
+  static bool applied(const Answer& a) {
+    return a.status == 200 && nlohmann::json::parse(a.body).value("succeeded", false);
+  }
+
+ private:
+  httplib::Server proxy_;
+  httplib::Client upstream_;
+  std::mutex upstream_mu_;
+  OnTxn on_txn_;
+  int port_ = -1;
+  std::thread serve_;
+};
+
 TEST_F(EtcdStoreTest, AnAddWhoseAnswerIsLostIsAppliedExactlyOnce) {
-  // A gateway in front of etcd that passes every request on, except the first transaction of
-  // each round: that one it either applies and then answers 503 (the answer lost: etcd went away
-  // after committing it), or answers 503 without passing it on (lost on the way in). Each time
-  // the client cannot tell from the answer; the marker its transaction writes tells it.
+  // The first transaction of each round the gateway either applies and then answers 503 (the
+  // answer lost: etcd went away after committing it), or answers 503 without passing it on (lost
+  // on the way in). Each time the client cannot tell from the answer; the marker its
+  // transactions compare and write tells it.
   enum class Fault { kNone, kAppliedThenLost, kLostBefore };
   std::atomic<Fault> fault{Fault::kNone};
   std::atomic<bool> always_lost{false};  // every transaction answered 503, none applied
   std::atomic<int> faults_done{0};
-  httplib::Server proxy;
-  httplib::Client upstream("127.0.0.1", etcd_->port());
-  std::mutex upstream_mu;
-  auto forward = [&](const httplib::Request& req, httplib::Response& res) {
-    std::lock_guard lk(upstream_mu);
-    const auto r = upstream.Post(req.path, req.body, "application/json");
-    if (!r) {
-      res.status = 502;
-      return;
-    }
-    res.status = r->status;
-    res.set_content(r->body, "application/json");
-  };
-  proxy.Post(R"(/v3/.*)", [&](const httplib::Request& req, httplib::Response& res) {
-    if (req.path == "/v3/kv/txn") {
-      const Fault f = always_lost ? Fault::kLostBefore : fault.exchange(Fault::kNone);
-      if (f != Fault::kNone) {
-        if (f == Fault::kAppliedThenLost) forward(req, res);
-        res.status = 503;
-        res.set_content(R"({"error":"etcdserver: request timed out","code":14})", "application/json");
-        ++faults_done;
-        return;
-      }
-    }
-    forward(req, res);
+  FaultyGateway* gw = nullptr;
+  FaultyGateway gateway(etcd_->port(), [&](const httplib::Request& req, httplib::Response& res) {
+    const Fault f = always_lost ? Fault::kLostBefore : fault.exchange(Fault::kNone);
+    if (f == Fault::kNone) return false;
+    if (f == Fault::kAppliedThenLost) gw->pass_on(req.path, req.body);
+    FaultyGateway::timed_out(res);
+    ++faults_done;
+    return true;
   });
-  const int port = proxy.bind_to_any_port("127.0.0.1");
-  ASSERT_GT(port, 0);
-  std::thread serve([&] { proxy.listen_after_bind(); });
+  gw = &gateway;
+  ASSERT_GT(gateway.port(), 0);
+  auto s = open_store(gateway.url("job"), 2s);
+  auto direct = open();
+  fault = Fault::kAppliedThenLost;
+  EXPECT_EQ(s->add("n", 1), 1);
+  fault = Fault::kLostBefore;
+  EXPECT_EQ(s->add("n", 1), 2);
+  fault = Fault::kAppliedThenLost;
+  EXPECT_EQ(s->add("n", 5), 7);
+  EXPECT_EQ(faults_done.load(), 3);
+  EXPECT_EQ(direct->add("n", 0), 7);  // each add counted once
+  // An etcd that never applies one: a timeout within the store's bound, not a loop.
+  always_lost = true;
+  EXPECT_EQ(error_of([&] { s->add("n", 1); }, 4s).code(), ErrorCode::kTimeout);
+  EXPECT_EQ(direct->add("n", 0), 7);
+}
+
+TEST_F(EtcdStoreTest, AnAddEtcdCommitsAfterAnswering5xxIsAppliedOnce) {
+  // etcd answers 5xx ("request timed out") when a proposal has not committed in time, and may
+  // commit it later. The gateway answers an add's first transaction 503 without passing it on,
+  // holds it, and passes it on (etcd commits it) only when the client's next transaction has
+  // arrived: before that one, or after etcd applied that one. Either way the counter moves once,
+  // and the add returns the value it gave the counter. Each round uses a fresh key, so that the
+  // held transaction (a first try starts from "absent") is one etcd would apply.
+  enum class Release { kBeforeNextTry, kAfterNextTry };
+  std::mutex mu;
+  bool hold_next = false;  // hold the next transaction (answered 503)
+  bool lose_rest = false;  // answer every other transaction 503 without passing it on
+  Release release = Release::kBeforeNextTry;
+  std::optional<std::string> held;
+  std::vector<bool> held_applied;  // per release: whether etcd applied the held transaction
+  FaultyGateway* gw = nullptr;
+  FaultyGateway gateway(etcd_->port(), [&](const httplib::Request& req, httplib::Response& res) {
+    std::lock_guard lk(mu);
+    if (hold_next) {
+      hold_next = false;
+      held = req.body;
+      FaultyGateway::timed_out(res);
+      return true;
+    }
+    if (lose_rest) {
+      FaultyGateway::timed_out(res);
+      return true;
+    }
+    if (!held) return false;
+    const std::string late = *std::exchange(held, std::nullopt);
+    FaultyGateway::Answer now;
+    if (release == Release::kBeforeNextTry) {
+      held_applied.push_back(FaultyGateway::applied(gw->pass_on(req.path, late)));
+      now = gw->pass_on(req.path, req.body);
+    } else {
+      now = gw->pass_on(req.path, req.body);
+      held_applied.push_back(FaultyGateway::applied(gw->pass_on(req.path, late)));
+    }
+    FaultyGateway::reply(res, now);
+    return true;
+  });
+  gw = &gateway;
+  ASSERT_GT(gateway.port(), 0);
+  auto s = open_store(gateway.url("job"), 2s);
+  auto direct = open();
+  auto arm = [&](Release r) {
+    std::lock_guard lk(mu);
+    hold_next = true;
+    release = r;
+  };
+
+  // The held try commits before the next try reaches etcd: that one fails, and its answer shows
+  // the marker with this add's number and value.
+  arm(Release::kBeforeNextTry);
+  EXPECT_EQ(s->add("a", 3), 3);
+  EXPECT_EQ(direct->add("a", 0), 3);
+  // The next try commits first: the held one, passed on after it, does not apply.
+  arm(Release::kAfterNextTry);
+  EXPECT_EQ(s->add("b", 4), 4);
+  EXPECT_EQ(direct->add("b", 0), 4);
   {
-    auto s = open_store("etcd://127.0.0.1:" + std::to_string(port) + "/job", 2s);
-    auto direct = open();
-    fault = Fault::kAppliedThenLost;
-    EXPECT_EQ(s->add("n", 1), 1);
-    fault = Fault::kLostBefore;
-    EXPECT_EQ(s->add("n", 1), 2);
-    fault = Fault::kAppliedThenLost;
-    EXPECT_EQ(s->add("n", 5), 7);
-    EXPECT_EQ(faults_done.load(), 3);
-    EXPECT_EQ(direct->add("n", 0), 7);  // each add counted once
-    // An etcd that never applies one: a timeout within the store's bound, not a loop.
-    always_lost = true;
-    EXPECT_EQ(error_of([&] { s->add("n", 1); }, 4s).code(), ErrorCode::kTimeout);
-    EXPECT_EQ(direct->add("n", 0), 7);
+    std::lock_guard lk(mu);
+    EXPECT_EQ(held_applied, (std::vector<bool>{true, false}));
+    EXPECT_FALSE(held);
   }
-  proxy.stop();
-  serve.join();
+  // The store's later adds are not disturbed by either.
+  EXPECT_EQ(s->add("a", 1), 4);
+  EXPECT_EQ(s->add("b", 1), 5);
+
+  // An add whose every answer is lost ends in a timeout; its held try commits during the next
+  // add, which then fails a try (the marker moved under it), sees another add's number there,
+  // and adds on top: each add is counted once.
+  {
+    std::lock_guard lk(mu);
+    hold_next = lose_rest = true;
+    release = Release::kBeforeNextTry;
+  }
+  EXPECT_EQ(error_of([&] { s->add("c", 10); }, 4s).code(), ErrorCode::kTimeout);
+  EXPECT_EQ(direct->add("c", 0), 0);  // not applied yet: held
+  {
+    std::lock_guard lk(mu);
+    lose_rest = false;
+  }
+  EXPECT_EQ(s->add("c", 1), 11);
+  EXPECT_EQ(direct->add("c", 0), 11);
+  std::lock_guard lk(mu);
+  EXPECT_EQ(held_applied, (std::vector<bool>{true, false, true}));
 }
 
 TEST_F(EtcdStoreTest, PrefixesKeepJobsApart) {
