@@ -212,3 +212,23 @@ TEST(TcpStall, APathIsSilentOnlyWithDataWaitingAndNoAcknowledgement) {
   EXPECT_FALSE(path_silent(std::vector<StallSample>{stream(0, 5s), stream(100, 1500ms)}, 0ms));  // off
   EXPECT_FALSE(path_silent(std::vector<StallSample>{StallSample{}, StallSample{}}, kTimeout));   // closed
 }
+
+// The direct path's state across ticks (TcpDevice::tick): down from the outage until a stream is
+// acknowledged again; streams replaced meanwhile (closed) keep it down; an open path with nothing
+// unacknowledged, or one stream acknowledged while another waits (busy), is up.
+TEST(TcpStall, APathStaysDownUntilAStreamIsAcknowledgedAgain) {
+  using geoccl::transport::tcp::path_down_after;
+  const std::vector<StallSample> outage = {stream(100, 1500ms), stream(0, 5s)};
+  const std::vector<StallSample> closed = {StallSample{}, StallSample{}};
+  const std::vector<StallSample> back = {stream(100, 50ms), StallSample{}};
+  const std::vector<StallSample> idle = {stream(0, 30s), stream(0, 30s)};
+  const std::vector<StallSample> busy = {stream(100, 3s), stream(100, 100ms)};
+  EXPECT_FALSE(path_down_after(false, closed, kTimeout));
+  EXPECT_TRUE(path_down_after(false, outage, kTimeout));
+  EXPECT_TRUE(path_down_after(true, outage, kTimeout));
+  EXPECT_TRUE(path_down_after(true, closed, kTimeout));  // replaced, re-dialling
+  EXPECT_FALSE(path_down_after(true, back, kTimeout));
+  EXPECT_FALSE(path_down_after(true, idle, kTimeout));
+  EXPECT_FALSE(path_down_after(false, busy, kTimeout));
+  EXPECT_FALSE(path_down_after(true, busy, kTimeout));
+}

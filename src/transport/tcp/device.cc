@@ -150,11 +150,14 @@ void TcpDevice::control_resumed(TcpPeer& p) {
 }
 
 void TcpDevice::tick(Clock::time_point now) {
-  if (options_.stall_timeout.count() <= 0 || group_.failed() || closing_.load()) return;
+  if (options_.stall_timeout.count() <= 0 || group_.failed() || closing_.load()) {
+    relay_.set_paths_down({});
+    return;
+  }
   std::vector<StallSample> samples(static_cast<size_t>(streams_)), direct(samples.size());
-  // The ranks whose direct path from this rank is down now: a tunnel through one of them rides
-  // on that path (below).
-  std::vector<int> silent;
+  // The ranks whose direct path from this rank is down (TcpPeer::path_down), and those found so
+  // on this tick: a tunnel through one of them rides on that path (below).
+  std::vector<int> down, newly_down;
   for (auto& pp : peers_) {
     TcpPeer& p = *pp;
     if (!p.resume) continue;
@@ -163,7 +166,12 @@ void TcpDevice::tick(Clock::time_point now) {
       samples[static_cast<size_t>(s)] = c && c->open() ? c->stall_sample(now) : StallSample{};
       direct[static_cast<size_t>(s)] = c && c->via() < 0 ? samples[static_cast<size_t>(s)] : StallSample{};
     }
-    if (p.relay.load() < 0 && path_silent(direct, options_.stall_timeout)) silent.push_back(p.rank);
+    // A pair failed over to a relay has no direct streams to show the outage begin.
+    const bool down_now = path_down_after(p.path_down, direct, options_.stall_timeout) &&
+                          (p.path_down || p.relay.load() < 0);
+    if (down_now && !p.path_down) newly_down.push_back(p.rank);
+    p.path_down = down_now;
+    if (p.path_down) down.push_back(p.rank);
     // The rank that dials replaces a stalled stream; the other waits for the new connection.
     if (p.rank >= group_.rank()) continue;
     for (const StallDecision& d : stalled_streams(samples, options_.stall_timeout)) {
@@ -186,21 +194,22 @@ void TcpDevice::tick(Clock::time_point now) {
       }
     }
   }
-  // A stream through a relay whose path from here is down: the relay's end of the tunnel toward
-  // this rank may have closed already (the relay saw the cut and reset the far end, which waits
-  // for us), and its close cannot cross the cut. The rank that dials replaces it, which tries
-  // the relay and then the direct path (two-hop) or another relay (fail-over). The relay side:
-  // tunnels this rank carries with a silent rank at one end end, so that their live end
+  // A tunnel through a rank whose path from here went down: the relay's end toward this rank may
+  // have closed already (the relay saw the cut and reset the far end, which waits for us), and
+  // its close cannot cross the cut. The rank that dials replaces such a stream once, when the
+  // path goes down; the new one tries the relay and then the direct path (two-hop) or another
+  // relay (fail-over). The relay side: the tunnels this rank carries with a rank that is down at
+  // one end end at their next check, for as long as it is down, so that their live end
   // re-establishes the stream another way.
-  relay_.set_paths_down(silent);
-  if (silent.empty()) return;
+  relay_.set_paths_down(down);
+  if (newly_down.empty()) return;
   for (auto& pp : peers_) {
     TcpPeer& p = *pp;
     if (!p.resume || p.rank >= group_.rank()) continue;
     for (int s = 0; s < streams_; ++s) {
       TcpConnection* c = p.streams[static_cast<size_t>(s)].get();
       if (!c || !c->open() || c->via() < 0 || !can_resume(p, s)) continue;
-      if (std::find(silent.begin(), silent.end(), c->via()) == silent.end()) continue;
+      if (std::find(newly_down.begin(), newly_down.end(), c->via()) == newly_down.end()) continue;
       c->replace("its relay, rank " + std::to_string(c->via()) + ", gives no answer: the path to it is down");
     }
   }

@@ -165,6 +165,10 @@ struct TcpPeer {
   // (its listening address refuses connections once it is gone). One at a time.
   std::thread prober;
   std::atomic<bool> probing{false};
+  // The direct path to this rank is down (TcpDevice::tick): from the tick its direct streams show
+  // the outage until one is acknowledged again, or none has anything unacknowledged. Streams and
+  // tunnels through this rank as a relay ride on that path (loop thread).
+  bool path_down = false;
   // The dialler replaced the control stream because it stalled (an outage): once it is back,
   // every data stream is replaced too (the peer's side of them may sit in TCP's backoff).
   bool control_stalled = false;

@@ -57,4 +57,16 @@ bool path_silent(std::span<const StallSample> streams, std::chrono::milliseconds
   return false;
 }
 
+bool path_down_after(bool was_down, std::span<const StallSample> direct, std::chrono::milliseconds timeout) {
+  bool acked = false, waiting = false, open = false;
+  for (const auto& d : direct) {
+    if (!d.open) continue;
+    open = true;
+    acked = acked || d.since_ack < timeout;
+    waiting = waiting || d.unacked_bytes > 0;
+  }
+  if (acked || (open && !waiting)) return false;
+  return was_down || path_silent(direct, timeout);
+}
+
 }  // namespace geoccl::transport::tcp

@@ -69,6 +69,12 @@ std::vector<StallDecision> stalled_streams(std::span<const StallSample> streams,
 // (a stream quiet past its bound, and none acknowledged within `timeout`).
 bool path_silent(std::span<const StallSample> streams, std::chrono::milliseconds timeout);
 
+// Whether the direct path to a rank is down after this tick, from its direct streams' samples
+// and whether it was down before: down from the tick the streams show the outage (path_silent)
+// until one of them is acknowledged within `timeout` again, or the open ones have nothing left
+// unacknowledged (a stream replaced meanwhile is closed and shows nothing either way).
+bool path_down_after(bool was_down, std::span<const StallSample> direct, std::chrono::milliseconds timeout);
+
 // The quiet time after which a stream is replaced although the path shows life (the busy bound
 // above), for the peer's streams `streams`.
 std::chrono::milliseconds busy_bound(std::span<const StallSample> streams,
