@@ -1,5 +1,7 @@
 #include "api/replanner.h"
 
+#include <algorithm>
+
 #include "api/startup/leader_pairs.h"
 #include "api/startup/path_memory.h"
 
@@ -95,7 +97,26 @@ void Replanner::after_collective() {
     std::lock_guard wl(window_mu_);
     figures = std::make_shared<std::vector<double>>(window_.take());
   }
-  Work w = submit_(startup::figures_header(0x52504c4e /* "RPLN" */), [figures](collectives::OpContext& c) {
+  // The paths that dropped are probed by their leaders before the figures are agreed on (their
+  // readings join this rank's): the same pairs on every rank, from the same monitor state.
+  std::vector<Probe> probes;
+  const auto plan = plans_.current();
+  for (const auto& [a, b] : monitor_.to_probe(checks_++))
+    probes.push_back({a, b, plan->topo.members[static_cast<size_t>(a)][0], plan->topo.members[static_cast<size_t>(b)][0],
+                      2 * plan->paths.delay(a, b)});
+  const int k = monitor_.plan().k;
+  Work w = submit_(startup::figures_header(0x52504c4e /* "RPLN" */), [figures, probes, k](collectives::OpContext& c) {
+    for (const Probe& p : probes) {
+      if (c.rank() != p.leader_a && c.rank() != p.leader_b) continue;
+      const bool is_a = c.rank() == p.leader_a;
+      const auto r = collectives::probe_rates(c, is_a ? p.leader_b : p.leader_a, kProbeBytes, p.rtt_ms);
+      const int from = is_a ? p.a : p.b, to = is_a ? p.b : p.a;
+      double* rate = figures->data() + static_cast<size_t>(k * k);
+      double& out = rate[from * k + to];
+      double& in = rate[to * k + from];
+      out = std::max(out, r.out_mbps);
+      in = std::max(in, r.in_mbps);
+    }
     collectives::ring_allreduce(c, figures->data(), figures->size(), DataType::kFloat64, ReduceOp::kMax);
   });
   check_ = Check{std::move(w), std::move(figures)};

@@ -1,7 +1,9 @@
 // Re-planning while the job runs (collectives/path_monitor.h holds the decision): a domain
 // leader's sampler thread reads its transport's view of the paths to the other leaders every
 // 100 ms; every `replan_ops` collectives of the default class the group agrees on those readings
-// in one small allreduce, and the previous check's agreed figures are judged. A change that
+// in one small allreduce, and the previous check's agreed figures are judged; before it, the
+// leaders of a pair of domains whose path dropped probe it (a burst each way, now and then:
+// collectives/path_monitor.h, to_probe), as a path the plan works around shows no readings. A change that
 // persisted becomes a new plan snapshot, published from the next collective on, on every rank
 // alike (the checks are collectives: every rank issues them at the same point).
 #pragma once
@@ -54,6 +56,14 @@ class Replanner {
   std::mutex mu_;  // guards what the issuing threads touch below
   collectives::PathMonitor monitor_;
   uint64_t issued_ = 0;
+  uint64_t checks_ = 0;  // checks submitted (PathMonitor::to_probe)
+  // A probe of the path between domains a and b by their leaders (PathMonitor::to_probe), a burst
+  // of kProbeBytes each way at once (collectives::probe_rates), in the check's collective.
+  struct Probe {
+    int a, b, leader_a, leader_b;
+    double rtt_ms;
+  };
+  static constexpr size_t kProbeBytes = 256 << 10;
   struct Check {
     Work work;
     std::shared_ptr<std::vector<double>> figures;  // k*k one-way delays, then k*k rates

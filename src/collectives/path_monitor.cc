@@ -106,4 +106,20 @@ std::optional<WanPaths> PathMonitor::on_check(const std::vector<double>& one_way
   return next;
 }
 
+std::vector<std::pair<int, int>> PathMonitor::to_probe(uint64_t check) const {
+  std::vector<std::pair<int, int>> out;
+  const int k = plan_.k;
+  if (options_.probe_every <= 0 || check % static_cast<uint64_t>(options_.probe_every) >=
+                                        static_cast<uint64_t>(std::max(options_.persist, 1)))
+    return out;
+  const std::vector<double> best = best_rate_per_domain(plan_);
+  auto dropped = [&](int from, int to) {
+    return plan_.rate(from, to) * options_.rate_factor < best[static_cast<size_t>(from)];
+  };
+  for (int a = 0; a < k; ++a)
+    for (int b = a + 1; b < k; ++b)
+      if (dropped(a, b) || dropped(b, a)) out.emplace_back(a, b);
+  return out;
+}
+
 }  // namespace geoccl::collectives

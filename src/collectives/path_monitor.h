@@ -17,6 +17,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "collectives/cost_model.h"
@@ -28,6 +29,10 @@ struct PathMonitorOptions {
   double delay_factor = 1.5;    // a one-way delay off by more than plan * (f - 1) ...
   double delay_floor_ms = 25;   // ... and by more than this (queueing on a loaded path) is a change
   int persist = 2;              // checks in a row that must show the change
+  // A path planned well below its leader's best (one that dropped) carries little or nothing
+  // once the plan works around it, so its recovery shows in no reading: its two leaders probe it
+  // at `persist` checks in a row out of every `probe_every` (0: never).
+  int probe_every = 8;
 };
 
 // Each domain's best planned rate to any other: what its leader's uplink carries.
@@ -69,6 +74,11 @@ class PathMonitor {
   // plan figures when a change persisted, else nullopt. Every rank gets the same answer for the
   // same inputs.
   std::optional<WanPaths> on_check(const std::vector<double>& one_way_ms, const std::vector<double>& rate_mbps);
+
+  // The pairs of domains (a < b) whose leaders probe their path at check number `check` (0, 1,
+  // ...; the same on every rank): those with a direction planned below its leader's best by more
+  // than rate_factor, at `persist` checks in a row out of every `probe_every`.
+  std::vector<std::pair<int, int>> to_probe(uint64_t check) const;
 
   const WanPaths& plan() const { return plan_; }
   // What the last change was, for the log: "a->b rate 1000 -> 48 Mbit/s; ...".

@@ -3,6 +3,8 @@
 // odd check and windows without samples change nothing; a change applies once.
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include "collectives/path_monitor.h"
 
 using geoccl::collectives::PathMonitor;
@@ -29,6 +31,12 @@ struct Window {
     return *this;
   }
 };
+
+// The same window at two checks in a row: no change at the first, the plan's at the second.
+std::optional<WanPaths> twice(PathMonitor& m, const Window& w) {
+  EXPECT_FALSE(m.on_check(w.delay, w.rate));
+  return m.on_check(w.delay, w.rate);
+}
 
 }  // namespace
 
@@ -84,8 +92,7 @@ TEST(PathMonitor, ADelayJumpInOneDirectionHoldsForThePair) {
   PathMonitor m(three(), PathMonitorOptions{});
   Window w;
   w.path(2, 1, 75, 0);
-  EXPECT_FALSE(m.on_check(w.delay, w.rate));
-  const auto next = m.on_check(w.delay, w.rate);
+  const auto next = twice(m, w);
   ASSERT_TRUE(next);
   EXPECT_DOUBLE_EQ(next->delay(2, 1), 75);
   EXPECT_DOUBLE_EQ(next->delay(1, 2), 75);
@@ -123,6 +130,37 @@ TEST(PathMonitor, PersistAndThresholdsAreTheOptions) {
   EXPECT_TRUE(m.on_check(w.delay, w.rate));
   // Wrong sizes: no decision.
   EXPECT_FALSE(m.on_check({1, 2}, {3}));
+}
+
+// A path that dropped is probed by its leaders at `persist` checks in a row out of every
+// `probe_every`, whichever direction dropped; a healthy plan probes nothing; probe_every 0 never.
+TEST(PathMonitor, APathThatDroppedIsProbedNowAndThen) {
+  PathMonitor healthy(three(), PathMonitorOptions{});
+  for (uint64_t c = 0; c < 20; ++c) EXPECT_TRUE(healthy.to_probe(c).empty()) << c;
+  WanPaths dropped = three();
+  dropped.rate_mbps[1 * 3 + 2] = 40;  // 1->2 at 40 of 1000
+  PathMonitor m(dropped, PathMonitorOptions{});
+  const std::vector<std::pair<int, int>> pair12 = {{1, 2}};
+  for (uint64_t c = 0; c < 24; ++c) {
+    const bool probing = c % 8 < 2;
+    const std::vector<std::pair<int, int>> none;
+    EXPECT_EQ(m.to_probe(c), probing ? pair12 : none) << c;
+  }
+  // A reading of the recovery at two probing checks in a row becomes the plan; then nothing is
+  // probed.
+  Window w;
+  w.path(1, 2, 10, 900);
+  const auto next = twice(m, w);
+  ASSERT_TRUE(next);
+  EXPECT_DOUBLE_EQ(next->rate(1, 2), 900);
+  EXPECT_TRUE(m.to_probe(8).empty());
+  PathMonitorOptions never;
+  never.probe_every = 0;
+  EXPECT_TRUE(PathMonitor(dropped, never).to_probe(0).empty());
+  // Just under rate_factor below the best is no drop.
+  WanPaths slow = three();
+  slow.rate_mbps[2 * 3 + 0] = 501;
+  EXPECT_TRUE(PathMonitor(slow, PathMonitorOptions{}).to_probe(0).empty());
 }
 
 TEST(PathWindow, AnUplinkSharedByFlowsIsNotAPathDropAndTakeStartsAfresh) {
