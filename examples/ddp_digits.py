@@ -93,7 +93,8 @@ def add_ddp_args(p, bucket_mb):
                         "(none), or one of torch's built-in hooks (any backend)")
     p.add_argument("--compression", default=None, metavar="CODEC",
                    help="geoccl.compression_hook with this codec on the hops between domains "
-                        "(none|fp16|bf16|int8|int4|topk:RATIO[@allgather|@ring]; --backend geoccl)")
+                        "(none|fp16|bf16|int8|int4|topk:RATIO[@allgather|@ring], or auto: per bucket, the "
+                        "least lossy that fits its compute window; --backend geoccl)")
     p.add_argument("--no-error-feedback", dest="error_feedback", action="store_false",
                    help="with --compression: drop what the codec loses instead of carrying it "
                         "into the next step")
@@ -148,6 +149,8 @@ def check_compression_args(parser, args):
     if args.hook != "allreduce":
         parser.error("--compression replaces the hook: leave --hook at its default")
     import geoccl
+    if args.compression == "auto":
+        return
     try:
         args.compression = geoccl.compression_name(args.compression)
     except ValueError as e:

@@ -200,6 +200,13 @@ class Communicator {
 
   // What allreduce(count, dtype, o) would run, and its predicted time (same on every rank).
   AllreducePlan plan_allreduce(size_t count, DataType dtype, const OpOptions& o = {}) const;
+  // The cost model's time (ms) for a float32 allreduce of `count` values with `codec` on the hops
+  // across domains (none: uncompressed), on the path figures in force: what compression "auto"
+  // compares (docs/compression.md). A compressed call is modelled as a hierarchical ring of the
+  // codec's encoded bytes (times k/2 for the allgather form), its CPU time left out; where the
+  // call would not run a hierarchical plan (GEOCCL_ALGO), as the uncompressed call. 0 without
+  // measured paths (one domain, plan_probe=0).
+  double predicted_allreduce_ms(size_t count, const Compression& codec) const;
   // In place: `buf` holds `count` elements in, the reduction of all ranks' buffers out.
   Work allreduce(void* buf, size_t count, DataType dtype, ReduceOp op, const OpOptions& o = {});
   Work broadcast(void* buf, size_t count, DataType dtype, int root, const OpOptions& o = {});

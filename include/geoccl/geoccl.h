@@ -1,6 +1,7 @@
 // Umbrella header.
 #pragma once
 
+#include "geoccl/auto_codec.h"
 #include "geoccl/blob.h"
 #include "geoccl/bucketer.h"
 #include "geoccl/communicator.h"

@@ -41,6 +41,8 @@ from ._C import (  # noqa: F401
     ProcessGroupGeoccl,
     StoreServer,
     Work,
+    auto_codec_ladder,
+    choose_bucket_codecs,
     compression_name,
 )
 from .torch_backend import (  # noqa: F401
@@ -67,6 +69,8 @@ __all__ = [
     "Work",
     "abort",
     "allreduce_hook",
+    "auto_codec_ladder",
+    "choose_bucket_codecs",
     "compression_hook",
     "compression_name",
     "create_process_group",

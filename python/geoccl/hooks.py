@@ -7,6 +7,9 @@
     state = geoccl.GeocclHookState(pg, compression="int8", error_feedback=True)
     model.register_comm_hook(state, geoccl.compression_hook)
 
+    # per bucket, the least lossy codec whose WAN time fits the bucket's compute window:
+    state = geoccl.GeocclHookState(pg, compression="auto")
+
 Both hooks average each gradient bucket across the group asynchronously and return a
 torch.futures.Future. :func:`compression_hook` runs the bucket's allreduce with a codec on the
 hops between domains (docs/compression.md: work inside a domain stays in full precision, every
@@ -23,6 +26,7 @@ logger "geoccl.hooks" whenever the bucket set changes) say how much memory that 
 
 import hashlib
 import logging
+import time
 
 import torch
 import torch.distributed as dist
@@ -38,11 +42,28 @@ class GeocclHookState:
     process_group: a "geoccl" group; None = the default group.
     compression: for :func:`compression_hook`: a codec spelling (``"int8"``, ``"int4"``,
         ``"int2"``, ``"int2-sr"``, ``"fp16"``, ``"bf16"``, ``"topk:0.01"``, ``"topk-int8:0.01"``,
-        ``"topk-int4:0.01"``, ``"topk-int2:0.01"``, optionally ``"@allgather"``/``"@ring"``), or
-        None for the group's GEOCCL_WAN_COMPRESSION (applied to buckets of 64 KiB and up).
-        A bad spelling is a ValueError here.
+        ``"topk-int4:0.01"``, ``"topk-int2:0.01"``, optionally ``"@allgather"``/``"@ring"``),
+        ``"auto"``, or None for the group's GEOCCL_WAN_COMPRESSION (applied to buckets of 64 KiB
+        and up). A bad spelling is a ValueError here.
+        ``"auto"`` chooses per bucket and iteration, from the codecs of
+        ``geoccl.auto_codec_ladder()`` (none, fp16, int8, int4, int2, top-k 1 % with int8
+        values), the least lossy whose allreduce time on the path figures in force fits the
+        bucket's window: from when the bucket was ready to when the last bucket was, plus
+        ``exposed`` times the iteration's compute time (its length but for its wait on the
+        communication after its last bucket; the least of the last three), as the iteration
+        before last measured them (the latest over the ranks, so that every rank decides alike);
+        the buckets share the WAN one after another (docs/compression.md, "auto"). The first
+        iterations, with no timings of the current buckets yet (three, with DDP's rebuild of
+        its buckets after the first), take the strongest. ``state.auto_choices`` holds the codec
+        of each bucket of the last decision; each change is logged (logger "geoccl.hooks") and
+        the metrics count the calls that ran with each codec (``geoccl_wan_codec_calls_total``).
     error_feedback: keep each bucket's residual on this rank and add it to the bucket's next
-        allreduce (recommended with every lossy codec: top-k does not converge without it).
+        allreduce (recommended with every lossy codec: top-k does not converge without it). With
+        ``"auto"`` a bucket keeps two residuals, one for the dense codecs and one for top-k (they
+        are laid out by the form each runs), and one it sends uncompressed keeps both for its
+        next compressed call.
+    exposed: ``"auto"`` only: the communication allowed after the last bucket is ready, as a
+        fraction of an iteration's compute time (0.1: a tenth).
 
     One state per DDP model: the bucket keys are numbered within it, and carry the state's own
     number (states made in the same order on every rank get the same keys on every rank).
@@ -51,12 +72,34 @@ class GeocclHookState:
 
     _made = 0  # states made in this process: the prefix of their keys
 
-    def __init__(self, process_group=None, compression=None, error_feedback=True):
+    def __init__(self, process_group=None, compression=None, error_feedback=True, exposed=0.1):
         self.process_group = process_group
         self._prefix = f"ddp{GeocclHookState._made}"
         GeocclHookState._made += 1
-        self.compression = None if compression is None else _C.compression_name(compression)
+        self.auto = compression == "auto"
+        self.compression = None if compression is None or self.auto else _C.compression_name(compression)
         self.error_feedback = bool(error_feedback)
+        self.exposed = float(exposed)
+        if not self.exposed >= 0:
+            raise ValueError(f"exposed must be a fraction >= 0, got {exposed!r}")
+        # Compression "auto": the ladder; the iteration under way: when its first bucket came, each
+        # bucket's ready time (ms after it) and whether it is float32; the last iterations'
+        # compute times; the agreement in flight (its Work and tensor); the levels decided.
+        self._ladder = _C.auto_codec_ladder() if self.auto else []
+        self._first_at = None
+        self._last_ready_at = None
+        self._hook_ms = 0.0  # time spent in the hook this iteration (left out of compute)
+        self._done_at = None  # when the last iteration's last bucket completed
+        self._ready_now = []
+        self._dense_now = []
+        self._dense = []
+        self._computes = []  # the last 3 iterations' compute time (ms): length but the wait
+        self._agreed = None
+        self._levels = []
+        self.auto_choices = []
+        self.auto_changes = 0  # decisions that differed from the one before
+        self.auto_window_ms = None  # the last decision's deadline, ms after the first bucket
+        self.auto_predicted_ms = []  # and its predictions: per bucket, per ladder codec
         self.buckets = 0  # buckets reduced so far
         self.bytes = 0  # payload bytes handed to the allreduce so far (fp32, before the codec)
         self.iterations = 0  # iterations seen by compression_hook (its last buckets)
@@ -128,6 +171,82 @@ class GeocclHookState:
         self.iterations += 1
         return changed, len(stale)
 
+    def _auto_codec(self, pg, index, dense):
+        """Compression "auto": the codec of the `index`-th bucket of this iteration (called when
+        the bucket is ready, which it notes). The first bucket decides them all, from the
+        agreement issued at the last iteration's first bucket, and issues the next one."""
+        now = time.monotonic()
+        if index == 0:
+            if self._first_at is not None:
+                # The last iteration's compute: its length but for its wait on the communication
+                # after its last bucket (which a lighter codec would cut) and the time the hook
+                # itself held the backward pass (issuing, waiting on the agreement).
+                last = self._last_ready_at
+                done = self._done_at if self._done_at is not None and self._done_at >= last else last
+                compute = (now - self._first_at) - (done - last) - self._hook_ms / 1e3
+                self._computes = (self._computes + [max(0.0, compute) * 1e3])[-3:]
+            self._levels = self._decide(pg)
+            if self._first_at is not None:
+                self._agree(pg)
+            self._first_at = now
+            self._hook_ms = 0.0
+            self._ready_now, self._dense = [], self._dense_now
+            self._dense_now = []
+        self._last_ready_at = now
+        self._ready_now.append((now - self._first_at) * 1e3 - self._hook_ms)
+        self._dense_now.append(dense)
+        level = self._levels[index] if index < len(self._levels) else len(self._ladder) - 1
+        return self._ladder[level]
+
+    def _agree(self, pg):
+        """Every rank's timings of the last iteration, the latest of each taken, and the least
+        of its last compute times, in one small allreduce (max) issued before this iteration's
+        first bucket, and waited for at the next iteration's first bucket (done long before):
+        every rank then decides the same codecs (the frames carry the codec: ranks that differ
+        fail with a mismatch). Each iteration's agreement completes before its buckets do."""
+        t = torch.tensor(self._ready_now + [min(self._computes), self.exposed], dtype=torch.float64)
+        opts = dist.AllreduceOptions()
+        opts.reduceOp = dist.ReduceOp.MAX
+        self._agreed = (pg.allreduce([t], opts), t)
+
+    def _decide(self, pg):
+        agreed, self._agreed = self._agreed, None
+        strongest = []  # no timings of this layout yet: the strongest for every bucket
+        if agreed is not None:
+            agreed[0].wait()
+            values = agreed[1].tolist()
+            ready, compute, exposed = values[:-2], values[-2], values[-1]
+            layout = self._layout  # the last complete iteration's buckets
+            if layout and len(ready) == len(layout) and len(self._dense) == len(layout):
+                return self._choose(pg, layout, ready, ready[-1] + exposed * compute)
+        self._note([self._ladder[-1]] * len(self._layout), None, [])
+        return strongest
+
+    def _choose(self, pg, layout, ready, deadline):
+        predicted = []
+        for nbytes, dense in zip(layout, self._dense):
+            if dense:
+                predicted.append([pg.predicted_allreduce_ms(nbytes // 4, c) for c in self._ladder])
+            else:  # sent uncompressed whatever the choice
+                predicted.append([pg.predicted_allreduce_ms(nbytes // 4, None)] * len(self._ladder))
+        levels = _C.choose_bucket_codecs(ready, predicted, deadline)
+        self._note([self._ladder[l] for l in levels], deadline, predicted)
+        return levels
+
+    def _note(self, names, deadline, predicted):
+        if names != self.auto_choices:
+            self.auto_changes += 1
+            counts = {}
+            for n in names:
+                counts[n] = counts.get(n, 0) + 1
+            log.info("geoccl compression auto: %s (%s)", ", ".join(f"{n} x{k}" for n, k in counts.items()),
+                     "no timings yet" if deadline is None else
+                     f"window {deadline:.0f} ms after the first bucket, predicted uncompressed "
+                     f"{sum(p[0] for p in predicted):.0f} ms in all")
+        self.auto_choices = names
+        self.auto_window_ms = deadline
+        self.auto_predicted_ms = predicted
+
     def _start_stats(self, pg):
         if self._stats_base is None:
             self._stats_base = pg.compression_stats()
@@ -145,7 +264,8 @@ class GeocclHookState:
         self._read_stats(pg)
         if changed:
             log.info("geoccl compression_hook: %s%s, %d buckets (%.2f MiB); residuals on this "
-                     "rank: %d keys, %.2f MiB%s", self.compression or "GEOCCL_WAN_COMPRESSION",
+                     "rank: %d keys, %.2f MiB%s",
+                     "auto" if self.auto else self.compression or "GEOCCL_WAN_COMPRESSION",
                      " with error feedback" if self.error_feedback else " without error feedback",
                      len(self._layout), sum(self._layout) / 2**20, self.feedback_keys,
                      self.feedback_bytes / 2**20,
@@ -175,6 +295,15 @@ def compression_hook(state, bucket):
     """Averages ``bucket.buffer()`` over the group with ``state.compression`` on the hops that
     cross domains and, with ``state.error_feedback``, the bucket's residual; returns a
     Future[Tensor]. Buckets that are not float32 are averaged uncompressed."""
+    entered = time.monotonic()
+    try:
+        return _compressed_bucket(state, bucket)
+    finally:
+        if isinstance(state, GeocclHookState) and state.auto:
+            state._hook_ms += (time.monotonic() - entered) * 1e3
+
+
+def _compressed_bucket(state, bucket):
     if state is None:
         raise ValueError("geoccl.compression_hook needs a GeocclHookState (its codec and residual keys)")
     pg = state.group()
@@ -183,15 +312,24 @@ def compression_hook(state, bucket):
                         f"{type(pg).__name__}")
     state._start_stats(pg)
     buf = bucket.buffer()
+    dense = buf.dtype == torch.float32
+    codec = state._auto_codec(pg, len(state._layout_now), dense) if state.auto else state.compression
     state.buckets += 1
     state.bytes += buf.numel() * buf.element_size()
     state._layout_now.append(buf.numel() * buf.element_size())
     key = ""
-    if buf.dtype == torch.float32:
+    if dense:
         if state.error_feedback:
             key = state.bucket_key(bucket)
             state._keys_now.append(key)
-        fut = pg.allreduce_compressed(buf, dist.ReduceOp.AVG, state.compression, key).get_future()
+            if state.auto:
+                # Top-k runs the allgather form, the dense codecs the ring form (with 3 domains
+                # or more), and a residual is laid out by its form: each keeps its own, so that a
+                # switch defers, and does not drop, what the other had deferred.
+                state._keys_now.append(key + "/topk")
+                if codec.startswith("topk"):
+                    key += "/topk"
+        fut = pg.allreduce_compressed(buf, dist.ReduceOp.AVG, codec, key).get_future()
     else:
         opts = dist.AllreduceOptions()
         opts.reduceOp = dist.ReduceOp.AVG
@@ -202,6 +340,7 @@ def compression_hook(state, bucket):
 
     def _last(f):
         # Runs once every bucket of the iteration has completed (they complete in issue order).
+        state._done_at = time.monotonic()
         value = f.value()[0]
         state._refresh_stats(pg, changed, forgot)
         return value

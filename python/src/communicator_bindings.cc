@@ -221,6 +221,29 @@ void bind_communicator(py::module_& m) {
       "The canonical spelling of a compression (\"topk:0.010\" -> \"topk:0.01\"); ValueError "
       "for a bad one.");
 
+  m.def(
+      "auto_codec_ladder",
+      [] {
+        std::vector<std::string> out;
+        for (const auto& c : auto_codec_ladder()) out.push_back(c.name());
+        return out;
+      },
+      "The codecs compression \"auto\" chooses among, least lossy first.");
+  m.def(
+      "choose_bucket_codecs",
+      [](const std::vector<double>& ready_ms, const std::vector<std::vector<double>>& predicted_ms,
+         double deadline_ms) {
+        if (ready_ms.size() != predicted_ms.size())
+          throw py::value_error("ready_ms and predicted_ms need one entry per bucket");
+        std::vector<BucketTiming> b(ready_ms.size());
+        for (size_t i = 0; i < b.size(); ++i) b[i] = {ready_ms[i], predicted_ms[i]};
+        return choose_bucket_codecs(b, deadline_ms);
+      },
+      py::arg("ready_ms"), py::arg("predicted_ms"), py::arg("deadline_ms"),
+      "Compression \"auto\": the ladder level of each bucket (geoccl/auto_codec.h) from when "
+      "each was ready in the last iteration, its predicted allreduce time at every ladder level, "
+      "and the time by which all must end.");
+
   py::class_<StoreServer, std::shared_ptr<StoreServer>>(m, "StoreServer",
       "The embedded rendezvous store (port 0 = any free port).")
       .def(py::init([](const std::string& addr, int port) {

@@ -697,6 +697,34 @@ void bind_process_group(py::module_& m) {
           "holds [tensor]. Every rank must pass the same op and compression. ValueError for an "
           "explicit codec on anything but float32 SUM/AVG.")
       .def(
+          "topology",
+          [](ProcessGroupGeoccl& pg) {
+            const TopologyInfo t = pg.communicator().topology();
+            py::dict d;
+            d["domain_of"] = t.domain_of;
+            d["names"] = t.names;
+            d["wan_one_way_ms"] = t.wan_one_way_ms;
+            d["wan_rate_mbps"] = t.wan_rate_mbps;
+            d["replans"] = t.replans;
+            d["replan_change"] = t.replan_change;
+            return d;
+          },
+          "The group's domains and the path figures in force (Communicator::topology): domain_of, "
+          "names, wan_one_way_ms and wan_rate_mbps (domains x domains, row-major; empty without "
+          "measured paths), replans (how many times re-planning replaced them) and replan_change.")
+      .def(
+          "predicted_allreduce_ms",
+          [](ProcessGroupGeoccl& pg, int64_t count, std::optional<std::string> compression) {
+            if (count < 0) throw py::value_error("count must be >= 0");
+            const auto c = parse_compression(compression);
+            return pg.communicator().predicted_allreduce_ms(static_cast<size_t>(count), c ? *c : Compression{});
+          },
+          py::arg("count"), py::arg("compression") = py::none(),
+          "The cost model's time in ms of a float32 allreduce of `count` values with `compression` "
+          "on the hops across domains (None: uncompressed), on the path figures in force (they "
+          "change when the group re-plans); 0 without measured paths. What compression \"auto\" "
+          "compares.")
+      .def(
           "compression_stats",
           [](ProcessGroupGeoccl& pg) {
             return compression_stats_dict(pg.communicator().compression_stats());

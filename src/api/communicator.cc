@@ -10,8 +10,10 @@
 #include "api/replanner.h"
 #include "api/startup/startup.h"
 #include "collectives/collectives.h"
+#include "collectives/cost_model.h"
 #include "collectives/planner.h"
 #include "collectives/wan_codec.h"
+#include "compression/codec.h"
 #include "compression/error_feedback.h"
 #include "compression/sparse_piece.h"
 #include "core/logging.h"
@@ -55,6 +57,10 @@ class CommunicatorImpl {
   // nullopt (uncompressed). Throws kInvalidArgument for an explicit codec that cannot apply.
   std::optional<collectives::WanCompression> wan_compression(const api::PlanSnapshot& plan, const OpOptions& o,
                                                              size_t bytes, DataType t, ReduceOp op);
+  // An allreduce issued with this WAN codec: the metrics' per-codec series.
+  void note_codec(const std::string& codec, uint64_t bytes) {
+    if (metrics_) metrics_->record_codec(codec, bytes);
+  }
   CompressionStats compression_stats() const;
   compression::FeedbackStore& feedback() { return feedback_; }
   void abort(const std::string& reason);
@@ -299,6 +305,40 @@ AllreducePlan Communicator::plan_allreduce(size_t count, DataType t, const OpOpt
   return {collectives::algo_name(p.algo), p.why, p.predicted_ms};
 }
 
+namespace {
+
+// Only the hierarchical plans have WAN hops of their own to compress.
+bool compresses(collectives::Algo a) {
+  return a == collectives::Algo::kHierarchical || a == collectives::Algo::kHierarchicalSmall ||
+         a == collectives::Algo::kHierarchicalDirect || a == collectives::Algo::kHierarchicalLeaders;
+}
+
+}  // namespace
+
+double Communicator::predicted_allreduce_ms(size_t count, const Compression& codec) const {
+  const auto in = impl_->plan();
+  if (in->paths.empty() || count == 0) return 0;
+  const size_t bytes = checked_bytes(count, DataType::kFloat32);
+  const std::string& algo = impl_->algo({});
+  const double plain = std::max(0.0, in->allreduce(bytes, 4, algo, false).predicted_ms);
+  // A codec applies only where the call would run a hierarchical plan (GEOCCL_ALGO may force
+  // another): then it is the uncompressed call.
+  if (!codec.enabled() || !compresses(in->allreduce(bytes, 4, algo, true).algo)) return plain;
+  compression::CodecSpec spec;
+  spec.codec = static_cast<compression::CodecId>(codec.codec);
+  if (codec.is_topk()) spec.k = compression::topk_k_for_ratio(codec.topk_ratio);
+  double wire = static_cast<double>(compression::encoded_size(spec, count));
+  // The WAN step as a hierarchical ring of the encoded bytes: the ring form sends 2(k-1)/k
+  // encodings per uplink, as that ring does; the allgather form k-1, as a ring of k/2 times them.
+  collectives::WanCompression form;
+  form.spec = spec;
+  form.algo = codec.algo;
+  const int k = in->topo.domains();
+  if (form.resolve(k) == CompressedAlgo::kAllgather) wire *= k / 2.0;
+  const size_t wire_bytes = (static_cast<size_t>(wire) + 3) / 4 * 4;
+  return std::max(0.0, collectives::plan_by_cost(in->topo, in->paths, wire_bytes, 4, in->chunk_bytes, true).predicted_ms);
+}
+
 Work Communicator::allreduce(void* buf, size_t count, DataType t, ReduceOp op, const OpOptions& o) {
   check_dtype(t);
   check_op(op);
@@ -307,12 +347,8 @@ Work Communicator::allreduce(void* buf, size_t count, DataType t, ReduceOp op, c
   const auto in = impl_->plan();
   auto z = impl_->wan_compression(*in, o, bytes, t, op);
   const auto plan = in->allreduce(bytes, dtype_size(t), impl_->algo(o), z.has_value());
-  // Only the hierarchical plans have WAN hops of their own to compress.
-  const bool hierarchical = plan.algo == collectives::Algo::kHierarchical ||
-                            plan.algo == collectives::Algo::kHierarchicalSmall ||
-                            plan.algo == collectives::Algo::kHierarchicalDirect ||
-                            plan.algo == collectives::Algo::kHierarchicalLeaders;
-  if (!hierarchical) z.reset();
+  if (!compresses(plan.algo)) z.reset();
+  if (z) impl_->note_codec(z->name, bytes);
   GEOCCL_LOG(kDebug, "allreduce " << bytes << " B: " << collectives::algo_name(plan.algo) << ", predicted "
                                   << plan.predicted_ms << " ms (" << plan.why << ")"
                                   << (z ? ", WAN codec " + z->name : std::string()));

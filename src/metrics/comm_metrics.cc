@@ -60,6 +60,10 @@ CommMetrics::CommMetrics(Registry& r, int rank, int world_size, std::string doma
                        {"op"})),
       errors_(r.counter("geoccl_op_errors_total",
                         "Operations that ended with an error, by error code", {"op", "code"})),
+      codec_calls_(r.counter("geoccl_wan_codec_calls_total",
+                             "Allreduces issued with this codec on their hops across domains", {"codec"})),
+      codec_bytes_(r.counter("geoccl_wan_codec_bytes_total",
+                             "User bytes of the allreduces issued with this codec across domains", {"codec"})),
       rtt_(r.gauge("geoccl_peer_rtt_seconds",
                    "Smoothed RTT to the peer where its transport measures one",
                    {"peer", "transport"})),
@@ -88,6 +92,11 @@ CommMetrics::CommMetrics(Registry& r, int rank, int world_size, std::string doma
       .with({std::to_string(rank), std::to_string(world_size), domain_})
       .set(1);
   r.add_collector([this] { collect(); });
+}
+
+void CommMetrics::record_codec(const std::string& codec, uint64_t bytes) {
+  codec_calls_.with({codec}).inc();
+  codec_bytes_.with({codec}).inc(bytes);
 }
 
 void CommMetrics::set_peer_source(std::function<std::vector<PeerFigures>()> peers) {

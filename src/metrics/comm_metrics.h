@@ -61,6 +61,9 @@ class CommMetrics {
   void record(uint8_t kind, const char* op, const char* algo, uint64_t bytes, double seconds);
   // One failed operation (its duration is not recorded).
   void record_error(uint8_t kind, const char* op, ErrorCode code);
+  // An allreduce issued with `codec` on its hops across domains, of `bytes` user bytes (the
+  // codecs compression "auto" chooses show here).
+  void record_codec(const std::string& codec, uint64_t bytes);
 
  private:
   struct OpSeries {
@@ -89,6 +92,8 @@ class CommMetrics {
   Family<Histogram>& duration_;
   Family<Counter>& bytes_;
   Family<Counter>& errors_;
+  Family<Counter>& codec_calls_;
+  Family<Counter>& codec_bytes_;
   Family<Gauge>& rtt_;
   Family<Gauge>& min_rtt_;
   Family<Counter>& sent_;
