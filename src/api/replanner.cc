@@ -116,6 +116,8 @@ void Replanner::after_collective() {
       double& in = rate[to * k + from];
       out = std::max(out, r.out_mbps);
       in = std::max(in, r.in_mbps);
+      GEOCCL_LOG(kDebug, "re-planning probe " << from << "->" << to << ": " << r.out_mbps << " Mbit/s, back "
+                                              << r.in_mbps << " Mbit/s");
     }
     collectives::ring_allreduce(c, figures->data(), figures->size(), DataType::kFloat64, ReduceOp::kMax);
   });
