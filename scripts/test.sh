@@ -69,18 +69,22 @@ fi
 trap - EXIT
 
 phase "ctest (ASan+UBSan)"
-# Everything but the WAN tests (real namespaces and rate measurements, meaningless under ASan).
-# On 2 cores the whole run takes about 5 min.
+# Everything but the WAN tests (real namespaces and rate measurements, meaningless under ASan),
+# and three long multi-process tests whose code paths shorter ones cover under ASan (they run in
+# the release build above): pipelined uneven hierarchical blocks (the unpipelined uneven test and
+# CollectivesBig's pipelined buffers), kills at random points (Errors.KilledRank...), error
+# feedback over 40 steps (every compression test with a feedback key). About 5 min on 2 cores.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan --output-on-failure --timeout 900 -j "$jobs" -LE wan
+  ctest --test-dir build-asan --output-on-failure --timeout 900 -j "$jobs" -LE wan \
+  -E '^(Hierarchical\.PipelinedBlocksWithUnevenDomainsMatchReference|Liveness\.RankKilledAtRandomPointsGivesPeerLostOnAllSurvivors|Compression\.ErrorFeedbackMakesTheMeanConverge)$'
 
-phase "fuzzers (clang, libFuzzer, 3 s each, $jobs at a time)"
+phase "fuzzers (clang, libFuzzer, 2 s each, $jobs at a time)"
 # One fuzzer: its last line of output, or its whole output and a non-zero status on a finding.
 fuzz_one() {
   local name=$1 seeds=() out
   mkdir -p "build-fuzz/corpus/$name"
   [ -d "fuzz/corpus/$name" ] && seeds=("fuzz/corpus/$name")
-  if out=$("build-fuzz/fuzz/$name" -max_total_time=3 -print_final_stats=0 "build-fuzz/corpus/$name" "${seeds[@]}" 2>&1); then
+  if out=$("build-fuzz/fuzz/$name" -max_total_time=2 -print_final_stats=0 "build-fuzz/corpus/$name" "${seeds[@]}" 2>&1); then
     echo "$name: ${out##*$'\n'}"
   else
     printf '%s FAILED:\n%s\n' "$name" "$out"
