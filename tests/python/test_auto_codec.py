@@ -3,7 +3,8 @@ rank, 20 ms RTT, 200 Mbit/s, a-b at 10 Mbit/s): DDP through geoccl.compression_h
 compression "auto" and exposed=1 (tests/python/_auto_codec_worker.py: a 2 MiB MLP in two buckets,
 0.4 s of stand-in compute per step), on the figures the start-up probe measured (re-planning off,
 so the figures hold still). Regions a and c alone: every bucket goes uncompressed; a and b: int8 or
-stronger, the first bucket (the longer window) no stronger than the second. The first three
+stronger for both buckets (which of the two is stronger depends on their measured ready times and
+sizes, so the test does not fix it; CodecChoice.* covers the order). The first three
 iterations, without timings of DDP's rebuilt buckets, take the strongest codec. Every rank chooses
 the same codecs at every step (they agree on the timings; ranks that differ would fail with a
 mismatch) and ends with the same parameters. A run where the path drops and recovers while the job
@@ -57,4 +58,4 @@ def test_each_bucket_takes_the_least_lossy_codec_that_fits_its_path(tmp_path):
     assert all(step == ["none", "none"] for step in fast[3:]), fast
     for step in slow[3:]:
         levels = [ladder.index(c) for c in step]
-        assert len(levels) == 2 and min(levels) >= ladder.index("int8") and levels[0] <= levels[1], slow
+        assert len(levels) == 2 and min(levels) >= ladder.index("int8"), slow
