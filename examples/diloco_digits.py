@@ -13,7 +13,12 @@ optimizer on its own shard of each global batch and geoccl.diloco.DiLoCo average
 pseudo-gradients every --sync-every steps (--compression on the hops between domains, with error
 feedback), --fragments / --overlap for streaming, --hierarchical for DDP inside each domain.
 --bad-rank R --bad-scale S multiplies rank R's pseudo-gradient by S (a faulty participant);
---weights w0,w1,... and --robust exclude|downweight choose the averaging.
+--weights w0,w1,... and --robust exclude|downweight choose the averaging. --quorum Q (--grace,
+--max-staleness) runs the decoupled sync; --stop-rank R --stop-at STEP --stop-seconds T stops rank
+R (SIGSTOP, a child sends SIGCONT after T s) at that step, to see the others go on without it:
+
+    geoccl run -n 3 -- /usr/bin/python3 examples/diloco_digits.py --sync-every 5 --quorum 2 \
+        --grace 0.2 --stop-rank 2 --stop-at 40 --stop-seconds 4
 
 Both modes use the same inner optimizer (Adam, --lr) and batches. Rank 0 evaluates its model every
 --eval-every steps (DiLoCo without streaming: at every sync, the model all ranks share), and the
@@ -24,6 +29,8 @@ import argparse
 import datetime
 import json
 import os
+import signal
+import subprocess
 import sys
 import time
 
@@ -61,6 +68,12 @@ def parse_args(argv=None):
     p.add_argument("--robust", choices=["none", "exclude", "downweight"], default="none")
     p.add_argument("--bad-rank", type=int, default=-1)
     p.add_argument("--bad-scale", type=float, default=-8.0)
+    p.add_argument("--quorum", type=int, default=None, help="decoupled sync: the syncer's minimum quorum")
+    p.add_argument("--grace", type=float, default=1.0, help="decoupled sync: seconds waited after the quorum")
+    p.add_argument("--max-staleness", type=int, default=4, help="decoupled sync: outer steps a contribution may miss")
+    p.add_argument("--stop-rank", type=int, default=-1, help="rank stopped (SIGSTOP) at --stop-at")
+    p.add_argument("--stop-at", type=int, default=0)
+    p.add_argument("--stop-seconds", type=float, default=4.0)
     p.add_argument("--eval-every", type=int, default=10)
     p.add_argument("--target", type=float, default=0.95, help="accuracy for time-to-accuracy")
     p.add_argument("--label-domains", type=int, default=0, help="on one host: D domains (ddp_digits.py)")
@@ -111,13 +124,14 @@ def main(argv=None):
                                       weight=weights[rank], robust=args.robust, fragments=args.fragments,
                                       overlap_steps=args.overlap, pseudo_gradient_hook=hook,
                                       recipe=args.recipe, error_feedback=not args.no_error_feedback,
-                                      sparse_k=args.sparse_k)
+                                      sparse_k=args.sparse_k, quorum=args.quorum, grace=args.grace,
+                                      max_staleness=args.max_staleness)
     eval_every = args.eval_every
     if diloco is not None and args.fragments == 1:
         eval_every = args.sync_every  # the synced model, the same on every rank
     g = torch.Generator().manual_seed(args.seed)
     per_epoch = max(1, len(y_train) // (args.batch_size * world))
-    curve, reached = [], None
+    curve, reached, stopped = [], None, None
     clock, step = 0.0, 0
     dist.barrier()
     t0 = time.perf_counter()
@@ -137,6 +151,11 @@ def main(argv=None):
             else:
                 opt.step()
             step += 1
+            if rank == args.stop_rank and step == args.stop_at:
+                stopped = [time.time()]
+                subprocess.Popen(["/bin/sh", "-c", f"sleep {args.stop_seconds}; kill -CONT {os.getpid()}"])
+                os.kill(os.getpid(), signal.SIGSTOP)
+                stopped.append(time.time())
             if step % eval_every == 0 or step == args.steps:
                 if diloco is not None and step == args.steps:
                     diloco.sync_now()
@@ -152,6 +171,8 @@ def main(argv=None):
     sha = dd.param_checksum(model)
     shas = [None] * world
     dist.all_gather_object(shas, sha)
+    stops = [None] * world
+    dist.all_gather_object(stops, stopped)
     result = {
         "mode": args.mode, "sync_every": args.sync_every if diloco else 1, "compression": args.compression or "fp32",
         "fragments": args.fragments, "overlap": args.overlap, "hierarchical": args.hierarchical,
@@ -166,6 +187,8 @@ def main(argv=None):
         "recipe": args.recipe if diloco else None, "error_feedback": not args.no_error_feedback,
         "wire_bytes_sent": diloco.wire_bytes_sent if diloco else None,
         "dense_bytes_equivalent": diloco.dense_bytes_equivalent if diloco else None,
+        "quorum": args.quorum, "rounds": diloco.rounds if diloco else [],
+        "stopped": next((s for s in stops if s), None),
     }
     if rank == 0:
         tt = f"{reached[1]:.1f} s (step {reached[0]})" if reached else "not reached"

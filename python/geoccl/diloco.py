@@ -33,6 +33,14 @@ outer_lr (1.0 by default) times the mean of the ranks' sparse contributions, wit
 momentum; the decayed accumulator takes its place. error_feedback=False sends the top-k of each
 round's pseudo-gradient alone and drops the rest.
 
+Decoupled (quorum=Q; Douillard et al., "Decoupled DiLoCo for Resilient Distributed Pre-training",
+2026): no allreduce that every rank must join; each rank sends its pseudo-gradient to a syncer
+(the group's rank 0), which steps the outer optimizer as soon as Q ranks have sent and a grace
+window has passed (or all have), and sends the new global parameters back to those that sent. A
+stopped or slow region does not stop the others: its contribution, when it comes, is merged in
+the syncer's next round with a weight divided by 1 + the outer steps it missed (dropped beyond
+max_staleness). sync_now() is a full sync of every rank (geoccl.decoupled).
+
 Hierarchical: ranks of one domain can run DDP every step on a group of their own
 (:func:`domain_group`) while DiLoCo's outer sync goes over the whole group: only it crosses the
 WAN, and the hierarchical allreduce carries each domain's share once.
@@ -45,6 +53,7 @@ import threading
 import torch
 import torch.distributed as dist
 
+from . import decoupled as _decoupled
 from . import sparse as _sparse
 from . import weighted as _weighted
 
@@ -122,6 +131,11 @@ class DiLoCo:
         overlap, 0 (replace) without.
     pseudo_gradient_hook: f(fragment_index, tensor) -> None, modifies this rank's flat
         pseudo-gradient before the average (clipping, or a fault injected in tests).
+    quorum, grace, max_staleness: decoupled mode (see the module's doc; None: every rank joins
+        every sync): the syncer's round closes when all ranks have sent, or `quorum` have and
+        `grace` seconds have passed since; a contribution s outer steps behind counts with
+        weight / (1 + s), not at all when s > max_staleness. Takes the dense recipe without
+        compression, robust mode or overlap (ValueError); :attr:`rounds` is the syncer's log.
 
     Every rank must construct it with the same arguments (but weight) and call step() equally
     often. Parameters are broadcast from the group's rank 0 at construction.
@@ -133,7 +147,8 @@ class DiLoCo:
                  nesterov=True, group=None, compression=None, error_feedback=True, weight=1.0,
                  robust="none", statistic="norm", threshold=3.0, fragments=1, overlap_steps=0,
                  mix=None, pseudo_gradient_hook=None, timeout=None, recipe="diloco", sparse_k=64,
-                 sparse_chunk=4096, sparse_bits=2, ef_decay=0.95):
+                 sparse_chunk=4096, sparse_bits=2, ef_decay=0.95, quorum=None, grace=1.0,
+                 max_staleness=4):
         if sync_every < 1:
             raise ValueError("geoccl.diloco: sync_every must be >= 1")
         if recipe not in ("diloco", "sparseloco"):
@@ -154,6 +169,10 @@ class DiLoCo:
         self.sparse_k, self.sparse_chunk = int(sparse_k), int(sparse_chunk)
         self.sparse_bits, self.ef_decay = int(sparse_bits), float(ef_decay)
         self.error_feedback = bool(error_feedback)
+        if quorum is not None and (self.sparse or compression is not None or robust != "none"
+                                   or overlap_steps or mix is not None):
+            raise ValueError("geoccl.diloco: quorum (decoupled mode) takes the 'diloco' recipe without "
+                             "compression, robust mode, overlap_steps or mix")
         if overlap_steps < 0 or overlap_steps >= sync_every:
             raise ValueError("geoccl.diloco: overlap_steps must be in [0, sync_every)")
         self.model = model
@@ -191,6 +210,17 @@ class DiLoCo:
         self.downweighted = {}  # rank -> times its weight was reduced (robust="downweight")
         self.last_result = None  # WeightedResult of the last sync (sparseloco: the sparse allgather's info)
         self._loss = None
+        self._decoupled = None
+        if quorum is not None:
+            self._decoupled = _decoupled.DecoupledSync(
+                _weighted._target(group, None), [f.numel for f in self.fragments], quorum, grace,
+                max_staleness, timeout)
+
+    @property
+    def rounds(self):
+        """Decoupled mode, on the syncer: one dict per round it closed (fragment, version,
+        contributors, their staleness and applied weights, seconds waited, wall time closed)."""
+        return self._decoupled.rounds if self._decoupled is not None else []
 
     def _broadcast(self, params):
         flat = torch.cat([p.detach().reshape(-1) for p in params])
@@ -208,6 +238,12 @@ class DiLoCo:
         out = self.inner.step(closure) if closure is not None else self.inner.step()
         self.inner_steps += 1
         t = self.inner_steps
+        if self._decoupled is not None:
+            self._decoupled.poll()
+            for f in self.fragments:
+                if t % self.sync_every == f.offset:
+                    self._exchange(f, full=False)
+            return out
         for f in self.fragments:
             if f.pending is not None and f.pending[0] <= t:
                 self._finish(f)
@@ -220,10 +256,50 @@ class DiLoCo:
         return out
 
     def sync_now(self):
-        """Finishes every pending fragment sync (at the end of training)."""
+        """Finishes every pending fragment sync (at the end of training); in decoupled mode, a
+        full sync of every fragment: every rank must call it, and all end with equal parameters."""
+        if self._decoupled is not None:
+            for f in self.fragments:
+                self._exchange(f, full=True)
+            return
         for f in self.fragments:
             if f.pending is not None:
                 self._finish(f)
+
+    def _delta(self, f):
+        with torch.no_grad():
+            delta = torch.cat([(g - p.detach()).reshape(-1).float() for g, p in zip(f.global_params, f.params)])
+        if self.pseudo_gradient_hook is not None:
+            self.pseudo_gradient_hook(f.index, delta)
+        self.bytes_reduced += delta.numel() * 4
+        return delta
+
+    def _exchange(self, f, full):
+        """Decoupled mode: one sync of fragment f through the syncer."""
+        delta = self._delta(f)
+
+        def apply(mean):  # the syncer's outer step on the round's mean
+            with torch.no_grad():
+                if mean is not None:
+                    self._set_grads(f, mean)
+                    f.outer.step()
+                return torch.cat([g.reshape(-1).float() for g in f.global_params])
+
+        w = self.weight() if callable(self.weight) else self.weight
+        params, _ = self._decoupled.exchange(f.index, delta, w, apply, full)
+        with torch.no_grad():
+            _weighted.copy_back(params, f.global_params)
+            for g, p in zip(f.global_params, f.params):
+                p.copy_(g)
+        self.syncs += 1
+
+    @staticmethod
+    def _set_grads(f, flat):
+        offset = 0
+        for g in f.global_params:
+            n = g.numel()
+            g.grad = flat[offset:offset + n].view_as(g).to(g.dtype)
+            offset += n
 
     def _average(self, f, buf, box):
         try:
@@ -245,12 +321,8 @@ class DiLoCo:
             box["error"] = e
 
     def _start(self, f, t):
-        with torch.no_grad():
-            delta = torch.cat([(g - p.detach()).reshape(-1).float() for g, p in zip(f.global_params, f.params)])
-        if self.pseudo_gradient_hook is not None:
-            self.pseudo_gradient_hook(f.index, delta)
+        delta = self._delta(f)
         box = {}
-        self.bytes_reduced += delta.numel() * 4
         if self.sparse:
             # e = decay * e + delta; the top-k of e goes out (its values replaced by what every
             # rank decodes), and _finish keeps the rest in e.
@@ -294,11 +366,7 @@ class DiLoCo:
             for r in res.downweighted:
                 self.downweighted[r] = self.downweighted.get(r, 0) + 1
         with torch.no_grad():
-            offset = 0
-            for g in f.global_params:
-                n = g.numel()
-                g.grad = delta[offset:offset + n].view_as(g).to(g.dtype)
-                offset += n
+            self._set_grads(f, delta)
             f.outer.step()
             for g, p in zip(f.global_params, f.params):
                 if self.mix:

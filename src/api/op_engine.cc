@@ -211,12 +211,19 @@ void OpEngine::start(Channel& ch, Op& op) {
 }
 
 void OpEngine::retire(Channel& ch) {
-  while (!ch.inflight.empty()) {
-    InFlight& f = ch.inflight.front();
+  // Collectives finish on the worker before the next operation starts, so only point-to-point
+  // operations wait here for their peer; one that waits holds back none after it (a receive
+  // from a rank that has not sent yet must not hold up the collectives and sends behind it).
+  // Collectives therefore still complete in issue order among themselves.
+  for (auto it = ch.inflight.begin(); it != ch.inflight.end();) {
+    InFlight& f = *it;
     bool done = true;
     for (auto& r : f.reqs) done = done && r->done.load(std::memory_order_acquire);
     if (!done) {
-      if (Clock::now() < f.deadline) return;
+      if (Clock::now() < f.deadline) {
+        ++it;
+        continue;
+      }
       router_.abort(ErrorCode::kTimeout, f.what + " passed its deadline on rank " + std::to_string(rank_));
       continue;  // the abort completed every request
     }
@@ -231,7 +238,7 @@ void OpEngine::retire(Channel& ch) {
     auto work = std::move(f.work);
     auto error = f.error;
     work->source = f.source;
-    ch.inflight.pop_front();
+    it = ch.inflight.erase(it);
     {
       std::lock_guard lk(progress_.mutex());
       --incomplete_;
@@ -255,8 +262,9 @@ void OpEngine::worker_main(Channel& ch) {
         if (ch.inflight.empty()) {
           progress_.cv().wait(lk);
         } else {
-          progress_.cv().wait_until(lk, std::min(ch.inflight.front().deadline,
-                                                 Clock::now() + std::chrono::milliseconds(100)));
+          auto until = Clock::now() + std::chrono::milliseconds(100);
+          for (const InFlight& f : ch.inflight) until = std::min(until, f.deadline);
+          progress_.cv().wait_until(lk, until);
         }
       }
       op = std::move(ch.queue.front());

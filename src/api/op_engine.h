@@ -110,7 +110,8 @@ class OpEngine {
   // recv_any: waits (bounded by `deadline`) until a peer's next message with the tag has
   // arrived, and sets op.peer. False when the group failed or the deadline passed (aborted).
   bool find_source(Channel& ch, Op& op, Clock::time_point deadline);
-  // Completes finished in-flight operations in order; aborts the group on an expired one.
+  // Completes finished in-flight operations (a point-to-point one still waiting holds back none
+  // after it); aborts the group on an expired one.
   void retire(Channel& ch);
   // One retired operation's metrics and trace span.
   void record_completion(const InFlight& f);

@@ -829,6 +829,28 @@ int mode_recv_any(Communicator& c) {
       }
     }
   }
+  // A receive still waiting for its sender holds back no later operation: rank 0 waits for
+  // rank n-1's message, which rank n-1 sends only once rank 0 has seen its allreduce complete
+  // and told it so.
+  const int last = n - 1;
+  int64_t late = 0, go = 1, sum = me;
+  if (me == 0) {
+    Work pending = c.recv(&late, 1, DataType::kInt64, last, 9);
+    c.allreduce(&sum, 1, DataType::kInt64, ReduceOp::kSum).wait();
+    CHECK(!pending.test(), "the receive completed before its message was sent");
+    c.send(&go, 1, DataType::kInt64, last, 10).wait();
+    pending.wait();
+    CHECK(late == 99, "late message holds %lld", static_cast<long long>(late));
+  } else {
+    c.allreduce(&sum, 1, DataType::kInt64, ReduceOp::kSum).wait();
+    if (me == last) {
+      c.recv(&go, 1, DataType::kInt64, 0, 10).wait();
+      late = 99;
+      c.send(&late, 1, DataType::kInt64, 0, 9).wait();
+    }
+  }
+  CHECK(sum == static_cast<int64_t>(n) * (n - 1) / 2, "allreduce behind a waiting receive gave %lld",
+        static_cast<long long>(sum));
   c.barrier().wait();
   return g_failures ? 1 : 0;
 }

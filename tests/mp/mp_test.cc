@@ -284,6 +284,8 @@ TEST(Decider, ProbesBothTransportsAndEveryRankAgrees) {
   for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
 }
 
+// Also: a receive still waiting for its sender holds back no later operation (an allreduce and a
+// send behind it complete first).
 TEST(PointToPoint, RecvFromAnySourceReportsTheSender) {
   for (const char* transport : {"auto", "tcp", "quic"}) {
     SCOPED_TRACE(transport);
