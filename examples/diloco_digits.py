@@ -153,9 +153,10 @@ def main(argv=None):
             step += 1
             if rank == args.stop_rank and step == args.stop_at:
                 stopped = [time.time()]
-                subprocess.Popen(["/bin/sh", "-c", f"sleep {args.stop_seconds}; kill -CONT {os.getpid()}"])
+                waker = subprocess.Popen(["/bin/sh", "-c", f"sleep {args.stop_seconds}; kill -CONT {os.getpid()}"])
                 os.kill(os.getpid(), signal.SIGSTOP)
                 stopped.append(time.time())
+                waker.wait()
             if step % eval_every == 0 or step == args.steps:
                 if diloco is not None and step == args.steps:
                     diloco.sync_now()

@@ -242,9 +242,11 @@ class Communicator {
   // Error(kInvalidArgument) from the call for a bad index, a repeated one, or a bad width.
   Work sparse_allgather(const int64_t* indices, float* values, size_t nnz, float* out, size_t count,
                         uint32_t value_bits = 32, SparseResult* result = nullptr, const OpOptions& o = {});
-  // Point to point; matched by (peer, tag) in issue order. Each completes when its message has
-  // gone or arrived: a receive still waiting for its sender holds back no later operation of
-  // the class (collectives complete in issue order among themselves).
+  // Point to point. A pair's messages of one class are matched in issue order, whatever their
+  // tag: the n-th receive from a peer takes its n-th send, and a tag that differs fails the
+  // group with kMismatch. Each completes when its message has gone or arrived: a receive still
+  // waiting for its sender holds back no later operation of the class (collectives complete in
+  // issue order among themselves).
   Work send(const void* buf, size_t count, DataType dtype, int peer, uint32_t tag = 0,
             const OpOptions& o = {});
   Work recv(void* buf, size_t count, DataType dtype, int peer, uint32_t tag = 0,

@@ -39,7 +39,7 @@ bool is_valid(DataType t);
 bool is_valid(ReduceOp op);
 
 // Priority class (channel) of an operation. Each class has its own frame space and operation
-// sequence: operations of different classes run concurrently, operations of one class complete
+// sequence: operations of different classes run concurrently, collectives of one class complete
 // in issue order. Senders always serve the higher class first; kBulk is a scavenger that uses
 // only what gradients leave (GEOCCL_BULK_RATE caps it) and backs off when the path's queueing
 // delay grows. Every rank must issue an operation on the same class.

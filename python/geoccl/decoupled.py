@@ -4,30 +4,35 @@ arrived, with a minimum quorum and a grace window, so a stopped or straggling re
 the others (Douillard et al., "Decoupled DiLoCo for Resilient Distributed Pre-training", 2026,
 arXiv 2604.21428).
 
-Per fragment f the syncer keeps the global parameters, their version (how many outer steps they
-have had) and a pool of contributions; every rank, the syncer included, is a learner:
+The syncer keeps the global parameters, their version (how many outer steps they have had) and a
+pool of contributions; every rank, the syncer included, is a learner:
 - a learner's sync sends (its base version, its weight, its pseudo-gradient) to the syncer and
-  waits for the reply: the global parameters of the round that took the contribution, and their
-  version, which become its parameters and its next base;
-- the syncer opens a round at its own sync of f and closes it (:func:`round_closes`) when every
-  rank has contributed, or when at least `quorum` have and `grace` seconds have passed since the
-  quorum was reached. Every contribution in the pool is merged, weighted by its weight times
-  :func:`staleness_weight` of its staleness (the round's version minus its base: how many outer
-  steps it missed); one more than `max_staleness` steps behind, its weight is 0. The mean steps
-  the outer optimizer, and each contributor gets the new parameters;
-- a contribution that arrives between rounds (from a learner that was stopped or slow) waits in
-  the pool for the next round, where its staleness lowers its weight.
+  waits for the reply: global parameters and their version, which become its parameters and its
+  next base;
+- the syncer opens a round at its own sync and closes it (:func:`round_closes`) when every rank
+  has contributed, or when at least `quorum` have and `grace` seconds have passed since it saw the
+  quorum. Every contribution in the pool is merged (:func:`merge`): weighted by its weight times
+  :func:`staleness_weight` of its staleness (the round's version minus its base: the outer steps
+  it missed; more than `max_staleness` behind, it is left out), over the sum of the weights
+  without that factor, so a stale contribution also shrinks the step. The outer optimizer steps
+  with the result, and every contributor still waiting gets the new parameters;
+- a contribution that comes after a round it was due in closed (from a learner that was stopped
+  or is slower) gets the current parameters back at once, so that learner goes on instead of
+  waiting for the next round, and waits in the pool for that round, where its staleness lowers
+  its weight.
 A full sync (:meth:`DecoupledSync.exchange` with full=True, what DiLoCo.sync_now() does at the end
-of training) takes every rank: the syncer first closes a round for each late regular contribution
-(the ranks that are ahead wait for a late one to catch up), then, once every rank has come to its
-full sync, sends every rank the global parameters, with no outer step of its own (as a lock-step
-DiLoCo ends at its last sync): every rank ends with the same parameters. Its message has the
-regular one's size (a receive posted for a rank takes either), its pseudo-gradient unused.
+of training) takes every rank: the syncer answers the regular contributions of ranks still behind
+at once while it waits for every rank's full one, merges what they sent in one more round, and
+then sends every rank the global parameters: every rank ends with the same parameters. Its
+message has the regular one's size (a receive posted for a rank takes either), its
+pseudo-gradient unused: like a lock-step DiLoCo, the steps since a rank's last sync are dropped.
 
-Messages are point-to-point on the group (tags TAG + 2f and TAG + 2f + 1): a contribution is a
-24-byte header (kind, base version, weight as float64) and the float32 pseudo-gradient; a reply,
-an 8-byte version and the float32 parameters. The syncer is a single point: if it fails, every
-learner's wait fails with the group's error.
+Messages are point-to-point on the group (tags TAG and TAG + 1): a contribution is a 24-byte
+header (kind, base version, weight as float64) and the float32 pseudo-gradient; a reply, an
+8-byte version and the float32 parameters. A group's point-to-point messages between two ranks are
+matched in order whatever their tag, so no other point-to-point traffic may use the group while
+this runs (a group of its own for them). The syncer is a single point: a syncer that fails or
+times out aborts the group, and every learner's wait ends with the group's error.
 """
 
 import logging
@@ -38,7 +43,7 @@ import torch
 
 log = logging.getLogger("geoccl.diloco")
 
-TAG = 0x6C0C0  # p2p tags of the outer sync: TAG + 2f (contributions), TAG + 2f + 1 (replies)
+TAG = 0x6C0C0  # p2p tags of the outer sync: TAG (contributions), TAG + 1 (replies)
 _HEADER = 24
 _REGULAR, _FULL = 0.0, 1.0
 
@@ -52,43 +57,37 @@ def staleness_weight(staleness, max_staleness):
 
 
 def round_closes(present, world, quorum, quorum_since, grace, now):
-    """Whether a round with `present` contributions closes at `now` (seconds): all `world` ranks
-    are in, or the quorum has been met since `quorum_since` (None: not met) for `grace` seconds."""
+    """Whether a round with contributions from `present` ranks closes at `now` (seconds): all
+    `world` ranks are in, or the quorum has been met since `quorum_since` (None: not met) for
+    `grace` seconds."""
     if present >= world:
         return True
     return present >= quorum and quorum_since is not None and now - quorum_since >= grace
 
 
 def merge(contributions, version, max_staleness):
-    """The weighted mean of the pool's pseudo-gradients at a round of global `version`:
-    contributions maps rank -> (base version, weight, flat tensor). Returns (mean or None when
-    every weight is 0, [(rank, staleness, applied weight)] sorted by rank)."""
+    """The pool's pseudo-gradients merged at a round of global `version`: contributions is a list
+    of (rank, base version, weight, flat tensor). Each counts with weight * staleness_weight over
+    the sum of the weights of those not left out. Returns (result or None when every one is left
+    out or weighs 0, [(rank, staleness, applied weight)] in the list's order)."""
     total, acc, rows = 0.0, None, []
-    for rank in sorted(contributions):
-        base, weight, delta = contributions[rank]
+    for rank, base, weight, delta in contributions:
         s = version - base
-        w = weight * staleness_weight(s, max_staleness)
+        f = staleness_weight(s, max_staleness)
+        w = weight * f
         rows.append((rank, s, w))
         if w > 0:
             acc = delta * w if acc is None else acc.add_(delta, alpha=w)
-            total += w
+            total += weight
     return (acc.div_(total) if acc is not None else None), rows
 
 
-class _Pool:
-    def __init__(self, numel):
-        self.numel = numel
-        self.regular = {}  # rank -> (base version, weight, delta)
-        self.full = {}
-        self.version = 0
-        self.recvs = {}  # syncer: rank -> (future, buffer) of the receive posted for its next message
-
-
 class DecoupledSync:
-    """The outer sync's messages and rounds for fragments of `sizes` elements (see the module's
-    doc). `pg` is a geoccl process group; every rank constructs it with the same arguments."""
+    """The outer sync's messages and rounds for a fragment of `numel` elements (see the module's
+    doc). `pg` is a geoccl process group; every rank constructs it with the same arguments. On the
+    syncer, `params()` returns the global parameters as a flat float32 tensor."""
 
-    def __init__(self, pg, sizes, quorum, grace, max_staleness, timeout):
+    def __init__(self, pg, numel, quorum, grace, max_staleness, timeout, params):
         self.pg = pg
         self.rank, self.world = pg.rank(), pg.size()
         if not 1 <= int(quorum) <= self.world:
@@ -96,46 +95,56 @@ class DecoupledSync:
         if grace < 0 or max_staleness < 0:
             raise ValueError("geoccl.diloco: grace and max_staleness must be >= 0")
         self.quorum, self.grace, self.max_staleness = int(quorum), float(grace), int(max_staleness)
-        # Seconds the syncer waits for a quorum (None: the group's operation timeout).
+        # Seconds the syncer waits for a quorum, and for every rank at a full sync (None: the
+        # group's operation timeout).
         self.timeout = float(timeout) if timeout is not None else pg.op_timeout.total_seconds()
         self.syncer = self.rank == 0
-        self.pools = [_Pool(n) for n in sizes]
-        self.rounds = []  # syncer: one dict per closed round (fragment, version, contributors, ...)
+        self.numel = numel
+        self.params = params
+        self.version = 0  # syncer: of the global parameters; a learner: of its last reply
+        self.regular = []  # syncer: [rank, base, weight, delta, answered] waiting for a round
+        self.full = {}  # syncer: rank -> base, of the ranks at their full sync
+        self.recvs = {}  # syncer: rank -> (future, buffer) of the receive posted for its next message
+        self.in_full = False
+        self.rounds = []  # syncer: one dict per closed round (version, contributors, ...)
         self.bytes_sent = 0
         self._arrived = threading.Event()
         self._sends = []  # replies in flight (syncer) and the buffers they keep alive
 
     # ---- syncer ----
 
-    def _listen(self, f):
-        """Syncer: a receive for the next message of every rank whose contribution is not in
-        fragment f's pool and that has none posted. A receive waiting for a rank that is stopped
-        holds back no other operation of the group; messages that come before their receive is
-        posted wait in the transport."""
-        pool = self.pools[f]
+    def _waiting(self, r):
+        """Whether rank r has a contribution the syncer has not answered."""
+        return r in self.full or any(e[0] == r and not e[4] for e in self.regular)
+
+    def _listen(self):
+        """Syncer: a receive for the next message of every rank that has none posted and is not
+        waiting for an answer. A receive waiting for a rank that is stopped holds back no other
+        operation of the group; messages that come before their receive is posted wait in the
+        transport."""
         for r in range(1, self.world):
-            if r in pool.recvs or r in pool.regular or r in pool.full:
+            if r in self.recvs or self._waiting(r):
                 continue
-            buf = torch.empty(_HEADER + 4 * pool.numel, dtype=torch.uint8)
-            fut = self.pg.recv([buf], r, TAG + 2 * f).get_future()
+            buf = torch.empty(_HEADER + 4 * self.numel, dtype=torch.uint8)
+            fut = self.pg.recv([buf], r, TAG).get_future()
             fut.add_done_callback(lambda _: self._arrived.set())
-            pool.recvs[r] = (fut, buf)
+            self.recvs[r] = (fut, buf)
 
     def poll(self):
-        """Syncer: moves arrived contributions into the pools and drops finished replies; a
-        failed send or receive raises the group's error. Cheap when nothing arrived."""
+        """Syncer: takes in arrived contributions (answering at once those that missed their
+        round) and drops finished replies; a failed send or receive raises the group's error.
+        Cheap when nothing arrived."""
         if not self.syncer:
             return
         self._arrived.clear()
-        for pool in self.pools:
-            for src, (fut, buf) in list(pool.recvs.items()):
-                if not fut.done():  # (the future completes before its Work does)
-                    continue
-                fut.wait()  # raises the receive's error
-                del pool.recvs[src]
-                head = buf[:_HEADER].view(torch.float64)
-                kind, base, weight = float(head[0]), int(head[1]), float(head[2])
-                self._add(pool, src, kind == _FULL, base, weight, buf[_HEADER:].view(torch.float32))
+        for src, (fut, buf) in list(self.recvs.items()):
+            if not fut.done():  # (the future completes before its Work does)
+                continue
+            fut.wait()  # raises the receive's error
+            del self.recvs[src]
+            head = buf[:_HEADER].view(torch.float64)
+            kind, base, weight = float(head[0]), int(head[1]), float(head[2])
+            self._add(src, kind == _FULL, base, weight, buf[_HEADER:].view(torch.float32))
         still = []
         for fut, buf in self._sends:
             if fut.done():
@@ -144,43 +153,49 @@ class DecoupledSync:
                 still.append((fut, buf))
         self._sends = still
 
-    def _add(self, pool, src, full, base, weight, delta):
-        into = pool.full if full else pool.regular
-        if src in into:
-            raise RuntimeError(f"geoccl.diloco: rank {src} sent two contributions to one round")
-        into[src] = (base, weight, delta)
-
-    def _close(self, f, into, apply, waited, full):
-        """A regular round: merges the contributions of `into` and steps the outer optimizer
-        (apply(mean) -> flat float32 parameters); a full one (every rank's full sync) only hands
-        out the global parameters as they are. Replies to every contributor; returns the
-        parameters."""
-        pool = self.pools[f]
+    def _add(self, src, full, base, weight, delta):
+        if self._waiting(src):
+            raise RuntimeError(f"geoccl.diloco: rank {src} sent a contribution before its last was answered")
         if full:
-            mean, rows = None, [(r, pool.version - into[r][0], 0.0) for r in sorted(into)]
-        else:
-            mean, rows = merge(into, pool.version, self.max_staleness)
-        params = apply(mean)
-        if mean is not None:
-            pool.version += 1
-        record = {"fragment": f, "version": pool.version, "full": full, "waited_s": round(waited, 3),
-                  "contributors": [r for r, _, _ in rows], "staleness": {r: s for r, s, _ in rows},
-                  "weights": {r: w for r, _, w in rows}, "closed_at": time.time()}
+            self.full[src] = base
+            return
+        late = base < self.version or self.in_full
+        self.regular.append([src, base, weight, delta, late and src != self.rank])
+        if late and src != self.rank:
+            self._reply(src, self.params(), self.version)
+            if self.in_full:
+                self._listen()
+
+    def _close(self, waited, full):
+        """A round: merges the regular contributions and steps the outer optimizer (apply); a full
+        one then hands every rank the global parameters. Replies to every rank still waiting."""
+        rows = []
+        if self.regular:
+            mean, rows = merge([e[:4] for e in self.regular], self.version, self.max_staleness)
+            if mean is not None:
+                self._apply(mean)
+                self.version += 1
+        params = self.params()
+        waiting = sorted({e[0] for e in self.regular if not e[4]} | set(self.full))
+        record = {"version": self.version, "full": full, "waited_s": round(waited, 3),
+                  "contributors": [r for r, _, _ in rows], "staleness": [s for _, s, _ in rows],
+                  "weights": [w for _, _, w in rows], "closed_at": time.time()}
         self.rounds.append(record)
         if len(rows) < self.world or any(s for _, s, _ in rows):
-            log.info("diloco round: fragment %d version %d, contributors %s, staleness %s (waited %.3f s)",
-                     f, pool.version, record["contributors"], record["staleness"], waited)
-        for r in into:
+            log.info("diloco round: version %d, contributors %s, staleness %s (waited %.3f s)",
+                     self.version, record["contributors"], record["staleness"], waited)
+        for r in waiting:
             if r != self.rank:
-                self._reply(f, r, params, pool.version)
-        into.clear()
+                self._reply(r, params, self.version)
+        self.regular = []
+        self.full = {}
         return params
 
-    def _reply(self, f, dst, params, version):
+    def _reply(self, dst, params, version):
         buf = torch.empty(8 + 4 * params.numel(), dtype=torch.uint8)
         buf[:8].view(torch.float64)[0] = float(version)
         buf[8:].view(torch.float32).copy_(params)
-        self._sends.append((self.pg.send([buf], dst, TAG + 2 * f + 1).get_future(), buf))
+        self._sends.append((self.pg.send([buf], dst, TAG + 1).get_future(), buf))
         self.bytes_sent += buf.numel()
 
     def _wait(self, until):
@@ -188,65 +203,76 @@ class DecoupledSync:
         self._arrived.wait(max(0.0, until - time.monotonic()))
         self.poll()
 
-    def _run_round(self, f, apply, full):
-        pool = self.pools[f]
+    def _fail(self, message):
+        """Syncer: the group fails with `message` on every rank (learners waiting for a reply
+        would otherwise wait out their own deadline), and TimeoutError here."""
+        self.pg.abort(message)
+        raise TimeoutError(message)
+
+    def _run_round(self, full):
         start = time.monotonic()
         deadline = start + self.timeout
         if full:
-            # Late regular contributions first, each set in a round of its own, so that every
-            # learner reaches its full sync.
-            while len(pool.full) < self.world:
-                self._listen(f)
-                self.poll()
-                if pool.regular:
-                    self._close(f, pool.regular, apply, time.monotonic() - start, False)
-                    continue
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"geoccl.diloco: full sync of fragment {f}: {len(pool.full)} of "
-                                       f"{self.world} ranks arrived")
-                self._wait(deadline)
-            return self._close(f, pool.full, apply, time.monotonic() - start, True)
+            self.in_full = True
+            try:
+                # Contributions of ranks still behind are answered at once (_add) until every
+                # rank has come to its full sync.
+                for e in self.regular:
+                    if not e[4] and e[0] != self.rank:
+                        e[4] = True
+                        self._reply(e[0], self.params(), self.version)
+                while len(self.full) < self.world:
+                    self._listen()
+                    self.poll()
+                    if len(self.full) < self.world and time.monotonic() > deadline:
+                        self._fail(f"geoccl.diloco: full sync: {len(self.full)} of {self.world} ranks "
+                                   f"came within {self.timeout:.0f} s")
+                    if len(self.full) < self.world:
+                        self._wait(deadline)
+                return self._close(time.monotonic() - start, True)
+            finally:
+                self.in_full = False
         quorum_since = None
         while True:
-            self._listen(f)
+            self._listen()
             self.poll()
             now = time.monotonic()
-            present = len(pool.regular)
+            present = len({e[0] for e in self.regular})
             if quorum_since is None and present >= self.quorum:
                 quorum_since = now
             if round_closes(present, self.world, self.quorum, quorum_since, self.grace, now):
-                return self._close(f, pool.regular, apply, now - start, False)
+                return self._close(now - start, False)
             if quorum_since is None and now > deadline:
-                raise TimeoutError(f"geoccl.diloco: fragment {f}: {present} of a quorum of {self.quorum} "
-                                   f"contributions arrived")
+                self._fail(f"geoccl.diloco: {present} of a quorum of {self.quorum} contributions came "
+                           f"within {self.timeout:.0f} s")
             self._wait(deadline if quorum_since is None else quorum_since + self.grace)
 
     # ---- every rank ----
 
-    def exchange(self, f, delta, weight, apply, full=False):
-        """One sync of fragment f: this rank's pseudo-gradient `delta` (flat float32, from the
-        global parameters of the last reply) with `weight`. On the syncer `apply(mean)` steps the
-        outer optimizer with the round's mean (None: no step, every weight was 0) and returns the
-        flat float32 global parameters. Returns (parameters, their version)."""
-        pool = self.pools[f]
+    def exchange(self, delta, weight, apply, full=False):
+        """One sync: this rank's pseudo-gradient `delta` (flat float32, from the global parameters
+        of its last reply) with `weight`. On the syncer `apply(result)` steps the outer optimizer
+        with a round's merged pseudo-gradient. Returns (global parameters as a flat float32 tensor,
+        their version)."""
         if self.syncer:
+            self._apply = apply
             self.poll()
-            self._add(pool, self.rank, full, pool.version, float(weight), delta)
-            params = self._run_round(f, apply, full)
+            self._add(self.rank, full, self.version, float(weight), delta)
+            params = self._run_round(full)
             if full:
                 self.flush()
-            return params, pool.version
-        msg = torch.empty(_HEADER + 4 * pool.numel, dtype=torch.uint8)
-        msg[:_HEADER].view(torch.float64).copy_(torch.tensor([_FULL if full else _REGULAR, pool.version, float(weight)],
-                                                             dtype=torch.float64))
+            return params, self.version
+        msg = torch.empty(_HEADER + 4 * self.numel, dtype=torch.uint8)
+        msg[:_HEADER].view(torch.float64).copy_(
+            torch.tensor([_FULL if full else _REGULAR, self.version, float(weight)], dtype=torch.float64))
         msg[_HEADER:].view(torch.float32).copy_(delta)
-        send = self.pg.send([msg], 0, TAG + 2 * f)
+        send = self.pg.send([msg], 0, TAG)
         self.bytes_sent += msg.numel()
-        reply = torch.empty(8 + 4 * pool.numel, dtype=torch.uint8)
-        self.pg.recv([reply], 0, TAG + 2 * f + 1).wait()
+        reply = torch.empty(8 + 4 * self.numel, dtype=torch.uint8)
+        self.pg.recv([reply], 0, TAG + 1).wait()
         send.wait()
-        pool.version = int(reply[:8].view(torch.float64)[0])
-        return reply[8:].view(torch.float32), pool.version
+        self.version = int(reply[:8].view(torch.float64)[0])
+        return reply[8:].view(torch.float32), self.version
 
     def flush(self):
         """Syncer: waits for every reply in flight (the end of training)."""

@@ -37,9 +37,10 @@ Decoupled (quorum=Q; Douillard et al., "Decoupled DiLoCo for Resilient Distribut
 2026): no allreduce that every rank must join; each rank sends its pseudo-gradient to a syncer
 (the group's rank 0), which steps the outer optimizer as soon as Q ranks have sent and a grace
 window has passed (or all have), and sends the new global parameters back to those that sent. A
-stopped or slow region does not stop the others: its contribution, when it comes, is merged in
-the syncer's next round with a weight divided by 1 + the outer steps it missed (dropped beyond
-max_staleness). sync_now() is a full sync of every rank (geoccl.decoupled).
+stopped or slow region does not stop the others: its contribution, when it comes, is answered at
+once and merged in the syncer's next round with its weight divided by 1 + the outer steps it
+missed (left out beyond max_staleness). sync_now() is a full sync of every rank
+(geoccl.decoupled).
 
 Hierarchical: ranks of one domain can run DDP every step on a group of their own
 (:func:`domain_group`) while DiLoCo's outer sync goes over the whole group: only it crosses the
@@ -135,7 +136,9 @@ class DiLoCo:
         every sync): the syncer's round closes when all ranks have sent, or `quorum` have and
         `grace` seconds have passed since; a contribution s outer steps behind counts with
         weight / (1 + s), not at all when s > max_staleness. Takes the dense recipe without
-        compression, robust mode or overlap (ValueError); :attr:`rounds` is the syncer's log.
+        compression, robust mode, overlap, fragments or a DDP-wrapped model (a rank waiting for
+        the syncer would hold up its region's DDP): ValueError. The group carries no other
+        point-to-point traffic meanwhile. :attr:`rounds` is the syncer's log.
 
     Every rank must construct it with the same arguments (but weight) and call step() equally
     often. Parameters are broadcast from the group's rank 0 at construction.
@@ -170,9 +173,10 @@ class DiLoCo:
         self.sparse_bits, self.ef_decay = int(sparse_bits), float(ef_decay)
         self.error_feedback = bool(error_feedback)
         if quorum is not None and (self.sparse or compression is not None or robust != "none"
-                                   or overlap_steps or mix is not None):
+                                   or overlap_steps or mix is not None or int(fragments) != 1
+                                   or isinstance(model, torch.nn.parallel.DistributedDataParallel)):
             raise ValueError("geoccl.diloco: quorum (decoupled mode) takes the 'diloco' recipe without "
-                             "compression, robust mode, overlap_steps or mix")
+                             "compression, robust mode, overlap_steps, mix, fragments or a DDP model")
         if overlap_steps < 0 or overlap_steps >= sync_every:
             raise ValueError("geoccl.diloco: overlap_steps must be in [0, sync_every)")
         self.model = model
@@ -212,9 +216,10 @@ class DiLoCo:
         self._loss = None
         self._decoupled = None
         if quorum is not None:
+            f = self.fragments[0]
             self._decoupled = _decoupled.DecoupledSync(
-                _weighted._target(group, None), [f.numel for f in self.fragments], quorum, grace,
-                max_staleness, timeout)
+                _weighted._target(group, None), f.numel, quorum, grace, max_staleness, timeout,
+                lambda: torch.cat([g.detach().reshape(-1).float() for g in f.global_params]))
 
     @property
     def rounds(self):
@@ -278,15 +283,13 @@ class DiLoCo:
         """Decoupled mode: one sync of fragment f through the syncer."""
         delta = self._delta(f)
 
-        def apply(mean):  # the syncer's outer step on the round's mean
+        def apply(merged):  # the syncer's outer step on a round's merged pseudo-gradient
             with torch.no_grad():
-                if mean is not None:
-                    self._set_grads(f, mean)
-                    f.outer.step()
-                return torch.cat([g.reshape(-1).float() for g in f.global_params])
+                self._set_grads(f, merged)
+                f.outer.step()
 
         w = self.weight() if callable(self.weight) else self.weight
-        params, _ = self._decoupled.exchange(f.index, delta, w, apply, full)
+        params, _ = self._decoupled.exchange(delta, w, apply, full)
         with torch.no_grad():
             _weighted.copy_back(params, f.global_params)
             for g, p in zip(f.global_params, f.params):

@@ -1,8 +1,10 @@
 // The operation engine: numbers the operations of each priority class and runs them in issue
 // order on one worker thread per class (channel). Collectives run to completion there (their I/O
 // is overlapped by the event loop); send/recv are only posted there, so a rank can have a send
-// and the matching receive of an exchange in flight at once. Works of one class complete strictly
-// in issue order; the classes run concurrently, each in its own frame space (transport/router.h).
+// and the matching receive of an exchange in flight at once. Collectives of one class complete
+// strictly in issue order; a send or receive completes when its own message has gone or arrived,
+// so one still waiting for its peer holds back nothing after it. The classes run concurrently,
+// each in its own frame space (transport/router.h).
 // Every operation ends by its deadline: one that passes it aborts the group with kTimeout.
 #pragma once
 

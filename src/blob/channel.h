@@ -23,7 +23,8 @@ class BlobChannel {
   virtual void agree(std::span<int64_t> v) = 0;
   virtual void agree(std::span<uint8_t> v) = 0;
   // Asynchronous: `bytes` from participant `root` into the same-sized buffer of every other one
-  // (the root's buffer is only read). Completes in issue order with the other operations.
+  // (the root's buffer is only read). Completes when its bytes have moved; callers wait for the
+  // moves in the order they issued them.
   virtual Work move(void* buf, size_t bytes, int root) = 0;
 };
 

@@ -14,7 +14,7 @@ class LinkMeter {
  public:
   using Time = std::chrono::steady_clock::time_point;
 
-  // Chunks must be recorded in completion order (operations of a class complete in issue order).
+  // Chunks must be recorded in the order they complete (the transfer waits for them in issue order).
   void record(Time issued, Time completed, uint64_t wire_bytes) {
     const Time start = has_last_ ? std::max(issued, last_completed_) : issued;
     if (completed > start) busy_ += completed - start;
