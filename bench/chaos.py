@@ -8,7 +8,11 @@ faults hits it, and the goodput that is left.
 The job is `geoccl run --wan SCENARIO` with one supervisor per rank (this file, --supervise), each
 running a training worker (this file, --worker: the digits MLP of examples/ddp_digits.py through
 geoccl.elastic.Manager, --step-sleep seconds of stand-in compute per step) and restarting it
-whenever it dies. Rank 0's supervisor hosts the rendezvous store, so the death of any worker,
+whenever it dies. --mode ddp averages the gradients every step; --mode diloco runs DiLoCo through
+the same Manager: --sync-every (H) local SGD steps without communication, then the
+pseudo-gradients (the global parameters minus the local ones) averaged over the epoch's members
+and an outer Nesterov step (lr 0.7, momentum 0.9) on the global parameters; a step is then one
+outer step (H inner steps), and a failed average drops that round's local steps everywhere. Rank 0's supervisor hosts the rendezvous store, so the death of any worker,
 rank 0's included, leaves it up. The harness applies the faults while the job runs:
 
     kill       SIGKILL of a random worker other than rank 0's; its supervisor restarts it
@@ -70,6 +74,9 @@ def parse_args(argv=None):
     p.add_argument("--domains", default="", help="rank placement for geoccl run (default: the scenario's)")
     p.add_argument("--steps", type=int, default=600, help="committed optimizer steps of the job")
     p.add_argument("--step-sleep", type=float, default=0.1, help="seconds of stand-in compute per step")
+    p.add_argument("--mode", choices=["ddp", "diloco"], default="ddp",
+                   help="ddp: gradients averaged every step; diloco: pseudo-gradients every --sync-every steps")
+    p.add_argument("--sync-every", type=int, default=10, help="diloco: inner steps per outer step (H)")
     p.add_argument("--fault-every", type=float, default=120.0, help="seconds between faults")
     p.add_argument("--first-fault", type=float, default=0.0,
                    help="seconds of training before the first fault (default: --fault-every)")
@@ -195,6 +202,12 @@ def work(args):
     x_train, y_train, x_test, y_test = load_data(0)
     model = MLP(128)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    diloco = args.mode == "diloco"
+    if diloco:
+        # The Manager carries the outer optimizer (its state goes to joiners); the inner one is
+        # each rank's own.
+        inner, opt = opt, torch.optim.SGD(model.parameters(), lr=0.7, momentum=0.9, nesterov=True)
+    params = list(model.parameters())
     steps_log = open(os.path.join(args.out, f"rank{rank0}.{incarnation}.steps"), "w", buffering=1)
     failures_log = open(os.path.join(args.out, f"rank{rank0}.{incarnation}.failures"), "w", buffering=1)
 
@@ -206,13 +219,29 @@ def work(args):
 
     mgr = geoccl.elastic.Manager(model, opt, timeout=args.timeout, join_window=args.join_window,
                                  join_timeout=600.0, log=log)
+    def batch(k):
+        base = (k * 32 * mgr.size + mgr.rank * 32) % len(y_train)
+        idx = (torch.arange(32) + base) % len(y_train)
+        return x_train[idx], y_train[idx]
+
     while mgr.step < args.steps:
         mgr.start_step()
-        base = (mgr.step * 32 * mgr.size + mgr.rank * 32) % len(y_train)
-        idx = (torch.arange(32) + base) % len(y_train)
-        loss = F.cross_entropy(model(x_train[idx]), y_train[idx])
-        loss.backward()
-        time.sleep(args.step_sleep)
+        if diloco:
+            global_params = [p.detach().clone() for p in params]
+            for h in range(args.sync_every):
+                x, y = batch(mgr.step * args.sync_every + h)
+                F.cross_entropy(model(x), y).backward()
+                inner.step()
+                inner.zero_grad(set_to_none=True)
+                time.sleep(args.step_sleep)
+            with torch.no_grad():
+                for p, g in zip(params, global_params):
+                    p.grad = g - p  # the pseudo-gradient; the parameters go back to the global ones
+                    p.copy_(g)
+        else:
+            x, y = batch(mgr.step)
+            F.cross_entropy(model(x), y).backward()
+            time.sleep(args.step_sleep)
         mgr.allreduce_gradients()
         if mgr.should_commit():
             opt.step()
@@ -251,6 +280,7 @@ class Job:
             cmd += ["--domains", args.domains]
         worker = [sys.executable, os.path.abspath(__file__), "--supervise", "--out", out,
                   "--steps", str(args.steps), "--step-sleep", str(args.step_sleep), "--timeout", str(args.timeout),
+                  "--mode", args.mode, "--sync-every", str(args.sync_every),
                   "--join-window", str(args.join_window), "--restart-delay", str(args.restart_delay),
                   "--store", args.store]
         self.session = f"chaos-{os.getpid()}-{int(faults_on)}"
@@ -476,7 +506,7 @@ def analyse(job, events, rc, steps):
                           "t_rel": round(ev["t"] - t_first, 1)})
     digests = {res["param_sha256"] for res in results.values()}
     report = {
-        "rc": rc, "ranks": n, "finished": sorted(results), "steps": steps,
+        "rc": rc, "mode": job.args.mode, "ranks": n, "finished": sorted(results), "steps": steps,
         "seconds": round(t_end - t_first, 2), "steps_per_s": round(steps / max(t_end - t_first, 1e-6), 3),
         "steady_step_s": None if steady is None else round(steady, 4), "lost_steps": lost,
         "identical_parameters": len(digests) == 1 and len(results) == n,
