@@ -28,7 +28,7 @@ def run_job(tmp_path, domains):
     out = str(tmp_path / domains.replace(",", "_").replace(":", ""))
     n = len(domains.split(","))
     cmd = [cli, "run", "--wan", SCENARIO, "--domains", domains, "-n", str(n), "--timeout", "90", "--",
-           "/usr/bin/python3", WORKER, "--steps", "12", "--sleep", "0.4", "--exposed", "1", "--out", out]
+           "/usr/bin/python3", WORKER, "--steps", "9", "--sleep", "0.4", "--exposed", "1", "--out", out]
     env = dict(os.environ, GEOCCL_EXPERIMENT="replan_ops=0", PYTHONPATH=PKG)
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=150, env=env)
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
