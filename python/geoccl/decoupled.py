@@ -19,7 +19,13 @@ pool of contributions; every rank, the syncer included, is a learner:
 - a contribution that comes after a round it was due in closed (from a learner that was stopped
   or is slower) gets the current parameters back at once, so that learner goes on instead of
   waiting for the next round, and waits in the pool for that round, where its staleness lowers
-  its weight.
+  its weight (one that comes while a round is open is merged in it and answered when it closes,
+  so its rank catches up). Contributions are folded into the round's sum as they arrive.
+- every receive has the group's operation timeout: the syncer posts one for a late rank when a
+  round opens, and that rank may send only a sync period (H steps) later, plus however far it
+  lags; the group's timeout must exceed that, or the group fails with kTimeout. Every rank still
+  takes the same number of steps, so a slower rank's lag grows over the run and the others wait
+  it out at the full sync.
 A full sync (:meth:`DecoupledSync.exchange` with full=True, what DiLoCo.sync_now() does at the end
 of training) takes every rank: the syncer answers the regular contributions of ranks still behind
 at once while it waits for every rank's full one, merges what they sent in one more round, and
@@ -65,21 +71,37 @@ def round_closes(present, world, quorum, quorum_since, grace, now):
     return present >= quorum and quorum_since is not None and now - quorum_since >= grace
 
 
+class _Merge:
+    """A round's merge, folded in as contributions arrive (the version does not change before the
+    round closes, so neither does a contribution's staleness): each counts with weight *
+    staleness_weight, over the sum of the weights of those not left out."""
+
+    def __init__(self, version, max_staleness):
+        self.version, self.max_staleness = version, max_staleness
+        self.acc, self.total, self.rows = None, 0.0, []
+
+    def add(self, rank, base, weight, delta):
+        s = self.version - base
+        w = weight * staleness_weight(s, self.max_staleness)
+        self.rows.append((rank, s, w))
+        if w > 0:
+            self.acc = delta * w if self.acc is None else self.acc.add_(delta, alpha=w)
+            self.total += weight
+
+    def result(self):
+        """The merged pseudo-gradient, or None when every contribution was left out or weighs 0."""
+        return self.acc / self.total if self.acc is not None else None
+
+
 def merge(contributions, version, max_staleness):
     """The pool's pseudo-gradients merged at a round of global `version`: contributions is a list
     of (rank, base version, weight, flat tensor). Each counts with weight * staleness_weight over
     the sum of the weights of those not left out. Returns (result or None when every one is left
     out or weighs 0, [(rank, staleness, applied weight)] in the list's order)."""
-    total, acc, rows = 0.0, None, []
-    for rank, base, weight, delta in contributions:
-        s = version - base
-        f = staleness_weight(s, max_staleness)
-        w = weight * f
-        rows.append((rank, s, w))
-        if w > 0:
-            acc = delta * w if acc is None else acc.add_(delta, alpha=w)
-            total += weight
-    return (acc.div_(total) if acc is not None else None), rows
+    m = _Merge(version, max_staleness)
+    for c in contributions:
+        m.add(*c)
+    return m.result(), m.rows
 
 
 class DecoupledSync:
@@ -102,10 +124,14 @@ class DecoupledSync:
         self.numel = numel
         self.params = params
         self.version = 0  # syncer: of the global parameters; a learner: of its last reply
-        self.regular = []  # syncer: [rank, base, weight, delta, answered] waiting for a round
+        # Syncer: the regular contributions of the next round, [rank, answered], folded into
+        # _merge as they arrive (a buffer is let go once folded in).
+        self.regular = []
+        self._merge = _Merge(0, self.max_staleness)
         self.full = {}  # syncer: rank -> base, of the ranks at their full sync
         self.recvs = {}  # syncer: rank -> (future, buffer) of the receive posted for its next message
-        self.in_full = False
+        self.in_round = False  # syncer: a regular round is open
+        self.in_full = False  # syncer: at its full sync
         self.rounds = []  # syncer: one dict per closed round (version, contributors, ...)
         self.bytes_sent = 0
         self._arrived = threading.Event()
@@ -115,7 +141,7 @@ class DecoupledSync:
 
     def _waiting(self, r):
         """Whether rank r has a contribution the syncer has not answered."""
-        return r in self.full or any(e[0] == r and not e[4] for e in self.regular)
+        return r in self.full or any(e[0] == r and not e[1] for e in self.regular)
 
     def _listen(self):
         """Syncer: a receive for the next message of every rank that has none posted and is not
@@ -159,24 +185,27 @@ class DecoupledSync:
         if full:
             self.full[src] = base
             return
-        late = base < self.version or self.in_full
-        self.regular.append([src, base, weight, delta, late and src != self.rank])
-        if late and src != self.rank:
+        # Late: it missed the round it was due in, and no round is open to take it now (one that is
+        # open answers it when it closes, with the parameters the rank would have missed again).
+        late = src != self.rank and ((base < self.version and not self.in_round) or self.in_full)
+        self._merge.add(src, base, weight, delta)
+        self.regular.append([src, late])
+        if late:
             self._reply(src, self.params(), self.version)
             if self.in_full:
                 self._listen()
 
     def _close(self, waited, full):
         """A round: merges the regular contributions and steps the outer optimizer (apply); a full
-        one then hands every rank the global parameters. Replies to every rank still waiting."""
-        rows = []
-        if self.regular:
-            mean, rows = merge([e[:4] for e in self.regular], self.version, self.max_staleness)
-            if mean is not None:
-                self._apply(mean)
-                self.version += 1
+        one then hands every rank at its full sync the global parameters. Replies to every rank
+        still waiting."""
+        rows = self._merge.rows
+        merged = self._merge.result()
+        if merged is not None:
+            self._apply(merged)
+            self.version += 1
         params = self.params()
-        waiting = sorted({e[0] for e in self.regular if not e[4]} | set(self.full))
+        waiting = sorted(set(self.full) if full else {r for r, answered in self.regular if not answered})
         record = {"version": self.version, "full": full, "waited_s": round(waited, 3),
                   "contributors": [r for r, _, _ in rows], "staleness": [s for _, s, _ in rows],
                   "weights": [w for _, _, w in rows], "closed_at": time.time()}
@@ -188,7 +217,9 @@ class DecoupledSync:
             if r != self.rank:
                 self._reply(r, params, self.version)
         self.regular = []
-        self.full = {}
+        self._merge = _Merge(self.version, self.max_staleness)
+        if full:
+            self.full = {}
         return params
 
     def _reply(self, dst, params, version):
@@ -203,10 +234,10 @@ class DecoupledSync:
         self._arrived.wait(max(0.0, until - time.monotonic()))
         self.poll()
 
-    def _fail(self, message):
-        """Syncer: the group fails with `message` on every rank (learners waiting for a reply
-        would otherwise wait out their own deadline), and TimeoutError here."""
-        self.pg.abort(message)
+    @staticmethod
+    def _fail(message):
+        """Syncer: TimeoutError (exchange() then aborts the group: the learners waiting for a
+        reply would otherwise wait out their own deadline)."""
         raise TimeoutError(message)
 
     def _run_round(self, full):
@@ -218,8 +249,8 @@ class DecoupledSync:
                 # Contributions of ranks still behind are answered at once (_add) until every
                 # rank has come to its full sync.
                 for e in self.regular:
-                    if not e[4] and e[0] != self.rank:
-                        e[4] = True
+                    if not e[1] and e[0] != self.rank:
+                        e[1] = True
                         self._reply(e[0], self.params(), self.version)
                 while len(self.full) < self.world:
                     self._listen()
@@ -233,19 +264,25 @@ class DecoupledSync:
             finally:
                 self.in_full = False
         quorum_since = None
-        while True:
-            self._listen()
-            self.poll()
-            now = time.monotonic()
-            present = len({e[0] for e in self.regular})
-            if quorum_since is None and present >= self.quorum:
-                quorum_since = now
-            if round_closes(present, self.world, self.quorum, quorum_since, self.grace, now):
-                return self._close(now - start, False)
-            if quorum_since is None and now > deadline:
-                self._fail(f"geoccl.diloco: {present} of a quorum of {self.quorum} contributions came "
-                           f"within {self.timeout:.0f} s")
-            self._wait(deadline if quorum_since is None else quorum_since + self.grace)
+        self.in_round = True
+        try:
+            while True:
+                self._listen()
+                self.poll()
+                now = time.monotonic()
+                # The ranks with a contribution waiting for this round (one answered at once as
+                # late is merged too, but its rank is not counted: it is not waiting).
+                present = len({r for r, answered in self.regular if not answered})
+                if quorum_since is None and present >= self.quorum:
+                    quorum_since = now
+                if round_closes(present, self.world, self.quorum, quorum_since, self.grace, now):
+                    return self._close(now - start, False)
+                if quorum_since is None and now > deadline:
+                    self._fail(f"geoccl.diloco: {present} of a quorum of {self.quorum} contributions "
+                               f"came within {self.timeout:.0f} s")
+                self._wait(deadline if quorum_since is None else quorum_since + self.grace)
+        finally:
+            self.in_round = False
 
     # ---- every rank ----
 
@@ -256,11 +293,16 @@ class DecoupledSync:
         their version)."""
         if self.syncer:
             self._apply = apply
-            self.poll()
-            self._add(self.rank, full, self.version, float(weight), delta)
-            params = self._run_round(full)
-            if full:
-                self.flush()
+            try:
+                self.poll()
+                self._add(self.rank, full, self.version, float(weight), delta)
+                params = self._run_round(full)
+                if full:
+                    self.flush()
+            except BaseException as e:
+                # Learners waiting for a reply would otherwise wait out their deadline.
+                self.pg.abort(f"geoccl.diloco: the syncer failed: {e}")
+                raise
             return params, self.version
         msg = torch.empty(_HEADER + 4 * self.numel, dtype=torch.uint8)
         msg[:_HEADER].view(torch.float64).copy_(

@@ -223,8 +223,9 @@ class DiLoCo:
 
     @property
     def rounds(self):
-        """Decoupled mode, on the syncer: one dict per round it closed (fragment, version,
-        contributors, their staleness and applied weights, seconds waited, wall time closed)."""
+        """Decoupled mode, on the syncer: one dict per round it closed (version, full, the
+        contributors with their staleness and applied weights as lists, seconds waited, wall time
+        closed)."""
         return self._decoupled.rounds if self._decoupled is not None else []
 
     def _broadcast(self, params):
