@@ -14,9 +14,11 @@ namespace detail {
 struct WorkState;
 }
 
-// A Work completes exactly once, with success or an Error. Works of one communicator complete in
-// the order their operations were issued. The user's buffers belong to the library from the call
-// that issued the operation until the Work completes; after that they are never touched again.
+// A Work completes exactly once, with success or an Error. The collectives of one priority class
+// complete in the order they were issued; a send or receive completes when its own message has
+// gone or arrived (a receive still waiting for its sender holds back no later Work). The user's
+// buffers belong to the library from the call that issued the operation until the Work
+// completes; after that they are never touched again.
 //
 // Callbacks (on_complete) never run on the thread that runs collectives: they run on the
 // communicator's completion threads, so a callback may issue operations and wait on them (nested
