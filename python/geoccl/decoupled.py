@@ -136,6 +136,7 @@ class DecoupledSync:
         self.bytes_sent = 0
         self._arrived = threading.Event()
         self._sends = []  # replies in flight (syncer) and the buffers they keep alive
+        self._packed = None  # syncer: (version, reply buffer) of the parameters last sent
 
     # ---- syncer ----
 
@@ -191,7 +192,7 @@ class DecoupledSync:
         self._merge.add(src, base, weight, delta)
         self.regular.append([src, late])
         if late:
-            self._reply(src, self.params(), self.version)
+            self._reply([src])
             if self.in_full:
                 self._listen()
 
@@ -204,7 +205,6 @@ class DecoupledSync:
         if merged is not None:
             self._apply(merged)
             self.version += 1
-        params = self.params()
         waiting = sorted(set(self.full) if full else {r for r, answered in self.regular if not answered})
         record = {"version": self.version, "full": full, "waited_s": round(waited, 3),
                   "contributors": [r for r, _, _ in rows], "staleness": [s for _, s, _ in rows],
@@ -213,21 +213,27 @@ class DecoupledSync:
         if len(rows) < self.world or any(s for _, s, _ in rows):
             log.info("diloco round: version %d, contributors %s, staleness %s (waited %.3f s)",
                      self.version, record["contributors"], record["staleness"], waited)
-        for r in waiting:
-            if r != self.rank:
-                self._reply(r, params, self.version)
+        params = self._reply([r for r in waiting if r != self.rank])
         self.regular = []
         self._merge = _Merge(self.version, self.max_staleness)
         if full:
             self.full = {}
         return params
 
-    def _reply(self, dst, params, version):
-        buf = torch.empty(8 + 4 * params.numel(), dtype=torch.uint8)
-        buf[:8].view(torch.float64)[0] = float(version)
-        buf[8:].view(torch.float32).copy_(params)
-        self._sends.append((self.pg.send([buf], dst, TAG + 1).get_future(), buf))
-        self.bytes_sent += buf.numel()
+    def _reply(self, dsts):
+        """Sends the global parameters and their version to every rank of `dsts`, from one buffer
+        packed once per version (the parameters change only with it); returns the parameters
+        (a view of that buffer)."""
+        if self._packed is None or self._packed[0] != self.version:
+            buf = torch.empty(8 + 4 * self.numel, dtype=torch.uint8)
+            buf[:8].view(torch.float64)[0] = float(self.version)
+            buf[8:].view(torch.float32).copy_(self.params())
+            self._packed = (self.version, buf)
+        buf = self._packed[1]
+        for dst in dsts:
+            self._sends.append((self.pg.send([buf], dst, TAG + 1).get_future(), buf))
+            self.bytes_sent += buf.numel()
+        return buf[8:].view(torch.float32)
 
     def _wait(self, until):
         """Syncer: waits for an arrival or `until` (monotonic seconds)."""
@@ -248,10 +254,10 @@ class DecoupledSync:
             try:
                 # Contributions of ranks still behind are answered at once (_add) until every
                 # rank has come to its full sync.
-                for e in self.regular:
-                    if not e[1] and e[0] != self.rank:
-                        e[1] = True
-                        self._reply(e[0], self.params(), self.version)
+                behind = [e for e in self.regular if not e[1] and e[0] != self.rank]
+                for e in behind:
+                    e[1] = True
+                self._reply([e[0] for e in behind])
                 while len(self.full) < self.world:
                     self._listen()
                     self.poll()
