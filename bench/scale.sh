@@ -4,7 +4,8 @@
 # --iters 5 --resources`. One row per job size and transport:
 #   wall_s     the whole job, launch to exit (mostly set-up at these sizes)
 #   setup_s    the slowest rank's Communicator constructor
-#   sockets    the most sockets a rank holds open; segments: shared-memory segments it maps
+#   sockets    the sockets a rank holds open, mean and most (rank 0 also holds the store's clients);
+#              segments: shared-memory segments it maps
 #   rss_mb     a rank's resident memory (mean), shared memory included; shmem_mb: of it shared (max)
 #   4K_us 1M_us  median allreduce time
 # A job that fails or passes TIMEOUT seconds prints its status in place of the figures. The run stops
@@ -30,7 +31,7 @@ median_us() {  # median_us BYTES: the bench table's median column
   awk -v b="$1" '$2 == b && $NF ~ /yes|NO/ {print $4}' "$out"
 }
 
-printf '%-5s %5s %8s %8s %8s %9s %8s %9s %10s %10s\n' trans ranks wall_s setup_s sockets segments rss_mb shmem_mb 4K_us 1M_us
+printf '%-5s %5s %8s %8s %8s %8s %9s %8s %9s %10s %10s\n' trans ranks wall_s setup_s sockets max_sock segments rss_mb shmem_mb 4K_us 1M_us
 for trans in shm tcp; do
   sizes=$([ "$trans" = shm ] && echo "$SHM" || echo "$TCP")
   for n in $sizes; do
@@ -50,8 +51,8 @@ for trans in shm tcp; do
         "$(grep -m1 -iE 'error|killed|timeout' "$out" | cut -c1-100)"
       break
     fi
-    printf '%-5s %5d %8.2f %8.2f %8.0f %9.0f %8.1f %9.1f %10.1f %10.1f\n' "$trans" "$n" "$wall" \
-      "$(figure setup_s max)" "$(figure sockets max)" "$(figure segments max)" "$(figure rss_mb mean)" \
+    printf '%-5s %5d %8.2f %8.2f %8.1f %8.0f %9.0f %8.1f %9.1f %10.1f %10.1f\n' "$trans" "$n" "$wall" \
+      "$(figure setup_s max)" "$(figure sockets mean)" "$(figure sockets max)" "$(figure segments max)" "$(figure rss_mb mean)" \
       "$(figure shmem_mb max)" "$(median_us 4096)" "$(median_us 1048576)"
   done
 done

@@ -102,6 +102,8 @@ void tree_broadcast(OpContext& c, void* buf, size_t bytes, int root);
 void chain_broadcast(OpContext& c, void* buf, size_t bytes, int root);
 
 void ring_allgather(OpContext& c, const void* send, void* recv, size_t block_bytes);
+// Bruck's allgather (bruck_allgather.cc): ceil(log2 n) steps, for small blocks.
+void bruck_allgather(OpContext& c, const void* send, void* recv, size_t block_bytes);
 void ring_reduce_scatter(OpContext& c, const void* send, void* recv, size_t recv_count, DataType t,
                          ReduceOp op);
 void tree_reduce(OpContext& c, void* buf, size_t count, DataType t, ReduceOp op, int root);

@@ -115,6 +115,7 @@ const ExperimentKey kExperimentKeys[] = {
   {"compression_min", "GEOCCL_WAN_COMPRESSION_MIN_BYTES", [](Config& c, auto n, auto v) { c.wan_compression_min_bytes = parse_size(n, v); }},
   {"stripe", "GEOCCL_TCP_STRIPE", [](Config& c, auto, auto v) { c.tcp_stripe = v; }},
   {"resume", "GEOCCL_TCP_RESUME", [](Config& c, auto, auto v) { c.tcp_resume = v; }},
+  {"lazy_connect", nullptr, [](Config& c, auto, auto v) { c.lazy_connect = v; }},
   {"stall_ms", "GEOCCL_TCP_STALL_MS", [](Config& c, auto n, auto v) { c.tcp_stall_timeout = parse_ms(n, v); }},
   {"relay_after_ms", "GEOCCL_RELAY_AFTER_MS", [](Config& c, auto n, auto v) { c.relay_after = parse_ms(n, v); }},
   {"tcp_cc", "GEOCCL_TCP_CC", [](Config& c, auto, auto v) { c.tcp_cc = v; }},
@@ -263,6 +264,8 @@ void Config::validate() const {
     bad("GEOCCL_EXPERIMENT stripe must be backlog, wide or rr, got '" + tcp_stripe + "'");
   if (tcp_resume != "auto" && tcp_resume != "on" && tcp_resume != "off")
     bad("GEOCCL_EXPERIMENT resume must be auto, on or off, got '" + tcp_resume + "'");
+  if (lazy_connect != "auto" && lazy_connect != "on" && lazy_connect != "off")
+    bad("GEOCCL_EXPERIMENT lazy_connect must be auto, on or off, got '" + lazy_connect + "'");
   if (tcp_resume_timeout.count() < 0)
     bad("GEOCCL_TCP_RESUME_TIMEOUT_MS must be >= 0 (0: the operation deadline, GEOCCL_TIMEOUT_MS)");
   if (relay_after.count() < 0)

@@ -72,10 +72,15 @@ inline constexpr uint16_t kProtocolVersion = 4;
 // (kAuthMismatch), so a secret on one side only is a clear error at connect.
 // Minor 2: relays (kHelloFlagRelayRequest, kHelloFlagRelayed, `via`, kUnreachable).
 // Minor 3: `transport`, the transport's extension, the Reply's reason, kBadTransport, kRefused.
-inline constexpr uint16_t kProtocolMinor = 3;
+// Minor 4: kHelloFlagDialBack (connections made on demand).
+inline constexpr uint16_t kProtocolMinor = 4;
 inline constexpr uint32_t kHelloFlagAuth = 1u << 0;
 inline constexpr uint32_t kHelloFlagRelayRequest = 1u << 1;
 inline constexpr uint32_t kHelloFlagRelayed = 1u << 2;
+// A lower rank asks the higher one to dial it (a pair connected on demand, whose lower end has
+// something to send first): the acceptor answers with a Reply and closes, and dials back. Carries
+// no authentication: the connection dialled back is authenticated as any other.
+inline constexpr uint32_t kHelloFlagDialBack = 1u << 3;
 inline constexpr size_t kHelloSize = 58;
 inline constexpr size_t kReplySize = 38;
 inline constexpr size_t kReplyReserved = 14;  // after `reason`

@@ -29,14 +29,14 @@ void HandshakeEnd::refused(HandshakeStatus status, std::string why, bool auth) {
 
 HandshakeDialler::HandshakeDialler(const HandshakeSetup& me, uint32_t answerer, uint16_t stream,
                                    std::span<const uint8_t> extension, uint32_t relay, uint32_t via)
-    : answerer_(answerer), relay_request_((relay & kHelloFlagRelayRequest) != 0) {
+    : answerer_(answerer), relay_request_((relay & (kHelloFlagRelayRequest | kHelloFlagDialBack)) != 0) {
   Hello h;
   h.stream = stream;
   h.rank = me.rank;
   h.world_size = me.world_size;
   h.session_id = me.session_id;
   h.params_hash = me.params_hash;
-  h.flags = relay & (kHelloFlagRelayRequest | kHelloFlagRelayed);
+  h.flags = relay & (kHelloFlagRelayRequest | kHelloFlagRelayed | kHelloFlagDialBack);
   if (me.key) h.flags |= kHelloFlagAuth;
   h.via = relay ? via : 0;
   h.transport = static_cast<uint8_t>(me.transport);
@@ -174,14 +174,15 @@ void HandshakeAcceptor::judge_hello() {
   }
   st = check_auth_flag(h, me_.key != nullptr);
   if (st != HandshakeStatus::kAccepted) return refuse_with(st, "");
-  if (relay_request() && !me_.relays)
-    return refuse_with(HandshakeStatus::kRefused,
-                       std::string("the ") + transport_name(me_.transport) + " transport relays nothing");
-  // The higher rank of a pair dials; a relay request may come from any rank.
-  if (!relay_request() && h.rank <= me_.rank)
+  if (request() && !me_.relays)
+    return refuse_with(HandshakeStatus::kRefused, std::string("the ") + transport_name(me_.transport) +
+                                                      " transport takes no relay or dial-back requests");
+  // The higher rank of a pair dials; a relay request may come from any rank, a dial-back request
+  // from a lower one.
+  if (dial_back_request() ? h.rank >= me_.rank || relay_request() : !relay_request() && h.rank <= me_.rank)
     return refuse_with(HandshakeStatus::kBadRank, "rank " + std::to_string(h.rank) + " cannot dial rank " +
                                                       std::to_string(me_.rank) + ": the higher rank of a pair dials");
-  need_ = kHelloSize + h.extension + (me_.key && !relay_request() ? security::kAuthInitSize : 0);
+  need_ = kHelloSize + h.extension + (me_.key && !request() ? security::kAuthInitSize : 0);
   step_ = Step::kRest;
 }
 
@@ -218,7 +219,7 @@ size_t HandshakeAcceptor::feed(std::span<const uint8_t> in) {
 }
 
 void HandshakeAcceptor::accept() {
-  if (state_ != HandshakeState::kJudge || relay_request()) return;
+  if (state_ != HandshakeState::kJudge || request()) return;
   const auto rb = encode_reply(reply(HandshakeStatus::kAccepted));
   replied_ = true;
   if (!me_.key) {

@@ -41,7 +41,7 @@ struct HandshakeSetup {
   uint64_t params_hash = 0;
   Transport transport = Transport::kTcp;
   uint16_t streams = 1;                     // connections per pair (a Hello's stream is below)
-  bool relays = false;                      // relay requests are taken (else refused: TCP only)
+  bool relays = false;                      // relay and dial-back requests are taken (else refused: TCP only)
   const security::GroupKey* key = nullptr;  // authenticate inside the handshake (the caller keeps it alive)
 };
 
@@ -82,8 +82,8 @@ class HandshakeEnd {
 
 class HandshakeDialler : public HandshakeEnd {
  public:
-  // `answerer`: the rank expected to answer (the relay, for a relay request). `relay` 0, or one
-  // relay flag with `via` (handshake.h). `extension`: the transport's bytes behind the Hello.
+  // `answerer`: the rank expected to answer (the relay, for a relay request). `relay` 0, one
+  // relay flag with `via`, or kHelloFlagDialBack (handshake.h). `extension`: the transport's bytes behind the Hello.
   HandshakeDialler(const HandshakeSetup& me, uint32_t answerer, uint16_t stream,
                    std::span<const uint8_t> extension = {}, uint32_t relay = 0, uint32_t via = 0);
 
@@ -116,9 +116,11 @@ class HandshakeAcceptor : public HandshakeEnd {
   const Hello& hello() const { return hello_; }
   std::span<const uint8_t> extension() const;
   bool relay_request() const { return (hello_.flags & kHelloFlagRelayRequest) != 0; }
+  // A lower rank asks to be dialled (kHelloFlagDialBack): answered with relay_reply(true).
+  bool dial_back_request() const { return (hello_.flags & kHelloFlagDialBack) != 0; }
 
   // kJudge -> the Reply (and with a secret AuthResp) is output; kDone, or kRunning until the
-  // dialler's proof. Not for a relay request (relay_reply()).
+  // dialler's proof. Not for a relay or dial-back request (relay_reply()).
   void accept();
   // A refusal by the device, at any point until it adopts the connection (in kJudge, or its own
   // check of what it read, such as a packet that held more or less than a message, or of a state
@@ -130,6 +132,7 @@ class HandshakeAcceptor : public HandshakeEnd {
   std::array<uint8_t, kReplySize> relay_reply(bool reached) const;
 
  private:
+  bool request() const { return relay_request() || dial_back_request(); }
   void judge_hello();
   void refuse_with(HandshakeStatus status, std::string reason);
   Reply reply(HandshakeStatus status) const;

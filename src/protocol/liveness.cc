@@ -34,12 +34,16 @@ bool decode_heartbeat(std::span<const uint8_t> in, uint32_t world_size, std::vec
   return true;
 }
 
-bool watches(int rank, int peer, int size) {
-  if (rank == peer || rank < 0 || peer < 0 || rank >= size || peer >= size) return false;
-  if (size <= kWatchEveryPeerUpTo) return true;
-  const int d = (peer - rank + size) % size;
+bool power_of_two_apart(int a, int b, int size) {
+  if (a == b || a < 0 || b < 0 || a >= size || b >= size) return false;
+  const int d = (b - a + size) % size;
   const int dist = std::min(d, size - d);  // either way round the ring
   return (dist & (dist - 1)) == 0;         // a power of two
+}
+
+bool watches(int rank, int peer, int size) {
+  if (rank == peer || rank < 0 || peer < 0 || rank >= size || peer >= size) return false;
+  return size <= kWatchEveryPeerUpTo || power_of_two_apart(rank, peer, size);
 }
 
 std::vector<int> watched_peers(int rank, int size) {

@@ -61,10 +61,16 @@ inline size_t max_heartbeat_payload() { return 4 + 8 * size_t{kMaxHeartbeatEntri
 // 2 log2(size) of them), so that heartbeats per rank grow with the log of the job, not with it.
 // Symmetric (q watches r when r watches q), and the same function on every rank: a rank knows
 // whom any other rank watches. A rank that finds a watched peer failed fails the group and tells
-// every peer (the group's abort), so every rank still learns of the failure.
+// every peer it is connected to (the group's abort), and each of them tells its own: every rank
+// learns of the failure, also where pairs are connected on demand (the ring's neighbours are
+// always connected).
 inline constexpr int kWatchEveryPeerUpTo = 32;
 std::vector<int> watched_peers(int rank, int size);
 bool watches(int rank, int peer, int size);
+// Whether two distinct ranks are 1, 2, 4, 8, ... apart either way round the ring of `size` ranks
+// (watches() beyond kWatchEveryPeerUpTo; also the pairs a TCP device connects at start-up when it
+// connects the others on demand, and those of a Bruck allgather).
+bool power_of_two_apart(int a, int b, int size);
 
 struct LivenessOptions {
   std::chrono::milliseconds interval{1000};   // GEOCCL_HEARTBEAT_MS

@@ -56,6 +56,11 @@ class WanTuning {
   // After topology discovery: `peer` is in another domain (a WAN path) or in this rank's own
   // (a LAN path). Both ends of a pair decide alike, as every rank knows the same domains.
   virtual void set_wan_peer(int peer, bool wan) = 0;
+  // The same for many peers at once (`wan[i]` for `peers[i]`): one trip to the loop thread
+  // instead of one per peer, which counts at hundreds of ranks.
+  virtual void set_wan_peers(std::span<const int> peers, std::span<const char> wan) {
+    for (size_t i = 0; i < peers.size(); ++i) set_wan_peer(peers[i], wan[i] != 0);
+  }
   // Waits until what set_wan_peer started for the WAN peers is in place (TCP: their striped data
   // streams are open), or `deadline`: what the path measurements after it take for granted.
   virtual void await_wan_streams(Clock::time_point deadline) = 0;

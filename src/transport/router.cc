@@ -220,9 +220,20 @@ void Router::set_domains(std::vector<int> domain_of, std::vector<std::string> na
   if (liveness_) liveness_->set_domains(std::move(domain_of), std::move(names));
 }
 
-void Router::set_wan_peer(int peer, bool wan) {
+void Router::set_wan_peers(const std::vector<char>& wan) {
   for (int c = 0; c < kPriorityClasses; ++c)
-    if (WanTuning* t = of(peer, static_cast<uint8_t>(c)).wan_tuning()) t->set_wan_peer(peer, wan);
+    for (auto& d : channels_[static_cast<size_t>(c)].devices) {
+      WanTuning* t = d->wan_tuning();
+      if (!t) continue;
+      std::vector<int> peers;
+      std::vector<char> flags;
+      for (int p = 0; p < group_.size() && p < static_cast<int>(wan.size()); ++p)
+        if (p != group_.rank() && &of(p, static_cast<uint8_t>(c)) == d.get()) {
+          peers.push_back(p);
+          flags.push_back(wan[static_cast<size_t>(p)]);
+        }
+      if (!peers.empty()) t->set_wan_peers(peers, flags);
+    }
 }
 
 void Router::await_wan_streams(Clock::time_point deadline) {

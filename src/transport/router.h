@@ -81,8 +81,9 @@ class Router final : public Transport {
   // with the frames already waiting rechecked when it starts.
   void watch_early_messages(uint8_t channel, bool on);
 
-  // After topology discovery: `peer` is across a WAN (another domain) or not.
-  void set_wan_peer(int peer, bool wan);
+  // After topology discovery: which peers are across a WAN (another domain), by rank (this
+  // rank's own entry is ignored).
+  void set_wan_peers(const std::vector<char>& wan);
   // Until the links set_wan_peer asked for are in place on every device (Device::await_wan_streams).
   void await_wan_streams(Clock::time_point deadline);
   // After the path probe: bulk frames to `peer` take a two-hop path through rank `via`, on every

@@ -144,7 +144,7 @@ std::string config_error() {
 // Every GEOCCL_EXPERIMENT key, each with a value other than its default.
 constexpr const char* kEveryKey =
     "chunk=512K,small_msg=16K,wan_small_msg=64K,plan_probe=4M,replan_ops=5,replan_persist=3,"
-    "two_hop_gain=1.5,compression_min=1M,stripe=wide,resume=on,stall_ms=10000,relay_after_ms=2000,"
+    "two_hop_gain=1.5,compression_min=1M,stripe=wide,resume=on,lazy_connect=on,stall_ms=10000,relay_after_ms=2000,"
     "tcp_cc=cubic,tcp_buf=8M,notsent_lowat=0,zerocopy=1,zerocopy_min=64K,bulk_delay_ms=20,"
     "shm_ring=1M,quic_cc=cubic,quic_window=16M,quic_duplicate=0,quic_0rtt=0,quic_redial_ms=500,"
     "quic_connect_ms=2000,transport_probe=4M";
@@ -164,6 +164,7 @@ TEST(Config, ExperimentSetsTheFieldOfEveryKey) {
   EXPECT_EQ(c.wan_compression_min_bytes, 1u << 20);
   EXPECT_EQ(c.tcp_stripe, "wide");
   EXPECT_EQ(c.tcp_resume, "on");
+  EXPECT_EQ(c.lazy_connect, "on");
   EXPECT_EQ(c.tcp_stall_timeout.count(), 10000);
   EXPECT_EQ(c.relay_after.count(), 2000);
   EXPECT_EQ(c.tcp_cc, "cubic");
@@ -205,7 +206,7 @@ TEST(Config, ExperimentUnknownKeyListsEveryKnownKey) {
     EXPECT_NE(every.find("," + key + "="), std::string::npos) << key << " is not tested";
     ++n;
   }
-  EXPECT_EQ(n, 26) << list;
+  EXPECT_EQ(n, 27) << list;
 }
 
 TEST(Config, ExperimentMalformedItemsAreInvalidArguments) {
@@ -230,6 +231,7 @@ TEST(Config, ExperimentBadValuesNameTheKey) {
       {"two_hop_gain=2x", "GEOCCL_EXPERIMENT two_hop_gain='2x' is not a valid number"},
       {"stripe=random", "GEOCCL_EXPERIMENT stripe must be backlog, wide or rr, got 'random'"},
       {"resume=maybe", "GEOCCL_EXPERIMENT resume must be auto, on or off"},
+      {"lazy_connect=yes", "GEOCCL_EXPERIMENT lazy_connect must be auto, on or off"},
       {"tcp_buf=lots", "GEOCCL_EXPERIMENT tcp_buf='lots' is not a valid size"},
       {"quic_cc=vegas", "GEOCCL_EXPERIMENT quic_cc must be cubic, bbr, bbr2 or reno"},
       {"plan_probe=4M,replan_persist=0", "GEOCCL_EXPERIMENT replan_persist must be >= 1"},

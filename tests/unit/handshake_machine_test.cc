@@ -226,7 +226,7 @@ TEST(HandshakeMachine, ARelayRequestCarriesNoAuthenticationAndIsAnsweredByTheRel
     run(d, a, 1000);
     ASSERT_EQ(a.state(), HandshakeState::kRefused);
     EXPECT_EQ(d.status(), HandshakeStatus::kRefused);
-    EXPECT_NE(d.why().find("relays nothing"), std::string::npos) << d.why();
+    EXPECT_NE(d.why().find("takes no relay or dial-back requests"), std::string::npos) << d.why();
   }
   // Then the handshake through the tunnel, end to end, says which relay carries it.
   HandshakeDialler d(setup(2, Transport::kTcp, &key), 0, 1, {}, kHelloFlagRelayed, 3);
@@ -235,6 +235,40 @@ TEST(HandshakeMachine, ARelayRequestCarriesNoAuthenticationAndIsAnsweredByTheRel
   ASSERT_EQ(a.state(), HandshakeState::kDone) << a.why();
   EXPECT_EQ(a.hello().flags & kHelloFlagRelayed, kHelloFlagRelayed);
   EXPECT_EQ(a.hello().via, 3u);
+}
+
+TEST(HandshakeMachine, ADialBackRequestComesFromALowerRankWithoutAuthentication) {
+  const auto key = key_of("machine-secret-0123456789");
+  auto tcp = [&](uint32_t rank) {
+    auto s = setup(rank, Transport::kTcp, &key);
+    s.relays = true;
+    return s;
+  };
+  {
+    // Rank 1 asks rank 3 to dial it: judged without a proof, answered and done.
+    HandshakeDialler d(tcp(1), 3, 0, {}, kHelloFlagDialBack);
+    HandshakeAcceptor a(tcp(3));
+    const auto hello = d.take_output();
+    EXPECT_EQ(hello.size(), kHelloSize);  // no AuthInit
+    EXPECT_EQ(a.feed(hello), kHelloSize);
+    ASSERT_EQ(a.state(), HandshakeState::kJudge) << a.why();
+    EXPECT_TRUE(a.dial_back_request());
+    EXPECT_FALSE(a.relay_request());
+    a.accept();  // not for a request: nothing is output
+    EXPECT_TRUE(a.take_output().empty());
+    EXPECT_EQ(d.feed(a.relay_reply(true)), kReplySize);
+    EXPECT_EQ(d.state(), HandshakeState::kDone);
+  }
+  // A higher rank cannot ask (it dials), nor can a transport without requests take one.
+  for (auto [asker, other, transport] : {std::tuple{3u, 1u, Transport::kTcp}, std::tuple{1u, 3u, Transport::kSharedMemory}}) {
+    auto ds = transport == Transport::kTcp ? tcp(asker) : setup(asker, transport);
+    auto as = transport == Transport::kTcp ? tcp(other) : setup(other, transport);
+    HandshakeDialler d(ds, other, 0, {}, kHelloFlagDialBack);
+    HandshakeAcceptor a(as);
+    run(d, a, 1000);
+    EXPECT_EQ(a.state(), HandshakeState::kRefused);
+    EXPECT_EQ(d.state(), HandshakeState::kRefused);
+  }
 }
 
 TEST(HandshakeMachine, AnAnswerFromAnotherRankOrAStrangerIsRefused) {

@@ -1,5 +1,7 @@
 #include "api/startup/device_options.h"
 
+#include "protocol/liveness.h"
+
 namespace geoccl::api::startup {
 
 using transport::tcp::TcpOptions;
@@ -33,6 +35,7 @@ TcpOptions tcp_options(const Config& cfg, int data_streams) {
   o.user_timeout = cfg.resume_timeout();
   o.keepalive_idle = cfg.liveness_window;
   o.keepalive_interval = cfg.heartbeat_interval;
+  o.lazy = cfg.lazy_connect == "on" || (cfg.lazy_connect == "auto" && cfg.world_size > protocol::kWatchEveryPeerUpTo);
   return o;
 }
 

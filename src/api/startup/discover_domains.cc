@@ -69,8 +69,9 @@ Domains discover_domains(const Context& c) {
   // domains, however they were found. On one site every peer is a LAN peer (which also drops the
   // copies kept until now).
   const auto& dom = d.topo.domain_of;
-  for (int r = 0; r < c.cfg.world_size; ++r)
-    if (r != c.cfg.rank) c.router.set_wan_peer(r, dom[static_cast<size_t>(r)] != dom[static_cast<size_t>(c.cfg.rank)]);
+  std::vector<char> wan(static_cast<size_t>(c.cfg.world_size), 0);
+  for (int r = 0; r < c.cfg.world_size; ++r) wan[static_cast<size_t>(r)] = dom[static_cast<size_t>(r)] != dom[static_cast<size_t>(c.cfg.rank)];
+  c.router.set_wan_peers(wan);
   // A WAN peer's striped data streams open now (connect() opened one data stream per peer): the
   // path measurements and the first operations spread over them. Bounded: a stream that cannot be
   // opened leaves the pair on fewer (the stream width controller tries again later).

@@ -104,6 +104,7 @@ void TcpDevice::on_pending_readable(int fd) {
   hs.feed(std::span<const uint8_t>(buf.data(), static_cast<size_t>(n)));
   // A rank that cannot reach another asks us to carry its connection there (relay.h).
   if (hs.state() == protocol::HandshakeState::kJudge && hs.relay_request()) return serve_relay(fd, hs);
+  if (hs.state() == protocol::HandshakeState::kJudge && hs.dial_back_request()) return serve_dial_back(fd, hs);
   TcpConnection* existing = nullptr;
   std::string admit_why;
   if (hs.state() == protocol::HandshakeState::kJudge || hs.state() == protocol::HandshakeState::kDone) {
@@ -169,13 +170,41 @@ void TcpDevice::serve_relay(int fd, const protocol::HandshakeAcceptor& hs) {
   relay_.serve(fd, from, to, target, timeout, ok, no);
 }
 
+void TcpDevice::serve_dial_back(int fd, protocol::HandshakeAcceptor& hs) {
+  const int from = static_cast<int>(hs.hello().rank);  // a lower rank (the handshake saw to that)
+  if (!options_.lazy) {
+    hs.refuse(protocol::HandshakeStatus::kRefused, "this rank connects its peers at start-up, not on demand");
+  } else {
+    const auto out = hs.relay_reply(true);
+    [[maybe_unused]] ssize_t w = ::send(fd, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    drop_pending(fd);  // frees hs
+    ::close(fd);
+    want_connection(peer(from), false);  // we are the higher rank: we dial
+    return;
+  }
+  if (const auto out = hs.take_output(); !out.empty())
+    [[maybe_unused]] ssize_t w = ::send(fd, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  reject_pending(fd, hs.why());
+}
+
 void TcpDevice::adopt(int fd, int peer_rank, int stream, const security::ConnectionKeys& keys, int via) {
   TcpPeer& p = peer(peer_rank);
   p.streams[static_cast<size_t>(stream)] = std::make_unique<TcpConnection>(p, fd, stream, keys, via);
+  if (stream == kControlStream) p.control_up.store(true);
   if (p.wan && stream != kControlStream) {  // opened after set_wan_peer
     p.streams[static_cast<size_t>(stream)]->tune_for_wan();
     const int want = p.width_control ? p.width_control->width() : initial_streams_ - 1;
     p.width = std::clamp(want, 1, std::max(1, open_prefix(p)));
+  }
+  if (!p.met && p.streams[kControlStream] && p.streams[1]) {
+    // The pair is connected: the frames posted while it was not go now, in their order.
+    p.met = true;
+    auto waiting = std::move(p.waiting);
+    p.waiting.clear();
+    for (auto& op : waiting) {
+      const size_t bytes = op.payload.size();
+      next_send_conn(p, bytes).post_send(std::move(op));
+    }
   }
   ++connected_;
   group_.notify();

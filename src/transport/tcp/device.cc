@@ -83,6 +83,7 @@ TcpDevice::~TcpDevice() {
     for (auto& t : p->dialers)
       if (t.joinable()) t.join();
     if (p->opener.joinable()) p->opener.join();
+    if (p->connector.joinable()) p->connector.join();
     if (p->prober.joinable()) p->prober.join();
     if (p->direct_watch.joinable()) p->direct_watch.join();
   }
@@ -217,6 +218,7 @@ void TcpDevice::tick(Clock::time_point now) {
 
 void TcpDevice::send_heartbeat(int peer_rank, std::span<const uint8_t> payload) {
   TcpConnection* c = conn(peer_rank, kControlStream);
+  if (!c) want_connection(peer(peer_rank), true);  // connected on demand
   if (c && c->open() && !c->said_goodbye())
     c->post_control(protocol::FrameType::kHeartbeat, std::vector<uint8_t>(payload.begin(), payload.end()));
 }
@@ -288,42 +290,50 @@ void TcpDevice::tune_wan_socket(int fd) const {
 }
 
 void TcpDevice::set_wan_peer(int peer_rank, bool wan) {
-  group_.loop().run_owned([this, peer_rank, wan] {
-    TcpPeer& p = peer(peer_rank);
-    p.wan = wan;
-    // Striping and stream recovery are for the WAN: a LAN peer gets one warm data stream and no
-    // copies of what is sent to it.
-    const int open = open_prefix(p);
-    p.width = wan ? std::clamp(initial_streams_ - 1, 1, std::max(1, open)) : 1;
-    p.resume = options_.resume || (wan && options_.wan_resume);
-    p.session.set_keep_copies(p.resume);
-    if (!wan) return;
-    for (int s = 1; s < streams_; ++s)
-      if (TcpConnection* c = p.streams[static_cast<size_t>(s)].get()) c->tune_for_wan();
-    // The WAN peer's other initial data streams: the dialling end opens them now, in the
-    // background (their handshakes take round trips on the WAN path).
-    if (group_.rank() > p.rank && p.streams[kControlStream] && open < initial_streams_ - 1 &&
-        !p.opening.exchange(true)) {
-      if (p.opener.joinable()) p.opener.join();
-      p.opener = std::thread([this, &p, open] { open_streams(p, open + 1, initial_streams_ - 1); });
-    }
-    if (initial_streams_ < streams_ && !p.width_control) {
-      StreamWidthOptions wo;
-      wo.start = initial_streams_ - 1;
-      wo.max = streams_ - 1;
-      p.width_control = std::make_unique<StreamWidth>(wo);
-      p.width_bytes = p.bytes_sent.load();
-      if (!width_tick_) {
-        width_at_ = Clock::now();
-        width_tick_ = group_.loop().add_timer(width_at_ + kWidthInterval, [this] { width_tick(); });
-      }
-    }
-    if (scavenge_ && !p.bulk_rate) {
-      p.bulk_rate = std::make_unique<ScavengerRate>(scavenge_->options);
-      apply_bulk_rates();
-      if (!scavenge_->tick) scavenge_tick();
-    }
+  const char w = wan;
+  set_wan_peers(std::span<const int>(&peer_rank, 1), std::span<const char>(&w, 1));
+}
+
+void TcpDevice::set_wan_peers(std::span<const int> peers, std::span<const char> wan) {
+  group_.loop().run_owned([&] {
+    for (size_t i = 0; i < peers.size(); ++i) apply_wan_peer(peer(peers[i]), wan[i] != 0);
   });
+}
+
+void TcpDevice::apply_wan_peer(TcpPeer& p, bool wan) {
+  p.wan = wan;
+  // Striping and stream recovery are for the WAN: a LAN peer gets one warm data stream and no
+  // copies of what is sent to it.
+  const int open = open_prefix(p);
+  p.width = wan ? std::clamp(initial_streams_ - 1, 1, std::max(1, open)) : 1;
+  p.resume = options_.resume || (wan && options_.wan_resume);
+  p.session.set_keep_copies(p.resume);
+  if (!wan) return;
+  for (int s = 1; s < streams_; ++s)
+    if (TcpConnection* c = p.streams[static_cast<size_t>(s)].get()) c->tune_for_wan();
+  // The WAN peer's other initial data streams: the dialling end opens them now, in the
+  // background (their handshakes take round trips on the WAN path).
+  if (group_.rank() > p.rank && p.streams[kControlStream] && open < initial_streams_ - 1 &&
+      !p.opening.exchange(true)) {
+    if (p.opener.joinable()) p.opener.join();
+    p.opener = std::thread([this, &p, open] { open_streams(p, open + 1, initial_streams_ - 1); });
+  }
+  if (initial_streams_ < streams_ && !p.width_control) {
+    StreamWidthOptions wo;
+    wo.start = initial_streams_ - 1;
+    wo.max = streams_ - 1;
+    p.width_control = std::make_unique<StreamWidth>(wo);
+    p.width_bytes = p.bytes_sent.load();
+    if (!width_tick_) {
+      width_at_ = Clock::now();
+      width_tick_ = group_.loop().add_timer(width_at_ + kWidthInterval, [this] { width_tick(); });
+    }
+  }
+  if (scavenge_ && !p.bulk_rate) {
+    p.bulk_rate = std::make_unique<ScavengerRate>(scavenge_->options);
+    apply_bulk_rates();
+    if (!scavenge_->tick) scavenge_tick();
+  }
 }
 
 // ---- Measured stream counts.
@@ -342,7 +352,7 @@ void TcpDevice::width_tick() {
   width_at_ = now;
   for (auto& pp : peers_) {
     TcpPeer& p = *pp;
-    if (!p.width_control) continue;
+    if (!p.width_control || !p.streams[kControlStream]) continue;  // not connected yet (on demand)
     const int open = open_prefix(p);
     // Frames waiting in user space at both ends of the span: the path, not the sender, set
     // what was written in it.
@@ -440,6 +450,11 @@ RequestPtr TcpDevice::send(int peer_rank, const FrameHeader& h, std::span<const 
     op.header = protocol::encode_frame_header(numbered);
     op.data = true;
     op.frame = numbered.frame;
+    if (options_.lazy && !p.met) {  // connected on demand: waits for the pair's streams
+      p.waiting.push_back(std::move(op));
+      want_connection(p, true);
+      return;
+    }
     const size_t bytes = op.payload.size();
     next_send_conn(p, bytes).post_send(std::move(op));
   });
@@ -452,6 +467,11 @@ RequestPtr TcpDevice::recv(int peer_rank, const FrameHeader& expect, std::span<u
   group_.loop().post([this, peer_rank, op = std::move(op)]() mutable {
     if (group_.complete_if_failed(op.req)) return;
     TcpPeer& p = peer(peer_rank);
+    if (options_.lazy && !p.met) {  // connected on demand: the frame comes once the pair is
+      p.session.window().post(std::move(op));
+      want_connection(p, false);
+      return;
+    }
     if (!data_stream_open(p)) {
       complete(op.req, {ErrorCode::kPeerLost, "connection to rank " + std::to_string(peer_rank) + " is closed"});
       group_.notify();
@@ -473,6 +493,8 @@ void TcpDevice::recheck_early_frames() {
 
 void TcpDevice::on_group_failure(const Failure& f, bool tell_peers) {
   for (auto& p : peers_) {
+    for (auto& op : p->waiting) complete(op.req, f);
+    p->waiting.clear();
     p->session.window().drain([&](TcpConnection::RecvOp& r) { complete(r.req, f); });
     p->session.drop_unacked([](RequestPtr&) {});
     for (auto& c : p->streams)

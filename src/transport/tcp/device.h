@@ -1,5 +1,6 @@
-// TcpDevice: a full mesh of TCP connections to the peers the router gives it, driven by the
-// group's event loop.
+// TcpDevice: TCP connections to the peers the router gives it, driven by the group's event
+// loop: a full mesh at start-up, or past 32 ranks (TcpOptions::lazy) the pairs a power of two
+// apart round the ring at start-up and every other pair when a frame first needs it.
 //
 // Each pair of ranks holds 1 + S connections: stream 0 carries control frames (abort, goodbye,
 // ack) and is always read, so a failure report never waits behind data; streams 1..S carry
@@ -90,6 +91,11 @@ struct TcpOptions {
   // relay (relay.h); 0: never.
   std::chrono::milliseconds relay_after{5000};
   uint8_t channel = 0;  // the priority class this device carries (logs)
+  // Connections on demand (GEOCCL_EXPERIMENT lazy_connect): connect() sets up only the pairs 1,
+  // 2, 4, ... apart round the ring (protocol::power_of_two_apart); any other pair is connected when either end first has a
+  // frame for it (a send, a receive, a heartbeat): the higher rank dials, the lower one asks it to
+  // (protocol::kHelloFlagDialBack). Frames posted meanwhile wait in the pair, in order.
+  bool lazy = false;
   // Defaults of the "auto" settings: a WAN socket's buffers and unsent bytes, the data streams
   // a pair starts with when their count is measured, and the most a WAN peer gets.
   static constexpr uint64_t kWanBufferBytes = 32ull << 20;
@@ -181,6 +187,15 @@ struct TcpPeer {
   bool width_busy = false;
   std::thread opener;
   std::atomic<bool> opening{false};
+  // Connections on demand (TcpOptions::lazy). `met`: the pair has had its control and first data
+  // stream (frames go to the streams from then on); before that, sends wait in `waiting`, in the
+  // order they were numbered. `connector`: the thread that dials the pair (higher rank) or asks
+  // the peer to (lower rank), one at a time; `control_up`: the control stream was adopted.
+  bool met = false;
+  std::vector<TcpConnection::SendOp> waiting;
+  std::atomic<bool> control_up{false};
+  std::thread connector;
+  std::atomic<bool> connecting{false};
 };
 
 class TcpDevice final : public Device, public WanTuning, public PathReader, public TwoHopPaths {
@@ -210,6 +225,7 @@ class TcpDevice final : public Device, public WanTuning, public PathReader, publ
   // A WAN peer's data streams beyond the first (connect() opens one for every peer): the dialling
   // end opens them (up to the initial count) and frames spread over them as they come.
   void set_wan_peer(int peer, bool wan) override;
+  void set_wan_peers(std::span<const int> peers, std::span<const char> wan) override;
   // Until every WAN peer has its initial data streams, the dialling end's opening has ended, or
   // `deadline`.
   void await_wan_streams(Clock::time_point deadline) override;
@@ -286,6 +302,8 @@ class TcpDevice final : public Device, public WanTuning, public PathReader, publ
   void on_pending_readable(int fd);
   void drop_pending(int fd);
   void reject_pending(int fd, const std::string& why);
+  // set_wan_peer on the loop thread.
+  void apply_wan_peer(TcpPeer& p, bool wan);
   // What this rank's TCP handshakes say and expect (relay requests taken).
   protocol::HandshakeSetup tcp_handshake() const {
     auto s = group_.handshake_setup(protocol::Transport::kTcp, static_cast<uint16_t>(streams_));
@@ -321,6 +339,21 @@ class TcpDevice final : public Device, public WanTuning, public PathReader, publ
   void connect_through_relay(TcpPeer& p, const std::vector<int>& peers, const Poll& poll,
                              Clock::time_point deadline);
   void adopt_dialled(int fd, int peer, int stream, const security::ConnectionKeys& keys, int via);
+  // connect() and connect_on_demand(), for lower peer `p`: dials its set-up streams in order
+  // (the first directly within relay_after). kRelay: the peer gave no direct answer (or another
+  // class found none): connect_through_relay next. Throws Error(kProtocol) when the peer refuses
+  // us, Error(kTimeout) at `deadline`.
+  enum class SetupDial { kDone, kRelay, kStopped };
+  SetupDial dial_setup_streams(TcpPeer& p, Clock::time_point deadline, const std::atomic<bool>& stop);
+  // Connections on demand (TcpOptions::lazy), loop thread: `p` has a frame to carry (`sending`: a
+  // send or a heartbeat; else a receive) and is not connected yet: the connector thread starts.
+  void want_connection(TcpPeer& p, bool sending);
+  // Connector thread: the higher rank dials the pair; the lower rank asks the peer to dial it
+  // (ask_dial_back) until it has. A failure fails the group.
+  void connect_on_demand(TcpPeer& p);
+  void ask_dial_back(TcpPeer& p, Clock::time_point deadline);
+  // A dial-back request (a Hello with kHelloFlagDialBack) from a pending connection, loop thread.
+  void serve_dial_back(int fd, protocol::HandshakeAcceptor& hs);
   // A relay request (a Hello with kHelloFlagRelayRequest) from a pending connection: the relay
   // takes the socket (loop thread).
   void serve_relay(int fd, const protocol::HandshakeAcceptor& hs);
@@ -374,6 +407,10 @@ class TcpDevice final : public Device, public WanTuning, public PathReader, publ
   // Where every rank listens (from connect()'s address_of): what relay requests connect to.
   mutable std::mutex endpoints_mu_;
   std::vector<std::string> endpoints_;
+  // connect()'s peers, and whether it has returned (connections on demand start after it).
+  std::vector<int> served_;
+  std::vector<char> serves_;  // by rank
+  std::atomic<bool> set_up_{false};
   Relay relay_;  // declared after the peers: its tunnels end before the device goes
 
   // Priority (loop thread). On the higher class's device: told when its WAN data queues go busy

@@ -1,5 +1,6 @@
 // TcpDevice, dialling: connect() dials every lower peer's streams (through a relay when the
-// direct path gives no answer), and the threads that keep a pair connected later: the re-dialler
+// direct path gives no answer), the connector of a pair connected on demand (it dials, or asks
+// the peer to dial back), and the threads that keep a pair connected later: the re-dialler
 // of a broken stream, the prober of a peer whose stream broke, the fail-over to a relay and the
 // watch for the direct path's return, the opener of more data streams.
 #include "transport/tcp/device.h"
@@ -16,6 +17,7 @@
 #include "core/logging.h"
 
 #include "protocol/handshake_machine.h"
+#include "protocol/liveness.h"
 #include "transport/dial_all.h"
 #include "transport/tcp/address.h"
 #include "transport/tcp/socket_util.h"
@@ -99,6 +101,40 @@ void TcpDevice::connect_through_relay(TcpPeer& p, const std::vector<int>& peers,
   }
 }
 
+TcpDevice::SetupDial TcpDevice::dial_setup_streams(TcpPeer& p, Clock::time_point deadline,
+                                                   const std::atomic<bool>& stop) {
+  const int r = p.rank;
+  p.endpoint = endpoint_of(r);
+  if (p.endpoint.empty())
+    throw Error(ErrorCode::kProtocol, "rank " + std::to_string(r) + " published a malformed TCP address");
+  // The first stream finds out whether the peer answers directly: a path that gives no answer
+  // at all within relay_after (a firewall that drops, a cut link) is left to a relay.
+  const bool may_relay = options_.relay_after.count() > 0 && group_.size() > 2;
+  if (may_relay && group_.relay(r) >= 0) return SetupDial::kRelay;  // another class found no direct path
+  const auto direct_deadline = may_relay ? std::min(deadline, Clock::now() + options_.relay_after) : deadline;
+  for (int stream = 0; stream < kSetupStreams; ++stream) {
+    std::string why;
+    bool rejected = false, refused = false;
+    int fd = -1;
+    security::ConnectionKeys keys;
+    // The peer is listening already (it published its address), but retry briefly on refusal.
+    while ((fd = dial(p, p.wan, stream, stream == 0 ? direct_deadline : deadline, &why, &rejected, &keys,
+                      &refused)) < 0) {
+      if (rejected) throw Error(ErrorCode::kProtocol, why);  // dial_all polls for the peer's reason
+      if (stream == 0 && !refused && direct_deadline < deadline && Clock::now() >= direct_deadline) {
+        GEOCCL_LOG(kInfo, "rank " << r << " did not answer directly within " << options_.relay_after.count()
+                                  << " ms (" << why << "): trying relays");
+        return SetupDial::kRelay;
+      }
+      if (Clock::now() >= deadline) throw Error(ErrorCode::kTimeout, why);
+      if (stop.load()) return SetupDial::kStopped;  // another dial failed: the set-up is over
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    adopt_dialled(fd, r, stream, keys, -1);
+  }
+  return SetupDial::kDone;
+}
+
 void TcpDevice::connect(const std::vector<int>& peers, const AddressOf& address_of, const Poll& poll,
                         Clock::time_point deadline) {
   ThrottledPoll maybe_poll(poll);
@@ -112,52 +148,26 @@ void TcpDevice::connect(const std::vector<int>& peers, const AddressOf& address_
       if (decode_address(address_of(r), &ep)) endpoints_[static_cast<size_t>(r)] = ep;
     }
   }
-  std::vector<int> lower;
+  served_ = peers;
+  serves_.assign(static_cast<size_t>(group_.size()), 0);
+  for (int r : peers) serves_[static_cast<size_t>(r)] = 1;
+  // The pairs set up now: all of them, or with connections on demand those 1, 2, 4, ... apart
+  // round the ring (both ends agree): the ring's neighbours, the peers liveness watches past 32
+  // ranks, and those of the start-up's Bruck allgather (about 2 log2 n).
+  std::vector<int> now;
+  const int n = group_.size(), me = group_.rank();
   for (int r : peers)
-    if (r < group_.rank()) lower.push_back(r);
+    if (!options_.lazy || protocol::power_of_two_apart(me, r, n)) now.push_back(r);
+  std::vector<int> lower;
+  for (int r : now)
+    if (r < me) lower.push_back(r);
   std::mutex unanswered_mu;
   std::vector<int> unanswered;  // lower peers that no direct attempt reached
   // Each lower peer's streams in order, several peers at once (dial_all.h).
   dial_all(lower, poll, [&](int r, const std::atomic<bool>& stop) {
-    TcpPeer& p = peer(r);
-    p.endpoint = endpoint_of(r);
-    if (p.endpoint.empty())
-      throw Error(ErrorCode::kProtocol, "rank " + std::to_string(r) + " published a malformed TCP address");
-    // The first stream finds out whether the peer answers directly: a path that gives no answer
-    // at all within relay_after (a firewall that drops, a cut link) is left to a relay.
-    const bool may_relay = options_.relay_after.count() > 0 && group_.size() > 2;
-    if (may_relay && group_.relay(r) >= 0) {  // another class of this rank found no direct path
-      std::lock_guard lk(unanswered_mu);
-      unanswered.push_back(r);
-      return;
-    }
-    const auto direct_deadline = may_relay ? std::min(deadline, Clock::now() + options_.relay_after) : deadline;
-    bool relay = false;
-    for (int stream = 0; stream < kSetupStreams && !relay; ++stream) {
-      std::string why;
-      bool rejected = false, refused = false;
-      int fd = -1;
-      security::ConnectionKeys keys;
-      // The peer is listening already (it published its address), but retry briefly on refusal.
-      while ((fd = dial(p, p.wan, stream, stream == 0 ? direct_deadline : deadline, &why, &rejected, &keys,
-                        &refused)) < 0) {
-        if (rejected) throw Error(ErrorCode::kProtocol, why);  // dial_all polls for the peer's reason
-        if (stream == 0 && !refused && direct_deadline < deadline && Clock::now() >= direct_deadline) {
-          GEOCCL_LOG(kInfo, "rank " << r << " did not answer directly within " << options_.relay_after.count()
-                                    << " ms (" << why << "): trying relays");
-          relay = true;
-          break;
-        }
-        if (Clock::now() >= deadline) throw Error(ErrorCode::kTimeout, why);
-        if (stop.load()) return;  // another dial failed: the set-up is over
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-      if (!relay) adopt_dialled(fd, r, stream, keys, -1);
-    }
-    if (relay) {
-      std::lock_guard lk(unanswered_mu);
-      unanswered.push_back(r);
-    }
+    if (dial_setup_streams(peer(r), deadline, stop) != SetupDial::kRelay) return;
+    std::lock_guard lk(unanswered_mu);
+    unanswered.push_back(r);
   });
   std::sort(unanswered.begin(), unanswered.end());
   for (int r : unanswered) connect_through_relay(peer(r), peers, poll, deadline);
@@ -165,8 +175,8 @@ void TcpDevice::connect(const std::vector<int>& peers, const AddressOf& address_
   for (;;) {
     std::string missing;
     group_.loop().run_owned([&] {
-      for (int r : peers) {
-        if (r < group_.rank()) continue;
+      for (int r : now) {
+        if (r < me) continue;
         const auto& s = peer(r).streams;
         if (std::any_of(s.begin(), s.begin() + kSetupStreams, [](const auto& c) { return !c; }))
           missing += (missing.empty() ? "" : ",") + std::to_string(r);
@@ -184,10 +194,100 @@ void TcpDevice::connect(const std::vector<int>& peers, const AddressOf& address_
   }
   // Where the higher peers listen (they published it before dialling us): when a stream to one
   // of them breaks, a connection refused there tells that its process is gone.
-  if (!options_.resume && !options_.wan_resume) return;
-  for (int r : peers) {
-    if (r < group_.rank()) continue;
-    if (std::string ep = endpoint_of(r); !ep.empty()) group_.loop().run_owned([&] { peer(r).endpoint = ep; });
+  if (options_.resume || options_.wan_resume) {
+    for (int r : peers) {
+      if (r < me) continue;
+      if (std::string ep = endpoint_of(r); !ep.empty()) group_.loop().run_owned([&] { peer(r).endpoint = ep; });
+    }
+  }
+  set_up_.store(true);
+}
+
+// ---- Connections on demand (TcpOptions::lazy).
+
+void TcpDevice::want_connection(TcpPeer& p, bool sending) {
+  if (!options_.lazy || p.met || !set_up_.load() || closing_.load() || group_.failed() ||
+      !serves_[static_cast<size_t>(p.rank)])
+    return;
+  if (group_.rank() < p.rank && !sending) return;  // a receive waits for its sender
+  if (p.connecting.exchange(true)) return;
+  if (p.connector.joinable()) p.connector.join();  // an earlier attempt that has ended
+  p.connector = std::thread([this, &p] { connect_on_demand(p); });
+}
+
+void TcpDevice::connect_on_demand(TcpPeer& p) {
+  const auto deadline = Clock::now() + options_.resume_timeout;
+  try {
+    if (group_.rank() > p.rank) {
+      GEOCCL_LOG(kDebug, "connecting rank " << p.rank << " on demand");
+      if (dial_setup_streams(p, deadline, closing_) == SetupDial::kRelay) {
+        const Poll none;
+        connect_through_relay(p, served_, none, deadline);
+      }
+    } else {
+      ask_dial_back(p, deadline);
+    }
+  } catch (const Error& e) {
+    // e.what() begins with its code's name, which the group's failure says again.
+    const ErrorCode code = e.code();
+    std::string what = e.what();
+    if (const std::string prefix = std::string(error_code_name(code)) + ": "; what.starts_with(prefix))
+      what = what.substr(prefix.size());
+    const std::string why = "connecting rank " + std::to_string(p.rank) + " on demand: " + what;
+    group_.loop().post([this, &p, code, why] {
+      if (closing_.load() || group_.failed()) return;
+      group_.fail(code, why, true, {p.rank});
+    });
+  }
+  // A later frame may start another attempt (the pair is met by now, or the group has failed).
+  p.connecting.store(false);
+}
+
+void TcpDevice::ask_dial_back(TcpPeer& p, Clock::time_point deadline) {
+  const std::string ep = endpoint_of(p.rank);
+  std::string host;
+  uint16_t port = 0;
+  if (ep.empty())
+    throw Error(ErrorCode::kProtocol, "rank " + std::to_string(p.rank) + " published a malformed TCP address");
+  split_host_port(ep, &host, &port);
+  std::string why = "no answer";
+  while (!p.control_up.load()) {
+    if (closing_.load() || group_.failed()) return;
+    const auto now = Clock::now();
+    if (now >= deadline)
+      throw Error(ErrorCode::kTimeout, "rank " + std::to_string(p.rank) + " at " + ep +
+                                           " did not connect to this rank when asked (last: " + why + ")");
+    const auto attempt = std::min(deadline, now + std::chrono::seconds(2));
+    const int fd = connect_with_timeout(
+        host, port, std::chrono::duration_cast<std::chrono::milliseconds>(attempt - now));
+    if (fd < 0) {
+      if (errno == ECONNREFUSED)
+        throw Error(ErrorCode::kPeerLost, "rank " + std::to_string(p.rank) + " at " + ep +
+                                              " refuses connections: its process is gone");
+      why = std::string("cannot connect: ") + std::strerror(errno);
+    } else {
+      protocol::HandshakeDialler hs(tcp_handshake(), static_cast<uint32_t>(p.rank), kControlStream, {},
+                                    protocol::kHelloFlagDialBack);
+      std::array<uint8_t, 512> buf;
+      bool io = true;
+      while (io && hs.state() == protocol::HandshakeState::kRunning) {
+        const auto out = hs.take_output();
+        if (!out.empty() && !write_all(fd, out, attempt)) io = false;
+        const auto in = std::span<uint8_t>(buf.data(), std::min(buf.size(), hs.want()));
+        if (io && !in.empty() && !read_all(fd, in, attempt)) io = false;
+        if (io) hs.feed(in);
+      }
+      ::close(fd);
+      // The peer said no: it does not connect on demand (another setting), or we are not welcome.
+      if (hs.state() == protocol::HandshakeState::kRefused)
+        throw Error(ErrorCode::kProtocol, "rank " + std::to_string(p.rank) + " refused to connect to this rank: " +
+                                              hs.why());
+      if (!io) why = std::string("asking failed: ") + std::strerror(errno);
+    }
+    // Its connection comes within a round trip or two; ask again if it has not after a second.
+    const auto wait = std::min(deadline, Clock::now() + std::chrono::seconds(1));
+    while (!p.control_up.load() && Clock::now() < wait && !closing_.load() && !group_.failed())
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
 }
 

@@ -1,0 +1,236 @@
+// Connections on demand (TcpOptions::lazy): eight TcpDevices in one process over loopback, with a
+// group secret. connect() sets up only the pairs 1, 2, 4 apart round the ring; a pair 3 apart
+// (0-3, 1-6, 4-7, ...) is connected when a frame first needs it: by the higher rank's dial when
+// it sends, and by its dial back when the lower rank sends first. Each test forces the order of
+// events it checks by waiting for the pair's streams to show (or not) before the next step.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "api/startup/device_options.h"
+#include "geoccl/config.h"
+#include "geoccl/error.h"
+#include "protocol/handshake_machine.h"
+#include "runtime/socket.h"
+#include "protocol/liveness.h"
+#include "runtime/event_loop.h"
+#include "security/secret.h"
+#include "transport/group.h"
+#include "transport/tcp/device.h"
+#include "requests.h"
+
+using namespace geoccl;
+using namespace std::chrono_literals;
+using transport::RequestPtr;
+using transport::tcp::TcpDevice;
+using transport::tcp::TcpOptions;
+
+namespace {
+
+constexpr int kLazyRanks = 8;
+
+struct LazyRank {
+  runtime::EventLoop loop;
+  transport::Group group;
+  std::unique_ptr<TcpDevice> dev;
+  LazyRank(int r, const TcpOptions& o, const security::GroupKey& key) : loop("lazy-test"), group(loop, r, kLazyRanks, 42, 0, [] {}) {
+    group.set_security(key);
+    dev = std::make_unique<TcpDevice>(group, "127.0.0.1", o);
+  }
+  // Data streams open to `peer` now.
+  int open_to(int peer) const {
+    transport::LinkStats ps;
+    ps.peer = peer;
+    dev->stats(&ps);
+    return ps.streams.open;
+  }
+};
+
+struct LazyJob {
+  std::vector<std::unique_ptr<LazyRank>> ranks;
+  explicit LazyJob(bool lazy = true) {
+    TcpOptions o;
+    o.data_streams = 2;
+    o.lazy = lazy;
+    const auto key = test_support::job_key_of("lazy connect test secret");
+    for (int r = 0; r < kLazyRanks; ++r) ranks.push_back(std::make_unique<LazyRank>(r, o, key));
+    std::vector<std::string> endpoints;
+    for (auto& r : ranks) endpoints.push_back(r->dev->endpoint());
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    std::vector<std::thread> threads;
+    std::vector<std::exception_ptr> errors(kLazyRanks);
+    for (int r = 0; r < kLazyRanks; ++r)
+      threads.emplace_back([&, r] {
+        std::vector<int> peers;
+        for (int q = 0; q < kLazyRanks; ++q)
+          if (q != r) peers.push_back(q);
+        try {
+          ranks[static_cast<size_t>(r)]->dev->connect(
+              peers, [&](int q) { return ranks[static_cast<size_t>(q)]->dev->address(); }, {}, deadline);
+        } catch (...) {
+          errors[static_cast<size_t>(r)] = std::current_exception();
+        }
+      });
+    for (auto& t : threads) t.join();
+    for (auto& e : errors)
+      if (e) std::rethrow_exception(e);
+  }
+  ~LazyJob() {
+    for (auto it = ranks.rbegin(); it != ranks.rend(); ++it) it->reset();
+  }
+  LazyRank& operator[](int r) { return *ranks[static_cast<size_t>(r)]; }
+  // Waits until `a` has a data stream open to `b` (false after 10 s).
+  bool await_open(int a, int b) {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while ((*this)[a].open_to(b) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(1ms);
+    }
+    return true;
+  }
+};
+
+protocol::FrameHeader lazy_header(uint64_t i, size_t bytes) {
+  protocol::FrameHeader h;
+  h.kind = protocol::OpKind::kSendRecv;
+  h.seq = i;
+  h.op_bytes = bytes;
+  return h;
+}
+
+std::vector<std::vector<uint8_t>> lazy_frames(int n, std::mt19937_64& rng) {
+  std::vector<std::vector<uint8_t>> f(static_cast<size_t>(n));
+  for (auto& v : f) {
+    v.resize(rng() % 4 == 0 ? rng() % 64 : rng() % (300 * 1024));
+    for (auto& b : v) b = static_cast<uint8_t>(rng());
+  }
+  return f;
+}
+
+// `from` sends `frames` to `to`; `to` posts its receives only once the pair is connected (the
+// connection is made by the send alone), then every frame is checked byte for byte.
+void lazy_send_first(LazyJob& job, int from, int to, const std::vector<std::vector<uint8_t>>& frames) {
+  std::vector<RequestPtr> sends, recvs;
+  for (size_t i = 0; i < frames.size(); ++i) sends.push_back(job[from].dev->send(to, lazy_header(i, frames[i].size()), frames[i]));
+  ASSERT_TRUE(job.await_open(to, from)) << "rank " << to << " never connected to rank " << from;
+  std::vector<std::vector<uint8_t>> got(frames.size());
+  for (size_t i = 0; i < frames.size(); ++i) {
+    got[i].assign(frames[i].size(), 0);
+    recvs.push_back(job[to].dev->recv(from, lazy_header(i, got[i].size()), got[i]));
+  }
+  ASSERT_TRUE(test_support::wait_for(recvs, 30s));
+  ASSERT_TRUE(test_support::wait_for(sends, 30s));
+  for (const auto& r : recvs) ASSERT_TRUE(r->ok()) << r->failure.message;
+  for (const auto& r : sends) ASSERT_TRUE(r->ok()) << r->failure.message;
+  for (size_t i = 0; i < frames.size(); ++i) ASSERT_EQ(frames[i], got[i]) << "frame " << i;
+}
+
+}  // namespace
+
+TEST(LazyConnect, StartUpConnectsOnlyThePairsAPowerOfTwoApart) {
+  LazyJob job;
+  for (int r = 0; r < kLazyRanks; ++r)
+    for (int q = 0; q < kLazyRanks; ++q) {
+      if (q == r) continue;
+      EXPECT_EQ(job[r].open_to(q) > 0, protocol::power_of_two_apart(r, q, kLazyRanks)) << r << " -> " << q;
+    }
+  // Without it, the full mesh.
+  LazyJob eager(false);
+  for (int q = 1; q < kLazyRanks; ++q) EXPECT_GT(eager[0].open_to(q), 0) << q;
+}
+
+// 7 -> 4: the higher rank sends first and dials the pair; 0 -> 3: the lower rank sends first and
+// is dialled back.
+TEST(LazyConnect, EitherEndSendingFirstConnectsThePair) {
+  LazyJob job;
+  std::mt19937_64 rng(1);
+  for (auto [from, to] : {std::pair{7, 4}, std::pair{0, 3}}) {
+    SCOPED_TRACE(std::to_string(from) + " -> " + std::to_string(to));
+    ASSERT_EQ(job[from].open_to(to), 0);
+    lazy_send_first(job, from, to, lazy_frames(40, rng));
+    EXPECT_GT(job[from].open_to(to), 0);
+  }
+}
+
+TEST(LazyConnect, BothEndsSendingAtOnceGetEveryFrameOnce) {
+  LazyJob job;
+  std::mt19937_64 rng(3);
+  const auto a = lazy_frames(30, rng), b = lazy_frames(30, rng);
+  std::vector<RequestPtr> reqs;
+  std::vector<std::vector<uint8_t>> got_a(a.size()), got_b(b.size());
+  // Receives first on both ends, then sends from both: each end triggers the connection.
+  for (size_t i = 0; i < a.size(); ++i) {
+    got_a[i].assign(a[i].size(), 0);
+    reqs.push_back(job[6].dev->recv(1, lazy_header(i, a[i].size()), got_a[i]));
+  }
+  for (size_t i = 0; i < b.size(); ++i) {
+    got_b[i].assign(b[i].size(), 0);
+    reqs.push_back(job[1].dev->recv(6, lazy_header(i, b[i].size()), got_b[i]));
+  }
+  for (size_t i = 0; i < a.size(); ++i) reqs.push_back(job[1].dev->send(6, lazy_header(i, a[i].size()), a[i]));
+  for (size_t i = 0; i < b.size(); ++i) reqs.push_back(job[6].dev->send(1, lazy_header(i, b[i].size()), b[i]));
+  ASSERT_TRUE(test_support::wait_for(reqs, 30s));
+  for (const auto& r : reqs) ASSERT_TRUE(r->ok()) << r->failure.message;
+  EXPECT_EQ(a, got_a);
+  EXPECT_EQ(b, got_b);
+}
+
+TEST(LazyConnect, ASendToARankThatIsGoneFailsTheGroupWithPeerLost) {
+  LazyJob job;
+  job.ranks[3].reset();  // its listening socket closes: a connection there is refused
+  std::vector<uint8_t> payload(1000, 7);
+  const auto send = job[0].dev->send(3, lazy_header(0, payload.size()), payload);
+  ASSERT_TRUE(test_support::wait_for({send}, 20s));
+  EXPECT_FALSE(send->ok());
+  ASSERT_TRUE(job[0].group.failure().has_value());
+  EXPECT_EQ(job[0].group.failure()->code, ErrorCode::kPeerLost) << job[0].group.failure()->message;
+  EXPECT_NE(job[0].group.failure()->message.find("rank 3"), std::string::npos) << job[0].group.failure()->message;
+}
+
+TEST(LazyConnect, ARankThatConnectsAtStartUpRefusesADialBackRequestWithItsReason) {
+  LazyJob job(false);
+  const auto key = test_support::job_key_of("lazy connect test secret");
+  protocol::HandshakeSetup me;
+  me.rank = 0;
+  me.world_size = kLazyRanks;
+  me.session_id = 42;
+  me.streams = 3;
+  me.relays = true;
+  me.key = &key;
+  std::string host;
+  uint16_t port = 0;
+  runtime::split_host_port(job[3].dev->endpoint(), &host, &port);
+  const int fd = runtime::connect_with_timeout(host, port, 5s);
+  ASSERT_GE(fd, 0);
+  protocol::HandshakeDialler d(me, 3, 0, {}, protocol::kHelloFlagDialBack);
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  std::array<uint8_t, 512> buf;
+  while (d.state() == protocol::HandshakeState::kRunning) {
+    const auto out = d.take_output();
+    ASSERT_TRUE(out.empty() || runtime::write_all(fd, out, deadline));
+    const auto in = std::span<uint8_t>(buf.data(), std::min(buf.size(), d.want()));
+    ASSERT_TRUE(runtime::read_all(fd, in, deadline));
+    d.feed(in);
+  }
+  ::close(fd);
+  ASSERT_EQ(d.state(), protocol::HandshakeState::kRefused);
+  EXPECT_NE(d.why().find("not on demand"), std::string::npos) << d.why();
+}
+
+TEST(LazyConnect, OnByDefaultPastThirtyTwoRanks) {
+  Config c;
+  for (auto [setting, ranks, lazy] : {std::tuple{"auto", 32, false}, std::tuple{"auto", 33, true},
+                                      std::tuple{"on", 2, true}, std::tuple{"off", 1024, false}}) {
+    c.lazy_connect = setting;
+    c.world_size = ranks;
+    EXPECT_EQ(api::startup::tcp_options(c, 4).lazy, lazy) << setting << " at " << ranks << " ranks";
+  }
+}
