@@ -105,10 +105,11 @@ struct Config {
   // Costs one copy of every sent byte until the peer acknowledges it. "auto" = on for WAN jobs
   // (GEOCCL_DOMAIN set), off on a single site; on; off.
   std::string tcp_resume = "auto";
-  // GEOCCL_EXPERIMENT lazy_connect: over TCP, a rank connects at start-up only its ring
-  // neighbours and every other peer when it first has a frame for it or a heartbeat (liveness
-  // watches a few peers past 32 ranks), so the connections grow with the peers a rank talks to,
-  // not with the job. "auto" = on past 32 ranks; on; off (the full mesh at start-up).
+  // GEOCCL_EXPERIMENT lazy_connect: over TCP, a rank connects at start-up only the peers 1, 2, 4,
+  // 8, ... apart round the ring of ranks, and every other peer when it first has a frame for it
+  // (a send, a receive, a heartbeat), so the connections grow with the peers a rank talks to, not
+  // with the job. "auto" = on past 32 ranks; on; off (the full mesh at start-up). A group
+  // parameter.
   std::string lazy_connect = "auto";
   // GEOCCL_TCP_RESUME_TIMEOUT_MS: how long a broken stream or a cut link may take to come back
   // before the group fails with peer-unreachable; 0 = the operation deadline (op_timeout), so an

@@ -407,14 +407,17 @@ Work Communicator::allgather(const void* send, void* recv, size_t count, DataTyp
   const size_t bytes = checked_bytes(count, t, static_cast<size_t>(size()));
   const auto in = impl_->plan();
   const size_t small = in->small_msg_bytes;
-  const auto plan = collectives::plan_allgather(in->topo.domains(), impl_->algo(o));
+  const auto plan = collectives::plan_allgather(bytes * static_cast<size_t>(size()), in->topo.domains(), small,
+                                                impl_->algo(o));
   return impl_->submit(header(OpKind::kAllgather, t, bytes), o, [=](OpContext& c) {
     const auto& topo = in->topo;
     if (plan.algo == collectives::Algo::kHierarchical)
       collectives::hierarchical_allgather(c, topo, send, recv, bytes, small);
+    else if (plan.algo == collectives::Algo::kBruck)
+      collectives::bruck_allgather(c, send, recv, bytes);
     else
       collectives::ring_allgather(c, send, recv, bytes);
-  }, plan.algo == collectives::Algo::kHierarchical ? "hier" : "ring");
+  }, collectives::algo_name(plan.algo));
 }
 
 Work Communicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DataType t,

@@ -16,6 +16,7 @@ const char* algo_name(Algo a) {
     case Algo::kHierarchicalSmall: return "hier-small";
     case Algo::kHierarchicalDirect: return "hier-direct";
     case Algo::kHierarchicalLeaders: return "hier-leaders";
+    case Algo::kBruck: return "bruck";
   }
   return "?";
 }
@@ -56,10 +57,13 @@ Plan plan_allreduce(size_t bytes, size_t elem_size, const topology::Topology& to
   return p;
 }
 
-Plan plan_allgather(int domains, const std::string& forced) {
-  if (forced == "hier" || (forced != "flat" && forced != "ring" && domains > 1))
+Plan plan_allgather(size_t bytes, int domains, size_t small_msg_bytes, const std::string& forced) {
+  if (forced == "hier" || (forced != "flat" && forced != "ring" && forced != "rd" && domains > 1))
     return {Algo::kHierarchical, "domain leaders exchange blocks once per WAN path"};
-  return {Algo::kRing, "ring"};
+  if (forced == "ring") return {Algo::kRing, "forced"};
+  if (forced == "rd") return {Algo::kBruck, "forced"};
+  if (bytes <= small_msg_bytes) return {Algo::kBruck, "small: ceil(log2 n) steps"};
+  return {Algo::kRing, "large: ring"};
 }
 
 Plan plan_broadcast(size_t bytes, int world, int domains, size_t small_msg_bytes,

@@ -25,6 +25,7 @@ void for_each_setting(P& p, F&& f) {
   f("security", p.security);
   f("GEOCCL_HEARTBEAT_MS", p.heartbeat_ms);
   f("GEOCCL_LIVENESS_WINDOW_MS", p.liveness_window_ms);
+  f("GEOCCL_EXPERIMENT lazy_connect", p.lazy_connect);
 }
 
 void put(protocol::Writer& w, uint32_t v) { w.u32(v); }
@@ -55,6 +56,7 @@ GroupParams GroupParams::from_config(const Config& cfg, int resolved_streams) {
   p.compression = Compression::parse(cfg.wan_compression).name();
   p.heartbeat_ms = static_cast<uint64_t>(cfg.heartbeat_interval.count());
   p.liveness_window_ms = static_cast<uint64_t>(cfg.liveness_window.count());
+  p.lazy_connect = cfg.lazy_connect;
   for_each_setting(p, [](const char* name, const auto& v) {
     if constexpr (std::is_same_v<std::decay_t<decltype(v)>, std::string>)
       if (v.size() > kMaxParamString)

@@ -5,7 +5,7 @@
 // Canonical encoding (little-endian, src/protocol/wire.h), version kGroupParamsVersion:
 //   u16 version | u32 data_streams | u64 chunk_bytes | u64 small_msg_bytes |
 //   u64 wan_small_msg_bytes | str algo | str transport | str topology | str compression |
-//   str security | u64 heartbeat_ms | u64 liveness_window_ms
+//   str security | u64 heartbeat_ms | u64 liveness_window_ms | str lazy_connect
 //                                                     (str = u32 length + bytes, <= kMaxParamString)
 // A setting added later goes at the end and bumps the version: ranks of different versions then
 // disagree on the hash, and decode() of an unknown version says so.
@@ -21,7 +21,7 @@
 
 namespace geoccl::membership {
 
-inline constexpr uint16_t kGroupParamsVersion = 2;  // 2: heartbeat and liveness window
+inline constexpr uint16_t kGroupParamsVersion = 3;  // 2: heartbeat and liveness window; 3: lazy_connect
 inline constexpr size_t kMaxParamString = 1024;
 inline constexpr int kMaxDataStreams = 64;  // as GEOCCL_TCP_STREAMS allows
 
@@ -38,6 +38,8 @@ struct GroupParams {
   // A rank's window is measured against its peers' heartbeat interval: they must agree.
   uint64_t heartbeat_ms = 1000;               // GEOCCL_HEARTBEAT_MS
   uint64_t liveness_window_ms = 10000;        // GEOCCL_LIVENESS_WINDOW_MS
+  // Which TCP pairs connect at start-up: every rank must expect the same ones.
+  std::string lazy_connect = "auto";          // GEOCCL_EXPERIMENT lazy_connect
 
   bool operator==(const GroupParams&) const = default;
 

@@ -54,8 +54,8 @@ TEST(GroupParams, CanonicalLittleEndianEncoding) {
   EXPECT_EQ(b[1], 0);
   EXPECT_EQ(b[2], 3);  // u32 data streams
   EXPECT_EQ(b[5], 0);
-  // 2 + 4 + 3 * 8 bytes of numbers, five strings of u32 length + bytes, two more u64.
-  EXPECT_EQ(b.size(), 30u + 5 * 4 + 2 + 4 + 4 + 4 + 3 + 16);
+  // 2 + 4 + 3 * 8 bytes of numbers, five strings of u32 length + bytes, two more u64, a string.
+  EXPECT_EQ(b.size(), 30u + 5 * 4 + 2 + 4 + 4 + 4 + 3 + 16 + 4 + 4);
   EXPECT_EQ(b[30], 2);  // length of "rd"
   EXPECT_EQ(b[34], 'r');
 }
@@ -94,10 +94,10 @@ TEST(GroupParams, HashIsStableAndSeesEverySetting) {
   const GroupParams p = sample();
   EXPECT_EQ(p.hash(), sample().hash());
   // FNV-1a 64 of the encoding: fixed across builds and hosts, so pinned here (computed apart
-  // from this code, over the 85 bytes of the default encoding).
-  EXPECT_EQ(GroupParams{}.encode().size(), 85u);
-  EXPECT_EQ(GroupParams{}.hash(), 0xe6182ac7bfb25652ull);
-  std::vector<GroupParams> variants(11, p);
+  // from this code, over the 93 bytes of the default encoding).
+  EXPECT_EQ(GroupParams{}.encode().size(), 93u);
+  EXPECT_EQ(GroupParams{}.hash(), 0xb64bad4599b1071eull);
+  std::vector<GroupParams> variants(12, p);
   variants[0].data_streams = 5;
   variants[1].chunk_bytes += 1;
   variants[2].small_msg_bytes += 1;
@@ -109,6 +109,7 @@ TEST(GroupParams, HashIsStableAndSeesEverySetting) {
   variants[8].security = "tls";
   variants[9].heartbeat_ms += 1;
   variants[10].liveness_window_ms += 1;
+  variants[11].lazy_connect = "on";
   for (const auto& v : variants) EXPECT_NE(v.hash(), p.hash());
   // Length-prefixed strings: moving a byte from one string to the next changes the hash.
   GroupParams a, b;

@@ -25,7 +25,10 @@ TEST(Planner, BroadcastAndAllgather) {
   EXPECT_EQ(plan_broadcast(10 << 20, 4, 1, 65536, "auto").algo, Algo::kChain);
   EXPECT_EQ(plan_broadcast(10 << 20, 4, 2, 65536, "auto").algo, Algo::kHierarchical);
   EXPECT_EQ(plan_broadcast(10 << 20, 4, 2, 65536, "flat").algo, Algo::kChain);
-  EXPECT_EQ(plan_allgather(2, "auto").algo, Algo::kHierarchical);
-  EXPECT_EQ(plan_allgather(1, "auto").algo, Algo::kRing);
-  EXPECT_EQ(plan_allgather(3, "ring").algo, Algo::kRing);
+  EXPECT_EQ(plan_allgather(64 << 10, 2, 64 << 10, "auto").algo, Algo::kHierarchical);
+  EXPECT_EQ(plan_allgather(1 << 20, 1, 64 << 10, "auto").algo, Algo::kRing);
+  EXPECT_EQ(plan_allgather(64 << 10, 1, 64 << 10, "auto").algo, Algo::kBruck);
+  EXPECT_EQ(plan_allgather(4096, 3, 64 << 10, "ring").algo, Algo::kRing);
+  EXPECT_EQ(plan_allgather(1 << 20, 3, 64 << 10, "rd").algo, Algo::kBruck);
+  EXPECT_EQ(plan_allgather(4096, 3, 64 << 10, "flat").algo, Algo::kBruck);
 }

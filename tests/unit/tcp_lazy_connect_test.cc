@@ -56,9 +56,12 @@ struct LazyRank {
 
 struct LazyJob {
   std::vector<std::unique_ptr<LazyRank>> ranks;
-  explicit LazyJob(bool lazy = true) {
+  // `initial_streams` 0: every pair's data streams fixed at 2; else measured from that many up.
+  explicit LazyJob(bool lazy = true, int data_streams = 2, int initial_streams = 0) {
     TcpOptions o;
-    o.data_streams = 2;
+    o.data_streams = data_streams;
+    o.initial_streams = initial_streams;
+    o.wan_resume = true;
     o.lazy = lazy;
     const auto key = test_support::job_key_of("lazy connect test secret");
     for (int r = 0; r < kLazyRanks; ++r) ranks.push_back(std::make_unique<LazyRank>(r, o, key));
@@ -183,16 +186,47 @@ TEST(LazyConnect, BothEndsSendingAtOnceGetEveryFrameOnce) {
   EXPECT_EQ(b, got_b);
 }
 
+// The lower rank asking (0 -> 3) and the higher rank dialling (7 -> 4): a refused connection is a
+// gone process, reported at once (well inside the resume timeout).
 TEST(LazyConnect, ASendToARankThatIsGoneFailsTheGroupWithPeerLost) {
-  LazyJob job;
-  job.ranks[3].reset();  // its listening socket closes: a connection there is refused
-  std::vector<uint8_t> payload(1000, 7);
-  const auto send = job[0].dev->send(3, lazy_header(0, payload.size()), payload);
-  ASSERT_TRUE(test_support::wait_for({send}, 20s));
-  EXPECT_FALSE(send->ok());
-  ASSERT_TRUE(job[0].group.failure().has_value());
-  EXPECT_EQ(job[0].group.failure()->code, ErrorCode::kPeerLost) << job[0].group.failure()->message;
-  EXPECT_NE(job[0].group.failure()->message.find("rank 3"), std::string::npos) << job[0].group.failure()->message;
+  for (auto [from, to] : {std::pair{0, 3}, std::pair{7, 4}}) {
+    SCOPED_TRACE(std::to_string(from) + " -> " + std::to_string(to));
+    LazyJob job;
+    job.ranks[static_cast<size_t>(to)].reset();  // its listening socket closes: a connection there is refused
+    std::vector<uint8_t> payload(1000, 7);
+    const auto send = job[from].dev->send(to, lazy_header(0, payload.size()), payload);
+    ASSERT_TRUE(test_support::wait_for({send}, 10s));
+    EXPECT_FALSE(send->ok());
+    const auto f = job[from].group.failure();
+    ASSERT_TRUE(f.has_value());
+    EXPECT_EQ(f->code, ErrorCode::kPeerLost) << f->message;
+    EXPECT_NE(f->message.find("rank " + std::to_string(to)), std::string::npos) << f->message;
+  }
+}
+
+// Every pair a WAN pair (set before any frame): the pair connected on demand carries its frames
+// and the dialling end then opens its other data streams, with the count fixed (2) and measured
+// (starting at 2 of 4).
+TEST(LazyConnect, AWanPairConnectedOnDemandOpensItsStripedStreams) {
+  for (int initial : {0, 2}) {
+    SCOPED_TRACE(initial ? "measured" : "fixed");
+    LazyJob job(true, initial ? 4 : 2, initial);
+    for (int r = 0; r < kLazyRanks; ++r)
+      for (int q = 0; q < kLazyRanks; ++q)
+        if (q != r) job[r].dev->set_wan_peer(q, true);
+    std::mt19937_64 rng(4);
+    for (auto [from, to] : {std::pair{7, 4}, std::pair{0, 3}}) {
+      lazy_send_first(job, from, to, lazy_frames(60, rng));
+      const int dialler = std::max(from, to), other = std::min(from, to);
+      const auto deadline = std::chrono::steady_clock::now() + 10s;
+      while (job[dialler].open_to(other) < 2 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(1ms);
+      EXPECT_EQ(job[dialler].open_to(other), 2) << from << " -> " << to;
+      EXPECT_FALSE(job[from].group.failure().has_value());
+      // And more frames after the streams changed.
+      lazy_send_first(job, to, from, lazy_frames(30, rng));
+    }
+  }
 }
 
 TEST(LazyConnect, ARankThatConnectsAtStartUpRefusesADialBackRequestWithItsReason) {

@@ -29,7 +29,7 @@ Domains find(const Context& c) {
   h.kind = OpKind::kAllgather;
   h.dtype = static_cast<uint8_t>(DataType::kUInt8);
   h.op_bytes = kBlock * n;
-  c.collective(h, [&](collectives::OpContext& ctx) { collectives::ring_allgather(ctx, mine.data(), all.data(), kBlock); });
+  c.collective(h, [&](collectives::OpContext& ctx) { collectives::bruck_allgather(ctx, mine.data(), all.data(), kBlock); });
   std::vector<std::string> labels, hosts;
   for (size_t r = 0; r < n; ++r) {
     labels.emplace_back(reinterpret_cast<const char*>(all.data() + r * kBlock));

@@ -205,6 +205,7 @@ void TcpDevice::adopt(int fd, int peer_rank, int stream, const security::Connect
       const size_t bytes = op.payload.size();
       next_send_conn(p, bytes).post_send(std::move(op));
     }
+    if (p.wan) open_initial_wan_streams(p);
   }
   ++connected_;
   group_.notify();

@@ -311,13 +311,7 @@ void TcpDevice::apply_wan_peer(TcpPeer& p, bool wan) {
   if (!wan) return;
   for (int s = 1; s < streams_; ++s)
     if (TcpConnection* c = p.streams[static_cast<size_t>(s)].get()) c->tune_for_wan();
-  // The WAN peer's other initial data streams: the dialling end opens them now, in the
-  // background (their handshakes take round trips on the WAN path).
-  if (group_.rank() > p.rank && p.streams[kControlStream] && open < initial_streams_ - 1 &&
-      !p.opening.exchange(true)) {
-    if (p.opener.joinable()) p.opener.join();
-    p.opener = std::thread([this, &p, open] { open_streams(p, open + 1, initial_streams_ - 1); });
-  }
+  open_initial_wan_streams(p);
   if (initial_streams_ < streams_ && !p.width_control) {
     StreamWidthOptions wo;
     wo.start = initial_streams_ - 1;
@@ -333,6 +327,17 @@ void TcpDevice::apply_wan_peer(TcpPeer& p, bool wan) {
     p.bulk_rate = std::make_unique<ScavengerRate>(scavenge_->options);
     apply_bulk_rates();
     if (!scavenge_->tick) scavenge_tick();
+  }
+}
+
+void TcpDevice::open_initial_wan_streams(TcpPeer& p) {
+  // Their handshakes take round trips on the WAN path. A pair connected on demand opens them once
+  // its first data stream is in (before, the opener would dial that stream a second time).
+  const int open = open_prefix(p);
+  if (group_.rank() > p.rank && p.streams[kControlStream] && (!options_.lazy || p.met) &&
+      open < initial_streams_ - 1 && !p.opening.exchange(true)) {
+    if (p.opener.joinable()) p.opener.join();
+    p.opener = std::thread([this, &p, open] { open_streams(p, open + 1, initial_streams_ - 1); });
   }
 }
 
@@ -352,7 +357,7 @@ void TcpDevice::width_tick() {
   width_at_ = now;
   for (auto& pp : peers_) {
     TcpPeer& p = *pp;
-    if (!p.width_control || !p.streams[kControlStream]) continue;  // not connected yet (on demand)
+    if (!p.width_control || !p.streams[kControlStream] || (options_.lazy && !p.met)) continue;  // not connected yet
     const int open = open_prefix(p);
     // Frames waiting in user space at both ends of the span: the path, not the sender, set
     // what was written in it.

@@ -145,7 +145,7 @@ struct TcpPeer {
   std::vector<std::unique_ptr<TcpConnection>> streams;  // [0] control, [1..S] data
   Session session;
   int width = 1;        // data streams frames may use
-  bool wan = false;     // in another domain (set_wan_peer)
+  std::atomic<bool> wan{false};  // in another domain (set_wan_peer; read by dialling threads)
   bool resume = false;  // streams to it are re-established when they break (see the constructor)
   // The rank whose relay carries every stream to this peer (-1: direct). The dialler sets it
   // before the pair's first stream is adopted (no direct path at start-up), or when a WAN path
@@ -343,15 +343,27 @@ class TcpDevice final : public Device, public WanTuning, public PathReader, publ
   // (the first directly within relay_after). kRelay: the peer gave no direct answer (or another
   // class found none): connect_through_relay next. Throws Error(kProtocol) when the peer refuses
   // us, Error(kTimeout) at `deadline`.
+  // `gone_on_refusal`: a refused connection means the peer's process is gone (Error(kPeerLost));
+  // at start-up it may not be listening yet, and the dial is tried again.
   enum class SetupDial { kDone, kRelay, kStopped };
-  SetupDial dial_setup_streams(TcpPeer& p, Clock::time_point deadline, const std::atomic<bool>& stop);
+  SetupDial dial_setup_streams(TcpPeer& p, Clock::time_point deadline, const std::atomic<bool>& stop,
+                               bool gone_on_refusal = false);
+  // The dialling end opens a WAN peer's other initial data streams in the background, once the
+  // pair is connected (loop thread).
+  void open_initial_wan_streams(TcpPeer& p);
   // Connections on demand (TcpOptions::lazy), loop thread: `p` has a frame to carry (`sending`: a
   // send or a heartbeat; else a receive) and is not connected yet: the connector thread starts.
   void want_connection(TcpPeer& p, bool sending);
   // Connector thread: the higher rank dials the pair; the lower rank asks the peer to dial it
   // (ask_dial_back) until it has. A failure fails the group.
   void connect_on_demand(TcpPeer& p);
+  // The lower end: asks the peer directly, and through another rank's relay (relay.h) when the
+  // direct path gives no answer within relay_after, until the peer's control stream is adopted.
   void ask_dial_back(TcpPeer& p, Clock::time_point deadline);
+  // One dial-back request to `p`, directly (via < 0) or through `via`'s relay: whether the
+  // request was delivered. *refused: nobody listens at the peer's address (direct only); throws
+  // Error(kProtocol) when the peer refuses the request.
+  bool request_dial_back(const TcpPeer& p, int via, Clock::time_point deadline, std::string* why, bool* refused);
   // A dial-back request (a Hello with kHelloFlagDialBack) from a pending connection, loop thread.
   void serve_dial_back(int fd, protocol::HandshakeAcceptor& hs);
   // A relay request (a Hello with kHelloFlagRelayRequest) from a pending connection: the relay

@@ -60,6 +60,7 @@ void TcpDevice::connect_through_relay(TcpPeer& p, const std::vector<int>& peers,
   std::string why = "no other rank to relay through";
   int chosen = -1;
   while (chosen < 0) {
+    if (closing_.load() || group_.failed()) throw Error(ErrorCode::kAborted, "the group is closing");
     for (int c : candidates) {
       p.relay.store(c);
       bool rejected = false;
@@ -91,9 +92,11 @@ void TcpDevice::connect_through_relay(TcpPeer& p, const std::vector<int>& peers,
     bool rejected = false;
     security::ConnectionKeys keys;
     int fd = -1;
-    while ((fd = dial(p, p.wan, stream, deadline, &swhy, &rejected, &keys)) < 0) {
+    while ((fd = dial(p, p.wan, stream, std::min(deadline, Clock::now() + relayed_attempt()), &swhy, &rejected,
+                      &keys)) < 0) {
       if (rejected) throw Error(ErrorCode::kProtocol, swhy);
       if (Clock::now() >= deadline) throw Error(ErrorCode::kTimeout, swhy);
+      if (closing_.load() || group_.failed()) throw Error(ErrorCode::kAborted, "the group is closing");
       maybe_poll();
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
@@ -102,7 +105,7 @@ void TcpDevice::connect_through_relay(TcpPeer& p, const std::vector<int>& peers,
 }
 
 TcpDevice::SetupDial TcpDevice::dial_setup_streams(TcpPeer& p, Clock::time_point deadline,
-                                                   const std::atomic<bool>& stop) {
+                                                   const std::atomic<bool>& stop, bool gone_on_refusal) {
   const int r = p.rank;
   p.endpoint = endpoint_of(r);
   if (p.endpoint.empty())
@@ -118,16 +121,20 @@ TcpDevice::SetupDial TcpDevice::dial_setup_streams(TcpPeer& p, Clock::time_point
     int fd = -1;
     security::ConnectionKeys keys;
     // The peer is listening already (it published its address), but retry briefly on refusal.
-    while ((fd = dial(p, p.wan, stream, stream == 0 ? direct_deadline : deadline, &why, &rejected, &keys,
-                      &refused)) < 0) {
+    // Each attempt is bounded, so that a stop (another dial failed, the device closing, the
+    // group failing) is seen within one.
+    while ((fd = dial(p, p.wan, stream,
+                      std::min(stream == 0 ? direct_deadline : deadline, Clock::now() + relayed_attempt()), &why,
+                      &rejected, &keys, &refused)) < 0) {
       if (rejected) throw Error(ErrorCode::kProtocol, why);  // dial_all polls for the peer's reason
+      if (refused && gone_on_refusal) throw Error(ErrorCode::kPeerLost, why + ": its process is gone");
       if (stream == 0 && !refused && direct_deadline < deadline && Clock::now() >= direct_deadline) {
         GEOCCL_LOG(kInfo, "rank " << r << " did not answer directly within " << options_.relay_after.count()
                                   << " ms (" << why << "): trying relays");
         return SetupDial::kRelay;
       }
       if (Clock::now() >= deadline) throw Error(ErrorCode::kTimeout, why);
-      if (stop.load()) return SetupDial::kStopped;  // another dial failed: the set-up is over
+      if (stop.load() || group_.failed()) return SetupDial::kStopped;  // the set-up is over
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     adopt_dialled(fd, r, stream, keys, -1);
@@ -220,7 +227,7 @@ void TcpDevice::connect_on_demand(TcpPeer& p) {
   try {
     if (group_.rank() > p.rank) {
       GEOCCL_LOG(kDebug, "connecting rank " << p.rank << " on demand");
-      if (dial_setup_streams(p, deadline, closing_) == SetupDial::kRelay) {
+      if (dial_setup_streams(p, deadline, closing_, true) == SetupDial::kRelay) {
         const Poll none;
         connect_through_relay(p, served_, none, deadline);
       }
@@ -243,49 +250,95 @@ void TcpDevice::connect_on_demand(TcpPeer& p) {
   p.connecting.store(false);
 }
 
-void TcpDevice::ask_dial_back(TcpPeer& p, Clock::time_point deadline) {
-  const std::string ep = endpoint_of(p.rank);
+bool TcpDevice::request_dial_back(const TcpPeer& p, int via, Clock::time_point deadline, std::string* why,
+                                  bool* refused) {
+  *refused = false;
+  const std::string ep = endpoint_of(via >= 0 ? via : p.rank);
+  const std::string where = "rank " + std::to_string(p.rank) + (via >= 0 ? " through rank " + std::to_string(via) : "");
+  if (ep.empty()) {
+    *why = "no address for " + where;
+    return false;
+  }
   std::string host;
   uint16_t port = 0;
-  if (ep.empty())
-    throw Error(ErrorCode::kProtocol, "rank " + std::to_string(p.rank) + " published a malformed TCP address");
   split_host_port(ep, &host, &port);
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  const int fd = left.count() > 0 ? connect_with_timeout(host, port, left) : -1;
+  if (fd < 0) {
+    *refused = via < 0 && errno == ECONNREFUSED;
+    *why = "cannot connect to " + where + ": " + std::strerror(errno);
+    return false;
+  }
+  // Runs one handshake on the blocking socket; false on an I/O failure.
+  auto run = [&](protocol::HandshakeDialler& hs) {
+    std::array<uint8_t, 512> buf;
+    while (hs.state() == protocol::HandshakeState::kRunning) {
+      const auto out = hs.take_output();
+      if (!out.empty() && !write_all(fd, out, deadline)) return false;
+      const auto in = std::span<uint8_t>(buf.data(), std::min(buf.size(), hs.want()));
+      if (!in.empty() && !read_all(fd, in, deadline)) return false;
+      hs.feed(in);
+    }
+    return true;
+  };
+  const auto setup = tcp_handshake();
+  bool ok = true;
+  if (via >= 0) {  // first the relay: "connect me to p"
+    protocol::HandshakeDialler request(setup, static_cast<uint32_t>(via), kControlStream, {},
+                                       protocol::kHelloFlagRelayRequest, static_cast<uint32_t>(p.rank));
+    ok = run(request) && request.state() == protocol::HandshakeState::kDone;
+    if (!ok) *why = "rank " + std::to_string(via) + " did not relay to rank " + std::to_string(p.rank);
+  }
+  if (ok) {
+    protocol::HandshakeDialler hs(setup, static_cast<uint32_t>(p.rank), kControlStream, {},
+                                  protocol::kHelloFlagDialBack | (via >= 0 ? protocol::kHelloFlagRelayed : 0),
+                                  via >= 0 ? static_cast<uint32_t>(via) : 0);
+    ok = run(hs);
+    if (!ok) *why = "asking " + where + " failed: " + std::strerror(errno);
+    // The peer said no: it does not connect on demand (another setting), or we are not welcome.
+    if (hs.state() == protocol::HandshakeState::kRefused) {
+      ::close(fd);
+      throw Error(ErrorCode::kProtocol, "rank " + std::to_string(p.rank) + " refused to connect to this rank: " + hs.why());
+    }
+  }
+  ::close(fd);
+  return ok;
+}
+
+void TcpDevice::ask_dial_back(TcpPeer& p, Clock::time_point deadline) {
+  if (endpoint_of(p.rank).empty())
+    throw Error(ErrorCode::kProtocol, "rank " + std::to_string(p.rank) + " published a malformed TCP address");
+  const bool may_relay = options_.relay_after.count() > 0 && group_.size() > 2;
+  const auto direct_until = Clock::now() + options_.relay_after;
   std::string why = "no answer";
   while (!p.control_up.load()) {
     if (closing_.load() || group_.failed()) return;
     const auto now = Clock::now();
     if (now >= deadline)
-      throw Error(ErrorCode::kTimeout, "rank " + std::to_string(p.rank) + " at " + ep +
-                                           " did not connect to this rank when asked (last: " + why + ")");
-    const auto attempt = std::min(deadline, now + std::chrono::seconds(2));
-    const int fd = connect_with_timeout(
-        host, port, std::chrono::duration_cast<std::chrono::milliseconds>(attempt - now));
-    if (fd < 0) {
-      if (errno == ECONNREFUSED)
-        throw Error(ErrorCode::kPeerLost, "rank " + std::to_string(p.rank) + " at " + ep +
-                                              " refuses connections: its process is gone");
-      why = std::string("cannot connect: ") + std::strerror(errno);
-    } else {
-      protocol::HandshakeDialler hs(tcp_handshake(), static_cast<uint32_t>(p.rank), kControlStream, {},
-                                    protocol::kHelloFlagDialBack);
-      std::array<uint8_t, 512> buf;
-      bool io = true;
-      while (io && hs.state() == protocol::HandshakeState::kRunning) {
-        const auto out = hs.take_output();
-        if (!out.empty() && !write_all(fd, out, attempt)) io = false;
-        const auto in = std::span<uint8_t>(buf.data(), std::min(buf.size(), hs.want()));
-        if (io && !in.empty() && !read_all(fd, in, attempt)) io = false;
-        if (io) hs.feed(in);
+      throw Error(ErrorCode::kTimeout, "rank " + std::to_string(p.rank) + " did not connect to this rank when asked (last: " +
+                                           why + ")");
+    bool refused = false;
+    bool asked = request_dial_back(p, -1, std::min(deadline, now + std::chrono::seconds(2)), &why, &refused);
+    if (refused)
+      throw Error(ErrorCode::kPeerLost, "rank " + std::to_string(p.rank) + " refuses connections: its process is gone");
+    if (!asked && may_relay && Clock::now() >= direct_until) {
+      // No direct answer (a cut path, a firewall): through the ranks this one reaches, which the
+      // peer's dial back will use too (connect_through_relay).
+      std::vector<int> via;
+      group_.loop().run_owned([&] {
+        for (int r : served_)
+          if (r != p.rank && peer(r).streams[kControlStream] && peer(r).relay.load() < 0) via.push_back(r);
+      });
+      for (int v : via) {
+        if (closing_.load() || group_.failed()) return;
+        std::string vwhy;
+        if ((asked = request_dial_back(p, v, std::min(deadline, Clock::now() + relayed_attempt()), &vwhy, &refused)))
+          break;
+        GEOCCL_LOG(kDebug, vwhy);
       }
-      ::close(fd);
-      // The peer said no: it does not connect on demand (another setting), or we are not welcome.
-      if (hs.state() == protocol::HandshakeState::kRefused)
-        throw Error(ErrorCode::kProtocol, "rank " + std::to_string(p.rank) + " refused to connect to this rank: " +
-                                              hs.why());
-      if (!io) why = std::string("asking failed: ") + std::strerror(errno);
     }
-    // Its connection comes within a round trip or two; ask again if it has not after a second.
-    const auto wait = std::min(deadline, Clock::now() + std::chrono::seconds(1));
+    // Its connection comes within a round trip or two (or a relay's time); ask again after that.
+    const auto wait = std::min(deadline, Clock::now() + (asked ? relayed_attempt() : std::chrono::seconds(1)));
     while (!p.control_up.load() && Clock::now() < wait && !closing_.load() && !group_.failed())
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
@@ -381,7 +434,7 @@ void TcpDevice::stream_broken(TcpPeer& p, int stream) {
     if (p.relay.load() < 0 && via_for(p, stream) >= 0) attempt = std::max(3 * attempt, std::chrono::milliseconds(2000));
     std::thread& t = p.dialers[static_cast<size_t>(stream)];
     if (t.joinable()) t.join();
-    t = std::thread([this, &p, stream, wan = p.wan, attempt] { redial(p, wan, stream, attempt); });
+    t = std::thread([this, &p, stream, wan = p.wan.load(), attempt] { redial(p, wan, stream, attempt); });
     return;
   }
   p.streams[static_cast<size_t>(stream)]->await_resume(options_.resume_timeout);
