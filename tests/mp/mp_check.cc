@@ -30,6 +30,7 @@
 #include "membership/sealed_store.h"
 #include "protocol/frame.h"
 #include "protocol/handshake.h"
+#include "protocol/liveness.h"
 #include "protocol/wire.h"
 #include "security/auth.h"
 #include "security/sealer.h"
@@ -792,6 +793,39 @@ int mode_channels(Communicator& c) {
 // recv_any: rank 0 receives from whichever peer's message is there; the peers send at staggered
 // times (the last rank first), on both priority classes; a receive from one peer after a
 // receive from any keeps that peer's message order.
+// Past 32 ranks over TCP (connections on demand): after start-up a rank has data streams to the
+// peers a power of two apart round the ring and to no other; an alltoall, which moves a block
+// between every pair, connects the rest, and every block arrives.
+int mode_lazy(Communicator& c) {
+  const int me = c.rank(), n = c.size();
+  auto open_streams = [&] {
+    std::vector<int> open(static_cast<size_t>(n), -1);
+    for (const auto& ps : c.peer_stats()) open[static_cast<size_t>(ps.peer)] = ps.tcp.data_streams;
+    return open;
+  };
+  auto open = open_streams();
+  for (int q = 0; q < n; ++q) {
+    if (q == me) continue;
+    const bool near = protocol::power_of_two_apart(me, q, n);
+    CHECK((open[static_cast<size_t>(q)] > 0) == near, "peer %d (%s apart): %d data streams at start-up", q,
+          near ? "a power of two" : "not a power of two", open[static_cast<size_t>(q)]);
+  }
+  const size_t count = 1000;
+  std::vector<int64_t> src(count * static_cast<size_t>(n)), out(src.size(), -1);
+  for (int q = 0; q < n; ++q)
+    for (size_t i = 0; i < count; ++i) src[static_cast<size_t>(q) * count + i] = int64_t{me} * 1000000 + q * 1000 + static_cast<int64_t>(i);
+  c.alltoall(src.data(), out.data(), count, DataType::kInt64).wait();
+  for (int q = 0; q < n; ++q)
+    for (size_t i = 0; i < count; ++i)
+      CHECK(out[static_cast<size_t>(q) * count + i] == int64_t{q} * 1000000 + me * 1000 + static_cast<int64_t>(i),
+            "alltoall block from rank %d element %zu", q, i);
+  open = open_streams();
+  for (int q = 0; q < n; ++q)
+    CHECK(q == me || open[static_cast<size_t>(q)] > 0, "peer %d: no data stream after the alltoall", q);
+  c.barrier().wait();
+  return 0;
+}
+
 int mode_recv_any(Communicator& c) {
   const int me = c.rank(), n = c.size();
   for (Priority prio : {Priority::kGradient, Priority::kBulk}) {
@@ -1457,6 +1491,7 @@ int main(int argc, char** argv) {
     if (mode == "stream_width") return mode_stream_width(c);
     if (mode == "replan") return mode_replan(c);
     if (mode == "recv-any") return mode_recv_any(c);
+    if (mode == "lazy") return mode_lazy(c);
     if (mode == "marker") return mode_marker(c);
     if (mode == "decider") {
       // GEOCCL_TRANSPORT remote=auto: every peer in another domain has a reason for its

@@ -294,6 +294,20 @@ TEST(PointToPoint, RecvFromAnySourceReportsTheSender) {
   }
 }
 
+// 40 ranks over TCP with default settings: connections on demand (past 32 ranks). At start-up
+// only the pairs a power of two apart have streams; an alltoall connects the rest; every
+// collective matches its reference, and a receive from any source hears all 39 senders.
+TEST(Scale, FortyRanksOverTcpConnectOnDemand) {
+#ifdef GEOCCL_TEST_SANITIZED
+  GTEST_SKIP() << "40 processes under the sanitizers: the release build runs it";
+#endif
+  for (const char* mode : {"lazy", "collectives", "recv-any"}) {
+    SCOPED_TRACE(mode);
+    const auto codes = run_ranks(40, mode, 240, {{"GEOCCL_TRANSPORT", "tcp"}});
+    for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+  }
+}
+
 TEST(Channels, MismatchOnTheBulkClassFailsEveryRank) {
   const auto codes = run_ranks(3, "mismatch-bulk", 60);
   for (int c : codes) EXPECT_EQ(c, 0);
