@@ -58,7 +58,7 @@ Plan plan_allreduce(size_t bytes, size_t elem_size, const topology::Topology& to
 }
 
 Plan plan_allgather(size_t bytes, int domains, size_t small_msg_bytes, const std::string& forced) {
-  if (forced == "hier" || (forced != "flat" && forced != "ring" && forced != "rd" && domains > 1))
+  if (forced == "hier" || (forced != "flat" && forced != "ring" && domains > 1))
     return {Algo::kHierarchical, "domain leaders exchange blocks once per WAN path"};
   if (forced == "ring") return {Algo::kRing, "forced"};
   if (forced == "rd") return {Algo::kBruck, "forced"};

@@ -36,7 +36,8 @@ Plan plan_allreduce(size_t bytes, size_t elem_size, const topology::Topology& to
 Plan plan_broadcast(size_t bytes, int world, int domains, size_t small_msg_bytes,
                     const std::string& forced);
 // Allgather of `bytes` in all (every rank's block): hierarchical across domains; inside one,
-// Bruck's ceil(log2 n) steps up to `small_msg_bytes` (forced: "rd"), the ring above ("ring").
+// Bruck's ceil(log2 n) steps up to `small_msg_bytes` (forced on one site: "rd"), the ring above
+// ("ring").
 Plan plan_allgather(size_t bytes, int domains, size_t small_msg_bytes, const std::string& forced);
 
 }  // namespace geoccl::collectives

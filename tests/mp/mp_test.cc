@@ -303,7 +303,7 @@ TEST(Scale, FortyRanksOverTcpConnectOnDemand) {
 #endif
   for (const char* mode : {"lazy", "collectives", "recv-any"}) {
     SCOPED_TRACE(mode);
-    const auto codes = run_ranks(40, mode, 240, {{"GEOCCL_TRANSPORT", "tcp"}});
+    const auto codes = run_ranks(40, mode, 150, {{"GEOCCL_TRANSPORT", "tcp"}});
     for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
   }
 }

@@ -29,6 +29,7 @@ TEST(Planner, BroadcastAndAllgather) {
   EXPECT_EQ(plan_allgather(1 << 20, 1, 64 << 10, "auto").algo, Algo::kRing);
   EXPECT_EQ(plan_allgather(64 << 10, 1, 64 << 10, "auto").algo, Algo::kBruck);
   EXPECT_EQ(plan_allgather(4096, 3, 64 << 10, "ring").algo, Algo::kRing);
-  EXPECT_EQ(plan_allgather(1 << 20, 3, 64 << 10, "rd").algo, Algo::kBruck);
+  EXPECT_EQ(plan_allgather(1 << 20, 1, 64 << 10, "rd").algo, Algo::kBruck);
+  EXPECT_EQ(plan_allgather(4096, 3, 64 << 10, "rd").algo, Algo::kHierarchical);
   EXPECT_EQ(plan_allgather(4096, 3, 64 << 10, "flat").algo, Algo::kBruck);
 }

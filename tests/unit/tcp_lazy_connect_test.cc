@@ -221,7 +221,7 @@ TEST(LazyConnect, AWanPairConnectedOnDemandOpensItsStripedStreams) {
       const auto deadline = std::chrono::steady_clock::now() + 10s;
       while (job[dialler].open_to(other) < 2 && std::chrono::steady_clock::now() < deadline)
         std::this_thread::sleep_for(1ms);
-      EXPECT_EQ(job[dialler].open_to(other), 2) << from << " -> " << to;
+      EXPECT_GE(job[dialler].open_to(other), 2) << from << " -> " << to;
       EXPECT_FALSE(job[from].group.failure().has_value());
       // And more frames after the streams changed.
       lazy_send_first(job, to, from, lazy_frames(30, rng));

@@ -327,6 +327,12 @@ class TcpDevice final : public Device, public WanTuning, public PathReader, publ
   // *via: the relay dialled (via_for), -1 direct.
   int dial(const TcpPeer& p, bool wan, int stream, Clock::time_point deadline, std::string* why,
            bool* rejected, security::ConnectionKeys* keys, bool* refused = nullptr, int* via = nullptr);
+  // The end of one dial attempt: `deadline` at start-up; a connection made on demand bounds each
+  // attempt (relayed_attempt), so that its connector sees a stop (the device closing, the group
+  // failing) within one.
+  Clock::time_point attempt_until(Clock::time_point deadline) const;
+  // Throws the group's failure, or Error(kAborted) while the device closes.
+  void throw_if_stopping() const;
   // How long one dial through a relay may take: the relay answers within its own relay_after
   // (it tries to reach the peer that long), and the handshake follows.
   std::chrono::milliseconds relayed_attempt() const { return 2 * options_.relay_after + std::chrono::seconds(2); }

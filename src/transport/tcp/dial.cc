@@ -60,8 +60,9 @@ void TcpDevice::connect_through_relay(TcpPeer& p, const std::vector<int>& peers,
   std::string why = "no other rank to relay through";
   int chosen = -1;
   while (chosen < 0) {
-    if (closing_.load() || group_.failed()) throw Error(ErrorCode::kAborted, "the group is closing");
+    throw_if_stopping();
     for (int c : candidates) {
+      throw_if_stopping();
       p.relay.store(c);
       bool rejected = false;
       security::ConnectionKeys keys;
@@ -92,11 +93,10 @@ void TcpDevice::connect_through_relay(TcpPeer& p, const std::vector<int>& peers,
     bool rejected = false;
     security::ConnectionKeys keys;
     int fd = -1;
-    while ((fd = dial(p, p.wan, stream, std::min(deadline, Clock::now() + relayed_attempt()), &swhy, &rejected,
-                      &keys)) < 0) {
+    while ((fd = dial(p, p.wan, stream, attempt_until(deadline), &swhy, &rejected, &keys)) < 0) {
       if (rejected) throw Error(ErrorCode::kProtocol, swhy);
       if (Clock::now() >= deadline) throw Error(ErrorCode::kTimeout, swhy);
-      if (closing_.load() || group_.failed()) throw Error(ErrorCode::kAborted, "the group is closing");
+      throw_if_stopping();
       maybe_poll();
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
@@ -121,11 +121,8 @@ TcpDevice::SetupDial TcpDevice::dial_setup_streams(TcpPeer& p, Clock::time_point
     int fd = -1;
     security::ConnectionKeys keys;
     // The peer is listening already (it published its address), but retry briefly on refusal.
-    // Each attempt is bounded, so that a stop (another dial failed, the device closing, the
-    // group failing) is seen within one.
-    while ((fd = dial(p, p.wan, stream,
-                      std::min(stream == 0 ? direct_deadline : deadline, Clock::now() + relayed_attempt()), &why,
-                      &rejected, &keys, &refused)) < 0) {
+    while ((fd = dial(p, p.wan, stream, attempt_until(stream == 0 ? direct_deadline : deadline), &why, &rejected,
+                      &keys, &refused)) < 0) {
       if (rejected) throw Error(ErrorCode::kProtocol, why);  // dial_all polls for the peer's reason
       if (refused && gone_on_refusal) throw Error(ErrorCode::kPeerLost, why + ": its process is gone");
       if (stream == 0 && !refused && direct_deadline < deadline && Clock::now() >= direct_deadline) {
@@ -317,7 +314,7 @@ void TcpDevice::ask_dial_back(TcpPeer& p, Clock::time_point deadline) {
     if (now >= deadline)
       throw Error(ErrorCode::kTimeout, "rank " + std::to_string(p.rank) + " did not connect to this rank when asked (last: " +
                                            why + ")");
-    bool refused = false;
+    bool refused = false, relayed = false;
     bool asked = request_dial_back(p, -1, std::min(deadline, now + std::chrono::seconds(2)), &why, &refused);
     if (refused)
       throw Error(ErrorCode::kPeerLost, "rank " + std::to_string(p.rank) + " refuses connections: its process is gone");
@@ -332,16 +329,26 @@ void TcpDevice::ask_dial_back(TcpPeer& p, Clock::time_point deadline) {
       for (int v : via) {
         if (closing_.load() || group_.failed()) return;
         std::string vwhy;
-        if ((asked = request_dial_back(p, v, std::min(deadline, Clock::now() + relayed_attempt()), &vwhy, &refused)))
+        if ((asked = relayed = request_dial_back(p, v, std::min(deadline, Clock::now() + relayed_attempt()), &vwhy,
+                                                 &refused)))
           break;
         GEOCCL_LOG(kDebug, vwhy);
       }
     }
     // Its connection comes within a round trip or two (or a relay's time); ask again after that.
-    const auto wait = std::min(deadline, Clock::now() + (asked ? relayed_attempt() : std::chrono::seconds(1)));
+    const auto wait = std::min(deadline, Clock::now() + (asked && relayed ? relayed_attempt() : std::chrono::seconds(1)));
     while (!p.control_up.load() && Clock::now() < wait && !closing_.load() && !group_.failed())
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
+}
+
+Clock::time_point TcpDevice::attempt_until(Clock::time_point deadline) const {
+  return set_up_.load() ? std::min(deadline, Clock::now() + relayed_attempt()) : deadline;
+}
+
+void TcpDevice::throw_if_stopping() const {
+  if (const auto f = group_.failure()) throw Error(f->code, f->message, f->ranks);
+  if (closing_.load()) throw Error(ErrorCode::kAborted, "this rank is closing");
 }
 
 int TcpDevice::via_for(const TcpPeer& p, int stream) const {
