@@ -90,7 +90,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     });
     // The proof cannot be right: nobody who answered holds the key's private ephemeral half.
     if (k && a.state() == HandshakeState::kDone) std::abort();
-    // A dialler fed a stranger's answer.
+    // An acceptor that takes relay and dial-back requests (TCP's), in the middle of the ranks:
+    // a request stops in kJudge without a proof and is answered by the device.
+    auto tcp = setup(5, k);
+    tcp.relays = true;
+    HandshakeAcceptor t(tcp);
+    drive(t, data, size, [&] {
+      if (t.state() != HandshakeState::kJudge) return (void)t.take_output();
+      if (t.relay_request() || t.dial_back_request()) {
+        if (t.dial_back_request() && (t.hello().rank >= 5 || t.relay_request())) std::abort();
+        (void)t.relay_reply(true);
+      } else {
+        t.accept();
+      }
+      (void)t.take_output();
+    });
+    if (k && t.state() == HandshakeState::kDone) std::abort();
+    // A dialler fed a stranger's answer, and one asking to be dialled back.
+    HandshakeDialler back(setup(3, k), 5, 0, {}, kHelloFlagDialBack);
+    (void)back.take_output();
+    drive(back, data, size, [&] { (void)back.take_output(); });
     HandshakeDialler d(setup(3, k), 0, 1);
     (void)d.take_output();
     drive(d, data, size, [&] { (void)d.take_output(); });
