@@ -1,7 +1,8 @@
 // TcpDevice, accepting: the listening socket's inbound connections run the handshake
 // (protocol/handshake_machine.h) on the loop thread; an accepted stream is adopted (or resumes
-// the one it replaces), a relay request hands the socket to the relay (relay.h), and anything
-// else is refused with its reason while the group goes on.
+// the one it replaces), a relay request hands the socket to the relay (relay.h), a dial-back
+// request goes to on_demand.cc, and anything else is refused with its reason while the group
+// goes on.
 #include "transport/tcp/device.h"
 
 #include <sys/epoll.h>
@@ -168,23 +169,6 @@ void TcpDevice::serve_relay(int fd, const protocol::HandshakeAcceptor& hs) {
   GEOCCL_LOG(kInfo, "relaying stream " << hello.stream << " of rank " << from << " to rank " << to);
   const auto timeout = options_.relay_after.count() > 0 ? options_.relay_after : std::chrono::milliseconds(5000);
   relay_.serve(fd, from, to, target, timeout, ok, no);
-}
-
-void TcpDevice::serve_dial_back(int fd, protocol::HandshakeAcceptor& hs) {
-  const int from = static_cast<int>(hs.hello().rank);  // a lower rank (the handshake saw to that)
-  if (!options_.lazy) {
-    hs.refuse(protocol::HandshakeStatus::kRefused, "this rank connects its peers at start-up, not on demand");
-  } else {
-    const auto out = hs.relay_reply(true);
-    [[maybe_unused]] ssize_t w = ::send(fd, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-    drop_pending(fd);  // frees hs
-    ::close(fd);
-    want_connection(peer(from), false);  // we are the higher rank: we dial
-    return;
-  }
-  if (const auto out = hs.take_output(); !out.empty())
-    [[maybe_unused]] ssize_t w = ::send(fd, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-  reject_pending(fd, hs.why());
 }
 
 void TcpDevice::adopt(int fd, int peer_rank, int stream, const security::ConnectionKeys& keys, int via) {
