@@ -28,6 +28,7 @@
 #include "transport/tcp/device.h"
 #include "transport/tcp/relay.h"
 #include "runtime/socket.h"
+#include "black_hole.h"
 #include "device_ticker.h"
 #include "netns_child.h"
 #include "requests.h"
@@ -40,21 +41,7 @@ using transport::tcp::TcpOptions;
 
 namespace {
 
-// A loopback address that never answers: backlog 0 and one connection queued, never accepted.
-struct BlackHole {
-  int listener = -1, filler = -1;
-  std::string endpoint;
-  BlackHole() {
-    listener = runtime::listen_on("127.0.0.1", 0, 0);
-    const uint16_t port = runtime::local_port(listener);
-    endpoint = transport::tcp::join_host_port("127.0.0.1", port);
-    filler = runtime::connect_with_timeout("127.0.0.1", port, 2s);
-  }
-  ~BlackHole() {
-    if (filler >= 0) ::close(filler);
-    ::close(listener);
-  }
-};
+using test_support::BlackHole;
 
 struct Rank {
   runtime::EventLoop loop;

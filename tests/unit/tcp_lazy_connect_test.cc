@@ -9,6 +9,7 @@
 
 #include <array>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <random>
@@ -24,7 +25,9 @@
 #include "runtime/event_loop.h"
 #include "security/secret.h"
 #include "transport/group.h"
+#include "transport/tcp/address.h"
 #include "transport/tcp/device.h"
+#include "black_hole.h"
 #include "requests.h"
 
 using namespace geoccl;
@@ -57,16 +60,21 @@ struct LazyRank {
 struct LazyJob {
   std::vector<std::unique_ptr<LazyRank>> ranks;
   // `initial_streams` 0: every pair's data streams fixed at 2; else measured from that many up.
-  explicit LazyJob(bool lazy = true, int data_streams = 2, int initial_streams = 0) {
+  // `address_for(viewer, q)`: the endpoint `viewer` is told for rank q ("": its own).
+  explicit LazyJob(bool lazy = true, int data_streams = 2, int initial_streams = 0,
+                   const std::function<std::string(int, int)>& address_for = {}) {
     TcpOptions o;
     o.data_streams = data_streams;
     o.initial_streams = initial_streams;
     o.wan_resume = true;
     o.lazy = lazy;
+    o.relay_after = 300ms;
     const auto key = test_support::job_key_of("lazy connect test secret");
     for (int r = 0; r < kLazyRanks; ++r) ranks.push_back(std::make_unique<LazyRank>(r, o, key));
-    std::vector<std::string> endpoints;
-    for (auto& r : ranks) endpoints.push_back(r->dev->endpoint());
+    auto address = [&](int viewer, int q) {
+      const std::string other = address_for ? address_for(viewer, q) : "";
+      return other.empty() ? ranks[static_cast<size_t>(q)]->dev->address() : transport::tcp::encode_address(other);
+    };
     const auto deadline = std::chrono::steady_clock::now() + 20s;
     std::vector<std::thread> threads;
     std::vector<std::exception_ptr> errors(kLazyRanks);
@@ -77,7 +85,7 @@ struct LazyJob {
           if (q != r) peers.push_back(q);
         try {
           ranks[static_cast<size_t>(r)]->dev->connect(
-              peers, [&](int q) { return ranks[static_cast<size_t>(q)]->dev->address(); }, {}, deadline);
+              peers, [&](int q) { return address(r, q); }, {}, deadline);
         } catch (...) {
           errors[static_cast<size_t>(r)] = std::current_exception();
         }
@@ -184,6 +192,22 @@ TEST(LazyConnect, BothEndsSendingAtOnceGetEveryFrameOnce) {
   for (const auto& r : reqs) ASSERT_TRUE(r->ok()) << r->failure.message;
   EXPECT_EQ(a, got_a);
   EXPECT_EQ(b, got_b);
+}
+
+// Ranks 0 and 3 do not reach each other directly (each is told a black hole for the other): rank
+// 0's request goes through a relay, and rank 3 dials back through one.
+TEST(LazyConnect, APairWithoutADirectPathIsConnectedThroughARelay) {
+  test_support::BlackHole hole;
+  LazyJob job(true, 2, 0, [&](int viewer, int q) {
+    return (viewer == 0 && q == 3) || (viewer == 3 && q == 0) ? hole.endpoint : std::string();
+  });
+  std::mt19937_64 rng(5);
+  lazy_send_first(job, 0, 3, lazy_frames(20, rng));
+  EXPECT_FALSE(job[0].group.failure().has_value());
+  transport::LinkStats ps;
+  ps.peer = 0;
+  job[3].dev->stats(&ps);
+  EXPECT_GE(ps.relay, 0) << "the pair is not relayed";
 }
 
 // The lower rank asking (0 -> 3) and the higher rank dialling (7 -> 4): a refused connection is a

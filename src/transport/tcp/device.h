@@ -327,6 +327,10 @@ class TcpDevice final : public Device, public WanTuning, public PathReader, publ
   // *via: the relay dialled (via_for), -1 direct.
   int dial(const TcpPeer& p, bool wan, int stream, Clock::time_point deadline, std::string* why,
            bool* rejected, security::ConnectionKeys* keys, bool* refused = nullptr, int* via = nullptr);
+  // dial() through relay `via` (-1: direct), with `flags` added to the Hello (a dial-back request:
+  // the peer answers and closes; no keys).
+  int dial_via(const TcpPeer& p, int via, bool wan, int stream, uint32_t flags, Clock::time_point deadline,
+               std::string* why, bool* rejected, security::ConnectionKeys* keys, bool* refused);
   // The end of one dial attempt: `deadline` at start-up; a connection made on demand bounds each
   // attempt (relayed_attempt), so that its connector sees a stop (the device closing, the group
   // failing) within one.
@@ -425,9 +429,8 @@ class TcpDevice final : public Device, public WanTuning, public PathReader, publ
   // Where every rank listens (from connect()'s address_of): what relay requests connect to.
   mutable std::mutex endpoints_mu_;
   std::vector<std::string> endpoints_;
-  // connect()'s peers, and whether it has returned (connections on demand start after it).
+  // connect()'s peers (sorted), and whether it has returned (connections on demand start after it).
   std::vector<int> served_;
-  std::vector<char> serves_;  // by rank
   std::atomic<bool> set_up_{false};
   Relay relay_;  // declared after the peers: its tunnels end before the device goes
 

@@ -153,8 +153,6 @@ void TcpDevice::connect(const std::vector<int>& peers, const AddressOf& address_
     }
   }
   served_ = peers;
-  serves_.assign(static_cast<size_t>(group_.size()), 0);
-  for (int r : peers) serves_[static_cast<size_t>(r)] = 1;
   // The pairs set up now: all of them, or with connections on demand those 1, 2, 4, ... apart
   // round the ring (both ends agree): the ring's neighbours, the peers liveness watches past 32
   // ranks, and those of the start-up's Bruck allgather (about 2 log2 n).
@@ -223,11 +221,16 @@ int TcpDevice::via_for(const TcpPeer& p, int stream) const {
 
 int TcpDevice::dial(const TcpPeer& p, bool wan, int stream, Clock::time_point deadline,
                     std::string* why, bool* rejected, security::ConnectionKeys* keys, bool* refused, int* via_used) {
+  const int via = via_for(p, stream);
+  if (via_used) *via_used = via;
+  return dial_via(p, via, wan, stream, 0, deadline, why, rejected, keys, refused);
+}
+
+int TcpDevice::dial_via(const TcpPeer& p, int via, bool wan, int stream, uint32_t flags, Clock::time_point deadline,
+                        std::string* why, bool* rejected, security::ConnectionKeys* keys, bool* refused) {
   *rejected = false;
   *keys = {};
   if (refused) *refused = false;
-  const int via = via_for(p, stream);
-  if (via_used) *via_used = via;
   const std::string dialled = via >= 0 ? endpoint_of(via) : p.endpoint;
   std::string host;
   uint16_t port = 0;
@@ -280,7 +283,8 @@ int TcpDevice::dial(const TcpPeer& p, bool wan, int stream, Clock::time_point de
     }
   }
   protocol::HandshakeDialler hs(setup, static_cast<uint32_t>(p.rank), static_cast<uint16_t>(stream), {},
-                                via >= 0 ? protocol::kHelloFlagRelayed : 0, via >= 0 ? static_cast<uint32_t>(via) : 0);
+                                flags | (via >= 0 ? protocol::kHelloFlagRelayed : 0),
+                                via >= 0 ? static_cast<uint32_t>(via) : 0);
   if (!run(hs, "handshake")) return -1;
   if (hs.state() == protocol::HandshakeState::kDone) {
     *keys = hs.keys();

@@ -8,9 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
-#include <cerrno>
-#include <cstring>
 #include <thread>
 
 #include "core/logging.h"
@@ -22,7 +19,7 @@ namespace geoccl::transport::tcp {
 
 void TcpDevice::want_connection(TcpPeer& p, bool sending) {
   if (!options_.lazy || p.met || !set_up_.load() || closing_.load() || group_.failed() ||
-      !serves_[static_cast<size_t>(p.rank)])
+      !std::binary_search(served_.begin(), served_.end(), p.rank))
     return;
   if (group_.rank() < p.rank && !sending) return;  // a receive waits for its sender
   if (p.connecting.exchange(true)) return;
@@ -60,62 +57,28 @@ void TcpDevice::connect_on_demand(TcpPeer& p) {
 
 bool TcpDevice::request_dial_back(const TcpPeer& p, int via, Clock::time_point deadline, std::string* why,
                                   bool* refused) {
-  *refused = false;
-  const std::string ep = endpoint_of(via >= 0 ? via : p.rank);
-  const std::string where = "rank " + std::to_string(p.rank) + (via >= 0 ? " through rank " + std::to_string(via) : "");
-  if (ep.empty()) {
-    *why = "no address for " + where;
+  if (endpoint_of(via >= 0 ? via : p.rank).empty()) {
+    *refused = false;
+    *why = "no address for rank " + std::to_string(via >= 0 ? via : p.rank);
     return false;
   }
-  std::string host;
-  uint16_t port = 0;
-  split_host_port(ep, &host, &port);
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-  const int fd = left.count() > 0 ? connect_with_timeout(host, port, left) : -1;
-  if (fd < 0) {
-    *refused = via < 0 && errno == ECONNREFUSED;
-    *why = "cannot connect to " + where + ": " + std::strerror(errno);
-    return false;
-  }
-  // Runs one handshake on the blocking socket; false on an I/O failure.
-  auto run = [&](protocol::HandshakeDialler& hs) {
-    std::array<uint8_t, 512> buf;
-    while (hs.state() == protocol::HandshakeState::kRunning) {
-      const auto out = hs.take_output();
-      if (!out.empty() && !write_all(fd, out, deadline)) return false;
-      const auto in = std::span<uint8_t>(buf.data(), std::min(buf.size(), hs.want()));
-      if (!in.empty() && !read_all(fd, in, deadline)) return false;
-      hs.feed(in);
-    }
-    return true;
-  };
-  const auto setup = tcp_handshake();
-  bool ok = true;
-  if (via >= 0) {  // first the relay: "connect me to p"
-    protocol::HandshakeDialler request(setup, static_cast<uint32_t>(via), kControlStream, {},
-                                       protocol::kHelloFlagRelayRequest, static_cast<uint32_t>(p.rank));
-    ok = run(request) && request.state() == protocol::HandshakeState::kDone;
-    if (!ok) *why = "rank " + std::to_string(via) + " did not relay to rank " + std::to_string(p.rank);
-  }
-  if (ok) {
-    protocol::HandshakeDialler hs(setup, static_cast<uint32_t>(p.rank), kControlStream, {},
-                                  protocol::kHelloFlagDialBack | (via >= 0 ? protocol::kHelloFlagRelayed : 0),
-                                  via >= 0 ? static_cast<uint32_t>(via) : 0);
-    ok = run(hs);
-    if (!ok) *why = "asking " + where + " failed: " + std::strerror(errno);
-    // The peer said no: it does not connect on demand (another setting), or we are not welcome.
-    if (hs.state() == protocol::HandshakeState::kRefused) {
-      ::close(fd);
-      throw Error(ErrorCode::kProtocol, "rank " + std::to_string(p.rank) + " refused to connect to this rank: " + hs.why());
-    }
-  }
-  ::close(fd);
-  return ok;
+  bool rejected = false;
+  security::ConnectionKeys none;
+  const int fd = dial_via(p, via, false, kControlStream, protocol::kHelloFlagDialBack, deadline, why, &rejected, &none,
+                          refused);
+  // The peer said no: it does not connect on demand (another setting), or we are not welcome.
+  if (rejected) throw Error(ErrorCode::kProtocol, "rank " + std::to_string(p.rank) + " refused to connect to this rank: " + *why);
+  if (fd < 0) return false;
+  ::close(fd);  // answered: it dials back
+  return true;
 }
 
 void TcpDevice::ask_dial_back(TcpPeer& p, Clock::time_point deadline) {
-  if (endpoint_of(p.rank).empty())
+  const std::string ep = endpoint_of(p.rank);
+  if (ep.empty())
     throw Error(ErrorCode::kProtocol, "rank " + std::to_string(p.rank) + " published a malformed TCP address");
+  // Where dial_via() reaches the peer (connect() notes a higher peer's address only for resume).
+  group_.loop().run_owned([&] { p.endpoint = ep; });
   const bool may_relay = options_.relay_after.count() > 0 && group_.size() > 2;
   const auto direct_until = Clock::now() + options_.relay_after;
   std::string why = "no answer";
