@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# wan_stream_width: two domains of two ranks over a path whose provider caps each flow at a tenth
-# of the uplink (flow-cap.toml). With nothing set, every rank finds that 4 streams are too few and
+# wan_stream_width: two domains of two ranks over a path whose provider caps each flow at a
+# twentieth of the uplink (flow-cap-narrow.toml). With nothing set, every rank finds that 4 streams are too few and
 # spreads its frames to its WAN peers over 8 or more (mp_check stream_width), every allreduce exact.
 # Usage: wan_stream_width_test.sh GEOCCL MP_CHECK SCENARIO. `geoccl run --wan` owns the namespaces
 # and processes it starts, and removes them on every way out.

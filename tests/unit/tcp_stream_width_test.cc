@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 
 namespace geoccl::transport::tcp {
@@ -112,6 +113,34 @@ TEST(StreamWidth, TheWarmUpWindowOfNewStreamsIsNotCounted) {
     w.sample(kSpan, static_cast<uint64_t>(rate * 1e6 / 8 * 0.05), true, width, 16, kRtt);
   }
   EXPECT_EQ(w.settled(), 16);
+}
+
+// A collective that posts its whole buffer at once: each "call" of 2 s binds its frames to the
+// streams of the width in force when it starts, so a trial begun within a call is not seen on
+// the path until the next call. With `tell` the device reports those frames as behind.
+int settle_with_whole_buffers(bool tell) {
+  StreamWidth w;
+  int bound = w.width();
+  for (double t = 0; t < 120; t += 0.05) {
+    if (std::fmod(t, 2.0) < 0.05) bound = std::min(w.width(), 16);  // a call starts
+    const auto bytes = static_cast<uint64_t>(capped(1000, 100)(bound) * 1e6 / 8 * 0.05);
+    w.sample(kSpan, bytes, true, 16, 16, kRtt, tell && bound != w.width());
+  }
+  return w.settled();
+}
+
+TEST(StreamWidth, FramesSpreadBeforeATrialDoNotCountForIt) {
+  EXPECT_EQ(settle_with_whole_buffers(true), 16);
+  // Measuring them instead, every trial within a call reads the old width's rate.
+  EXPECT_EQ(settle_with_whole_buffers(false), 4);
+}
+
+TEST(StreamWidth, ATrialWhoseEarlierFramesNeverDrainIsGivenUp) {
+  StreamWidth w;
+  for (int i = 0; i < 4000; ++i)
+    w.sample(kSpan, static_cast<uint64_t>(400e6 / 8 * 0.05), true, 16, 16, kRtt, w.width() != w.settled());
+  EXPECT_EQ(w.settled(), 4);
+  EXPECT_GE(w.trials(), 2u);
 }
 
 }  // namespace

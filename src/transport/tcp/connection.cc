@@ -239,6 +239,22 @@ std::chrono::microseconds TcpConnection::srtt() const {
   return std::chrono::microseconds(ti.tcpi_rtt);
 }
 
+uint64_t TcpConnection::oldest_queued_frame() const {
+  for (const SendOp& op : sendq_)  // posting order: the first data frame is the oldest
+    if (op.data) return op.frame;
+  return ~uint64_t{0};
+}
+
+uint64_t TcpConnection::take_acked() {
+  tcp_info ti{};
+  socklen_t len = sizeof ti;
+  if (fd_ < 0 || getsockopt(fd_, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return 0;
+  const uint64_t now = ti.tcpi_bytes_acked;
+  const uint64_t since = now >= acked_seen_ ? now - acked_seen_ : now;  // a new socket starts again
+  acked_seen_ = now;
+  return since;
+}
+
 void TcpConnection::await_resume(std::chrono::milliseconds timeout) {
   if (resume_timer_) peer_.group().loop().cancel_timer(resume_timer_);
   resume_timer_ = peer_.group().loop().add_timer(std::chrono::steady_clock::now() + timeout, [this, timeout] {

@@ -70,6 +70,8 @@ class TcpConnection {
   // Reports a data frame waiting for its receive to the group's early-frame check.
   void check_early_frame();
   bool send_queue_empty() const { return sendq_.empty(); }
+  // The lowest-numbered data frame not yet fully written (~0 when none waits).
+  uint64_t oldest_queued_frame() const;
   bool open() const { return fd_ >= 0; }
   // Open, or broken and being re-established (frames posted meanwhile wait for the new socket).
   bool usable() const { return fd_ >= 0 || reconnecting_; }
@@ -99,6 +101,10 @@ class TcpConnection {
   bool acked_within(std::chrono::milliseconds ms) const;
   // Smoothed RTT of the socket (0 when closed or unknown).
   std::chrono::microseconds srtt() const;
+  // Bytes the peer's host acknowledged on this stream since the last call (TCP_INFO
+  // tcpi_bytes_acked): what the path delivered, where bytes written count the kernel's buffer
+  // too. A stream that was connected again counts from its new socket. 0 when closed.
+  uint64_t take_acked();
   // The lower rank of a broken stream waits for the peer to connect it again: the group fails
   // with peer-unreachable if that takes longer than `timeout`.
   void await_resume(std::chrono::milliseconds timeout);
@@ -177,6 +183,7 @@ class TcpConnection {
   bool discard_ = false;
   std::vector<uint8_t> discard_buf_;
   uint64_t queued_ = 0;  // header+payload bytes in sendq_ not yet written
+  uint64_t acked_seen_ = 0;  // tcpi_bytes_acked at the last take_acked()
   uint64_t frames_sent_ = 0, frames_received_ = 0, bytes_sent_ = 0;
   // MSG_ZEROCOPY: frames fully written but whose pages the kernel may still read, with the
   // number of the last zero-copy sendmsg() that carried their bytes. They complete when the

@@ -317,7 +317,8 @@ void TcpDevice::apply_wan_peer(TcpPeer& p, bool wan) {
     wo.start = initial_streams_ - 1;
     wo.max = streams_ - 1;
     p.width_control = std::make_unique<StreamWidth>(wo);
-    p.width_bytes = p.bytes_sent.load();
+    for (size_t s = 1; s < p.streams.size(); ++s)  // what was acknowledged before counts nothing
+      if (p.streams[s]) p.streams[s]->take_acked();
     if (!width_tick_) {
       width_at_ = Clock::now();
       width_tick_ = group_.loop().add_timer(width_at_ + kWidthInterval, [this] { width_tick(); });
@@ -366,21 +367,32 @@ void TcpDevice::width_tick() {
     busy = busy && !holding(p);
     const bool busy_all = busy && p.width_busy;
     p.width_busy = busy;
-    const uint64_t sent = p.bytes_sent.load(std::memory_order_relaxed);
-    const uint64_t bytes = sent - p.width_bytes;
-    p.width_bytes = sent;
+    // What the path delivered, not what was written: a socket's buffer takes a burst at once.
+    uint64_t bytes = 0;
+    for (size_t s = 1; s < p.streams.size(); ++s)
+      if (p.streams[s]) bytes += p.streams[s]->take_acked();
     const bool dialler = group_.rank() > p.rank;
     const TcpConnection* control = p.streams[kControlStream].get();
     const auto rtt = control ? control->srtt() : std::chrono::microseconds(0);
     StreamWidth& w = *p.width_control;
-    const int before = w.settled();
-    w.sample(span, bytes, busy_all, open, dialler ? streams_ - 1 : open, rtt);
+    const int before = w.settled(), tried = w.width();
+    // Frames spread at an earlier width still waiting (a trial does not count what they reach).
+    bool behind = false;
+    if (tried != before)
+      for (int s = 1; s <= open && !behind; ++s)
+        behind = p.streams[static_cast<size_t>(s)]->oldest_queued_frame() < p.width_mark;
+    w.sample(span, bytes, busy_all, open, dialler ? streams_ - 1 : open, rtt, behind);
     const int want = w.width();
+    if (tried != before && want == w.settled())
+      GEOCCL_LOG(kDebug, "frames to rank " << p.rank << ": a trial at " << tried << " streams reached "
+                                           << w.last_rate() * 8 / 1e6 << " Mbit/s; " << w.settled() << " kept");
     if (want > open && dialler && !p.opening.exchange(true)) {
       if (p.opener.joinable()) p.opener.join();
       p.opener = std::thread([this, &p, open, want] { open_streams(p, open + 1, want); });
     }
-    p.width = std::clamp(want, 1, std::max(1, open));
+    const int width = std::clamp(want, 1, std::max(1, open));
+    if (width != p.width) p.width_mark = p.session.frames_numbered();
+    p.width = width;
     if (w.settled() != before)
       GEOCCL_LOG(kInfo, "frames to rank " << p.rank << " now spread over " << w.settled() << " streams (were "
                                           << before << "; " << w.last_rate() * 8 / 1e6 << " Mbit/s measured)");

@@ -183,8 +183,8 @@ struct TcpPeer {
   // Measured stream counts (TcpOptions::initial_streams), WAN peers: the controller, what it saw
   // at the last sample, and the thread that opens the streams it asks for (the dialling end).
   std::unique_ptr<StreamWidth> width_control;
-  uint64_t width_bytes = 0;
   bool width_busy = false;
+  uint64_t width_mark = 0;  // frames numbered from here on were spread at the current width
   std::thread opener;
   std::atomic<bool> opening{false};
   // Connections on demand (TcpOptions::lazy). `met`: the pair has had its control and first data

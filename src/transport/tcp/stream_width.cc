@@ -10,13 +10,22 @@ StreamWidth::StreamWidth(const StreamWidthOptions& o)
   o_.max = std::max(o_.max, width_);
 }
 
-void StreamWidth::sample(Duration span, uint64_t bytes, bool busy, int open, int can_open, Duration rtt) {
+void StreamWidth::sample(Duration span, uint64_t bytes, bool busy, int open, int can_open, Duration rtt,
+                         bool behind) {
   if (!busy || span <= Duration{0}) return;
   const Duration window = std::max<Duration>(o_.min_window, o_.window_rtts * rtt);
   if (trial_ && open < trial_width_) {
     // Waiting for the trial's streams: a few windows, then the trial is given up.
     waited_ += span;
     if (waited_ > 4 * window) finish_trial(0);
+    return;
+  }
+  if (trial_ && behind) {
+    // The frames ahead go out at the old width: what they reach says nothing of the trial's.
+    // Frames that take longer than kMaxBehindWindows to drain give the trial up.
+    behind_ += span;
+    reset_window();
+    if (behind_ > kMaxBehindWindows * window) finish_trial(0);
     return;
   }
   acc_bytes_ += bytes;
@@ -49,7 +58,7 @@ void StreamWidth::start_trial(int can_open) {
   trial_width_ = up_ ? std::min(2 * width_, ceiling) : std::max(width_ / 2, o_.start);
   trial_ = true;
   warming_ = up_;
-  waited_ = Duration{0};
+  waited_ = behind_ = Duration{0};
   reset_window();
   ++trials_;
 }

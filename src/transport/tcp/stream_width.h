@@ -1,7 +1,8 @@
 // StreamWidth: how many data streams a WAN peer's frames are spread over, found by measuring the
-// rate they reach. I/O-free: the device feeds it, each tick, the bytes written to the peer's data
-// streams and whether frames were waiting the whole time (only such spans measure the path: a
-// sender with nothing to send measures nothing); it answers the width to use.
+// rate they reach. I/O-free: the device feeds it, each tick, the bytes the peer acknowledged on
+// its data streams (what the path delivered; bytes written would count a socket buffer filling)
+// and whether frames were waiting the whole time (only such spans measure the path: a sender with
+// nothing to send measures nothing); it answers the width to use.
 //
 // One TCP connection rarely fills a long path: a provider may cap each flow (a 5-tuple), a lossy
 // path holds each connection's window down, a socket buffer bounds what one connection keeps in
@@ -13,8 +14,10 @@
 // bound). Above the starting width, trials downwards remove streams that no longer pay: a
 // narrower width is kept when it loses less than `keep`. The width never goes below the start.
 //
-// A trial's new streams start from TCP's slow start: the first window at a wider width warms
-// them up and is not counted. Streams a trial needs that are not open yet are waited for; a
+// A frame takes its stream when it is posted, so frames posted before a trial still go out at
+// the old width (a collective may post a whole buffer at once): a trial counts nothing while the
+// device says such frames are `behind`. A trial's new streams start from TCP's slow start: the
+// first window at a wider width warms them up and is not counted. Streams a trial needs that are not open yet are waited for; a
 // trial whose streams do not open within a few windows is given up.
 #pragma once
 
@@ -46,11 +49,12 @@ class StreamWidth {
   // The width measurements settled on (not counting a trial).
   int settled() const { return width_; }
 
-  // One span of `span` in which `bytes` were written to the peer's data streams; `busy`: frames
+  // One span of `span` in which the peer acknowledged `bytes` on its data streams; `busy`: frames
   // were waiting to be written through all of it. `open`: data streams open now, in order from
   // the first; `can_open`: the most that can be (the dialling end opens more on demand, the
-  // other end only has what its peer opened). `rtt`: the path's smoothed RTT.
-  void sample(Duration span, uint64_t bytes, bool busy, int open, int can_open, Duration rtt);
+  // other end only has what its peer opened). `rtt`: the path's smoothed RTT. `behind`: frames
+  // spread before the current width (a trial's) was asked for are still waiting.
+  void sample(Duration span, uint64_t bytes, bool busy, int open, int can_open, Duration rtt, bool behind = false);
 
   // The latest rate measured over a whole window (bytes per second; 0 before the first).
   double last_rate() const { return last_rate_; }
@@ -68,6 +72,8 @@ class StreamWidth {
   bool trial_ = false, warming_ = false, up_ = true;
   int trial_width_ = 0;
   Duration waited_{0};  // busy time a trial spent waiting for its streams
+  Duration behind_{0};  // busy time a trial spent waiting for frames spread before it
+  static constexpr int kMaxBehindWindows = 64;
   uint64_t acc_bytes_ = 0;
   Duration acc_time_{0};
   double base_rate_ = 0, last_rate_ = 0;
