@@ -200,6 +200,7 @@ void TcpConnection::resume(int fd, const security::ConnectionKeys& keys, int via
   fd_ = fd;
   via_ = via;
   idle_seen_ = std::chrono::steady_clock::now();  // a new socket: nothing of it in flight yet
+  acked_seen_ = 0;                                // and nothing of it acknowledged
   reconnecting_ = false;
   goodbye_ = false;
   ++reconnects_;
@@ -250,7 +251,7 @@ uint64_t TcpConnection::take_acked() {
   socklen_t len = sizeof ti;
   if (fd_ < 0 || getsockopt(fd_, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return 0;
   const uint64_t now = ti.tcpi_bytes_acked;
-  const uint64_t since = now >= acked_seen_ ? now - acked_seen_ : now;  // a new socket starts again
+  const uint64_t since = now >= acked_seen_ ? now - acked_seen_ : now;
   acked_seen_ = now;
   return since;
 }

@@ -103,7 +103,7 @@ class TcpConnection {
   std::chrono::microseconds srtt() const;
   // Bytes the peer's host acknowledged on this stream since the last call (TCP_INFO
   // tcpi_bytes_acked): what the path delivered, where bytes written count the kernel's buffer
-  // too. A stream that was connected again counts from its new socket. 0 when closed.
+  // too. A resumed stream counts from its new socket. 0 when closed.
   uint64_t take_acked();
   // The lower rank of a broken stream waits for the peer to connect it again: the group fails
   // with peer-unreachable if that takes longer than `timeout`.
