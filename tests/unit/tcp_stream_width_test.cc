@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cmath>
 #include <functional>
 
 namespace geoccl::transport::tcp {
@@ -115,32 +114,51 @@ TEST(StreamWidth, TheWarmUpWindowOfNewStreamsIsNotCounted) {
   EXPECT_EQ(w.settled(), 16);
 }
 
-// A collective that posts its whole buffer at once: each "call" of 2 s binds its frames to the
-// streams of the width in force when it starts, so a trial begun within a call is not seen on
-// the path until the next call. With `tell` the device reports those frames as behind.
-int settle_with_whole_buffers(bool tell) {
+// A collective that posts its whole buffer at once: each call of `call_s` seconds binds its
+// frames to the streams of the width in force when it starts, so a width changed within a call
+// (a trial, or a trial undone) is not seen on the path until the next call. With `tell` the
+// device reports those frames as behind. Returns the settled width, and the least width settled
+// on over the second half of the run.
+struct Settled {
+  int last, least_late;
+  uint64_t changes;
+};
+Settled settle_with_whole_buffers(double call_s, double seconds, bool tell) {
   StreamWidth w;
-  int bound = w.width();
-  for (double t = 0; t < 120; t += 0.05) {
-    if (std::fmod(t, 2.0) < 0.05) bound = std::min(w.width(), 16);  // a call starts
+  int bound = w.width(), least_late = 16;
+  double next_call = 0;
+  for (int i = 0; i * 0.05 < seconds; ++i) {
+    const double t = i * 0.05;
+    if (t >= next_call) bound = w.width(), next_call += call_s;  // a call starts
     const auto bytes = static_cast<uint64_t>(capped(1000, 100)(bound) * 1e6 / 8 * 0.05);
     w.sample(kSpan, bytes, true, 16, 16, kRtt, tell && bound != w.width());
+    if (t >= seconds / 2) least_late = std::min(least_late, w.settled());
   }
-  return w.settled();
+  return {w.settled(), least_late, w.changes()};
 }
 
-TEST(StreamWidth, FramesSpreadBeforeATrialDoNotCountForIt) {
-  EXPECT_EQ(settle_with_whole_buffers(true), 16);
+TEST(StreamWidth, FramesSpreadAtAnEarlierWidthDoNotCount) {
+  for (const double call_s : {1.5, 2.0, 3.0, 12.0, 40.0}) {
+    SCOPED_TRACE(call_s);
+    const Settled s = settle_with_whole_buffers(call_s, 1200, true);
+    EXPECT_EQ(s.last, 16);
+    EXPECT_EQ(s.least_late, 16);  // trials back to 8 are undone, none kept
+    EXPECT_EQ(s.changes, 2u);     // 4 -> 8 -> 16
+  }
   // Measuring them instead, every trial within a call reads the old width's rate.
-  EXPECT_EQ(settle_with_whole_buffers(false), 4);
+  EXPECT_EQ(settle_with_whole_buffers(2.0, 120, false).last, 4);
 }
 
-TEST(StreamWidth, ATrialWhoseEarlierFramesNeverDrainIsGivenUp) {
+TEST(StreamWidth, ATrialWhoseEarlierFramesNeverDrainIsSetAsideWithoutAVerdict) {
   StreamWidth w;
   for (int i = 0; i < 4000; ++i)
     w.sample(kSpan, static_cast<uint64_t>(400e6 / 8 * 0.05), true, 16, 16, kRtt, w.width() != w.settled());
   EXPECT_EQ(w.settled(), 4);
-  EXPECT_GE(w.trials(), 2u);
+  EXPECT_EQ(w.changes(), 0u);
+  EXPECT_FALSE(w.last_trial_measured());
+  // 200 s of 160 ms windows: a trial every 64 + 5 windows. Holds doubling as after a trial that
+  // did not pay would allow about 5.
+  EXPECT_GE(w.trials(), 15u);
 }
 
 }  // namespace

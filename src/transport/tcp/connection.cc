@@ -13,6 +13,7 @@
 #include <algorithm>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 
 #include "core/logging.h"
@@ -249,7 +250,9 @@ uint64_t TcpConnection::oldest_queued_frame() const {
 uint64_t TcpConnection::take_acked() {
   tcp_info ti{};
   socklen_t len = sizeof ti;
-  if (fd_ < 0 || getsockopt(fd_, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return 0;
+  if (fd_ < 0 || getsockopt(fd_, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+      len < offsetof(tcp_info, tcpi_bytes_acked) + sizeof ti.tcpi_bytes_acked)  // before Linux 4.1
+    return 0;
   const uint64_t now = ti.tcpi_bytes_acked;
   const uint64_t since = now >= acked_seen_ ? now - acked_seen_ : now;
   acked_seen_ = now;

@@ -376,16 +376,21 @@ void TcpDevice::width_tick() {
     const auto rtt = control ? control->srtt() : std::chrono::microseconds(0);
     StreamWidth& w = *p.width_control;
     const int before = w.settled(), tried = w.width();
-    // Frames spread at an earlier width still waiting (a trial does not count what they reach).
+    // Frames spread at an earlier width still waiting: what they reach is not this width's.
     bool behind = false;
-    if (tried != before)
-      for (int s = 1; s <= open && !behind; ++s)
-        behind = p.streams[static_cast<size_t>(s)]->oldest_queued_frame() < p.width_mark;
+    for (int s = 1; s < streams_ && !behind; ++s)
+      if (const TcpConnection* c = p.streams[static_cast<size_t>(s)].get())
+        behind = c->oldest_queued_frame() < p.width_mark;
     w.sample(span, bytes, busy_all, open, dialler ? streams_ - 1 : open, rtt, behind);
     const int want = w.width();
-    if (tried != before && want == w.settled())
-      GEOCCL_LOG(kDebug, "frames to rank " << p.rank << ": a trial at " << tried << " streams reached "
-                                           << w.last_rate() * 8 / 1e6 << " Mbit/s; " << w.settled() << " kept");
+    if (tried != before && want == w.settled()) {
+      if (w.last_trial_measured())
+        GEOCCL_LOG(kDebug, "frames to rank " << p.rank << ": a trial at " << tried << " streams reached "
+                                             << w.last_rate() * 8 / 1e6 << " Mbit/s; " << w.settled() << " kept");
+      else
+        GEOCCL_LOG(kDebug, "frames to rank " << p.rank << ": a trial at " << tried
+                                             << " streams was given up unmeasured");
+    }
     if (want > open && dialler && !p.opening.exchange(true)) {
       if (p.opener.joinable()) p.opener.join();
       p.opener = std::thread([this, &p, open, want] { open_streams(p, open + 1, want); });

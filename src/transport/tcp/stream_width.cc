@@ -20,12 +20,17 @@ void StreamWidth::sample(Duration span, uint64_t bytes, bool busy, int open, int
     if (waited_ > 4 * window) finish_trial(0);
     return;
   }
-  if (trial_ && behind) {
-    // The frames ahead go out at the old width: what they reach says nothing of the trial's.
-    // Frames that take longer than kMaxBehindWindows to drain give the trial up.
-    behind_ += span;
+  if (behind) {
+    // The frames ahead go out at an earlier width: what they reach says nothing of this one's
+    // (a trial's, or the settled width's after a trial). A trial whose earlier frames take
+    // longer than kMaxBehindWindows to drain is set aside unmeasured: no verdict, so neither a
+    // longer hold nor a change of direction.
     reset_window();
-    if (behind_ > kMaxBehindWindows * window) finish_trial(0);
+    if (trial_ && (behind_ += span) > kMaxBehindWindows * window) {
+      trial_ = warming_ = false;
+      measured_ = false;
+      hold_ = hold_len_;
+    }
     return;
   }
   acc_bytes_ += bytes;
@@ -65,9 +70,10 @@ void StreamWidth::start_trial(int can_open) {
 
 void StreamWidth::finish_trial(double rate) {
   trial_ = false;
+  measured_ = rate > 0;
   warming_ = false;
   reset_window();
-  const bool kept = up_ ? rate >= o_.gain * base_rate_ : rate >= o_.keep * base_rate_;
+  const bool kept = up_ ? rate > 0 && rate >= o_.gain * base_rate_ : rate >= o_.keep * base_rate_;
   if (kept) {
     // Go on in the same direction at once: the next step may pay too.
     width_ = trial_width_;

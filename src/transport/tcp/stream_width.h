@@ -14,10 +14,11 @@
 // bound). Above the starting width, trials downwards remove streams that no longer pay: a
 // narrower width is kept when it loses less than `keep`. The width never goes below the start.
 //
-// A frame takes its stream when it is posted, so frames posted before a trial still go out at
-// the old width (a collective may post a whole buffer at once): a trial counts nothing while the
-// device says such frames are `behind`. A trial's new streams start from TCP's slow start: the
-// first window at a wider width warms them up and is not counted. Streams a trial needs that are not open yet are waited for; a
+// A frame takes its stream when it is posted, so frames posted before a width change still go
+// out at the old width (a collective may post a whole buffer at once): nothing is counted while
+// the device says such frames are `behind`, neither for a trial nor for the width settled after
+// one. A trial's new streams start from TCP's slow start: the first window at a wider width warms
+// them up and is not counted. Streams a trial needs that are not open yet are waited for; a
 // trial whose streams do not open within a few windows is given up.
 #pragma once
 
@@ -53,13 +54,17 @@ class StreamWidth {
   // were waiting to be written through all of it. `open`: data streams open now, in order from
   // the first; `can_open`: the most that can be (the dialling end opens more on demand, the
   // other end only has what its peer opened). `rtt`: the path's smoothed RTT. `behind`: frames
-  // spread before the current width (a trial's) was asked for are still waiting.
-  void sample(Duration span, uint64_t bytes, bool busy, int open, int can_open, Duration rtt, bool behind = false);
+  // spread before the current width took effect are still waiting.
+  void sample(Duration span, uint64_t bytes, bool busy, int open, int can_open, Duration rtt,
+              bool behind = false);
 
   // The latest rate measured over a whole window (bytes per second; 0 before the first).
   double last_rate() const { return last_rate_; }
   // Trials run, and those that were kept (for stats and tests).
   uint64_t trials() const { return trials_; }
+  // Whether the last trial that ended was measured (false: its streams did not open, or the
+  // frames ahead of it did not drain in time).
+  bool last_trial_measured() const { return measured_; }
   uint64_t changes() const { return changes_; }
 
  private:
@@ -69,7 +74,7 @@ class StreamWidth {
 
   StreamWidthOptions o_;
   int width_;
-  bool trial_ = false, warming_ = false, up_ = true;
+  bool trial_ = false, warming_ = false, up_ = true, measured_ = false;
   int trial_width_ = 0;
   Duration waited_{0};  // busy time a trial spent waiting for its streams
   Duration behind_{0};  // busy time a trial spent waiting for frames spread before it
