@@ -114,6 +114,19 @@ TEST(StreamWidth, TheWarmUpWindowOfNewStreamsIsNotCounted) {
   EXPECT_EQ(w.settled(), 16);
 }
 
+TEST(StreamWidth, AStepKeptAtTheTopIsNotTriedBackAtOnce) {
+  StreamWidth w;
+  int spans = 0;
+  while (w.settled() < 16 && spans < 2000) run(w, 0.05, capped(1000, 100)), ++spans;
+  ASSERT_EQ(w.settled(), 16);
+  const uint64_t trials = w.trials();
+  run(w, 60 * 0.16, capped(1000, 100));  // 60 windows of 160 ms: the step from 8 just measured 8
+  EXPECT_EQ(w.trials(), trials);
+  run(w, 10, capped(1000, 100));  // then a trial back to 8, undone
+  EXPECT_EQ(w.trials(), trials + 1);
+  EXPECT_EQ(w.settled(), 16);
+}
+
 // A collective that posts its whole buffer at once: each call of `call_s` seconds binds its
 // frames to the streams of the width in force when it starts, so a width changed within a call
 // (a trial, or a trial undone) is not seen on the path until the next call. With `tell` the

@@ -20,13 +20,17 @@ void StreamWidth::sample(Duration span, uint64_t bytes, bool busy, int open, int
     if (waited_ > 4 * window) finish_trial(0);
     return;
   }
-  if (behind) {
+  if (!behind) behind_ = Duration{0};
+  const int behind_limit = trial_ ? kMaxBehindWindows : 16 * kMaxBehindWindows;
+  if (behind && behind_ <= behind_limit * window) {
     // The frames ahead go out at an earlier width: what they reach says nothing of this one's
     // (a trial's, or the settled width's after a trial). A trial whose earlier frames take
     // longer than kMaxBehindWindows to drain is set aside unmeasured: no verdict, so neither a
-    // longer hold nor a change of direction.
+    // longer hold nor a change of direction. Frames that stay behind 16 times as long without
+    // a trial (a receiver that does not read) are counted rather than stop the measurements.
     reset_window();
-    if (trial_ && (behind_ += span) > kMaxBehindWindows * window) {
+    behind_ += span;
+    if (trial_ && behind_ > kMaxBehindWindows * window) {
       trial_ = warming_ = false;
       measured_ = false;
       hold_ = hold_len_;
@@ -60,6 +64,14 @@ void StreamWidth::start_trial(int can_open) {
   const bool can_widen = width_ < ceiling, can_narrow = width_ > o_.start;
   if (!can_widen && !can_narrow) return;
   up_ = can_widen && (next_up_ || !can_narrow);
+  if (stepped_ && up_ != next_up_) {
+    // Back the way the step just kept came (the top or the bottom reached): that step measured
+    // what this trial would, so it waits as long as after several trials that did not pay.
+    stepped_ = false;
+    hold_ = hold_len_ = std::max(1, o_.first_hold) * kHoldAfterStep;
+    return;
+  }
+  stepped_ = false;
   trial_width_ = up_ ? std::min(2 * width_, ceiling) : std::max(width_ / 2, o_.start);
   trial_ = true;
   warming_ = up_;
@@ -70,6 +82,7 @@ void StreamWidth::start_trial(int can_open) {
 
 void StreamWidth::finish_trial(double rate) {
   trial_ = false;
+  behind_ = Duration{0};
   measured_ = rate > 0;
   warming_ = false;
   reset_window();
@@ -82,6 +95,7 @@ void StreamWidth::finish_trial(double rate) {
     hold_ = 0;
     hold_len_ = std::max(1, o_.first_hold);
     next_up_ = up_;
+    stepped_ = true;
     return;
   }
   hold_len_ = std::min(2 * hold_len_, std::max(o_.max_hold, 1));

@@ -13,6 +13,8 @@
 // that does not pay goes back, and the next trial waits longer (the hold doubles, up to a
 // bound). Above the starting width, trials downwards remove streams that no longer pay: a
 // narrower width is kept when it loses less than `keep`. The width never goes below the start.
+// A trial that would turn back right after a kept step (at the top, or at the start) waits 16
+// holds: the step just measured both widths.
 //
 // A frame takes its stream when it is posted, so frames posted before a width change still go
 // out at the old width (a collective may post a whole buffer at once): nothing is counted while
@@ -77,13 +79,15 @@ class StreamWidth {
   bool trial_ = false, warming_ = false, up_ = true, measured_ = false;
   int trial_width_ = 0;
   Duration waited_{0};  // busy time a trial spent waiting for its streams
-  Duration behind_{0};  // busy time a trial spent waiting for frames spread before it
+  Duration behind_{0};  // busy time spent waiting for frames spread at an earlier width
   static constexpr int kMaxBehindWindows = 64;
   uint64_t acc_bytes_ = 0;
   Duration acc_time_{0};
   double base_rate_ = 0, last_rate_ = 0;
   int hold_ = 0, hold_len_;
   bool next_up_ = true;
+  bool stepped_ = false;  // the last trial was kept and none has started since
+  static constexpr int kHoldAfterStep = 16;
   uint64_t trials_ = 0, changes_ = 0;
 };
 
