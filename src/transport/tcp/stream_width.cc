@@ -20,20 +20,22 @@ void StreamWidth::sample(Duration span, uint64_t bytes, bool busy, int open, int
     if (waited_ > 4 * window) finish_trial(0);
     return;
   }
-  if (!behind) behind_ = Duration{0};
-  const int behind_limit = trial_ ? kMaxBehindWindows : 16 * kMaxBehindWindows;
+  if (!behind && !trial_) behind_ = Duration{0};  // in a trial, a flickering wait still adds up
+  const int behind_limit = trial_ ? kMaxBehindWindows : kMaxBehindWindowsSettled;
   if (behind && behind_ <= behind_limit * window) {
     // The frames ahead go out at an earlier width: what they reach says nothing of this one's
     // (a trial's, or the settled width's after a trial). A trial whose earlier frames take
     // longer than kMaxBehindWindows to drain is set aside unmeasured: no verdict, so neither a
-    // longer hold nor a change of direction. Frames that stay behind 16 times as long without
-    // a trial (a receiver that does not read) are counted rather than stop the measurements.
+    // longer hold nor a change of direction. Frames that stay behind kMaxBehindWindowsSettled
+    // without a trial (a receiver that does not read) are counted rather than stop the
+    // measurements.
     reset_window();
     behind_ += span;
     if (trial_ && behind_ > kMaxBehindWindows * window) {
       trial_ = warming_ = false;
       measured_ = false;
       hold_ = hold_len_;
+      behind_ = Duration{0};
     }
     return;
   }
@@ -52,6 +54,12 @@ void StreamWidth::sample(Duration span, uint64_t bytes, bool busy, int open, int
     return;
   }
   base_rate_ = rate;
+  if (turn_hold_ && std::min(o_.max, can_open) > width_) {
+    // Held at a top that was only the streams the peer had opened: it opened more.
+    hold_ = 0;
+    hold_len_ = std::max(1, o_.first_hold);
+    next_up_ = true;
+  }
   if (hold_ > 0) {
     --hold_;
     return;
@@ -68,10 +76,11 @@ void StreamWidth::start_trial(int can_open) {
     // Back the way the step just kept came (the top or the bottom reached): that step measured
     // what this trial would, so it waits as long as after several trials that did not pay.
     stepped_ = false;
-    hold_ = hold_len_ = std::max(1, o_.first_hold) * kHoldAfterStep;
+    turn_hold_ = true;
+    hold_ = hold_len_ = std::min(std::max(1, o_.first_hold) * kHoldAfterStep, std::max(1, o_.max_hold));
     return;
   }
-  stepped_ = false;
+  stepped_ = turn_hold_ = false;
   trial_width_ = up_ ? std::min(2 * width_, ceiling) : std::max(width_ / 2, o_.start);
   trial_ = true;
   warming_ = up_;

@@ -14,7 +14,8 @@
 // bound). Above the starting width, trials downwards remove streams that no longer pay: a
 // narrower width is kept when it loses less than `keep`. The width never goes below the start.
 // A trial that would turn back right after a kept step (at the top, or at the start) waits 16
-// holds: the step just measured both widths.
+// holds: the step just measured both widths. A top that was only the streams the peer had
+// opened ends that hold once the peer opens more.
 //
 // A frame takes its stream when it is posted, so frames posted before a width change still go
 // out at the old width (a collective may post a whole buffer at once): nothing is counted while
@@ -80,13 +81,14 @@ class StreamWidth {
   int trial_width_ = 0;
   Duration waited_{0};  // busy time a trial spent waiting for its streams
   Duration behind_{0};  // busy time spent waiting for frames spread at an earlier width
-  static constexpr int kMaxBehindWindows = 64;
+  static constexpr int kMaxBehindWindows = 64, kMaxBehindWindowsSettled = 16 * kMaxBehindWindows;
   uint64_t acc_bytes_ = 0;
   Duration acc_time_{0};
   double base_rate_ = 0, last_rate_ = 0;
   int hold_ = 0, hold_len_;
   bool next_up_ = true;
-  bool stepped_ = false;  // the last trial was kept and none has started since
+  bool stepped_ = false;    // the last trial was kept and none has started since
+  bool turn_hold_ = false;  // holding after a step instead of turning back (stepped_)
   static constexpr int kHoldAfterStep = 16;
   uint64_t trials_ = 0, changes_ = 0;
 };
