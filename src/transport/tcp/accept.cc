@@ -178,9 +178,7 @@ void TcpDevice::adopt(int fd, int peer_rank, int stream, const security::Connect
   if (p.wan && stream != kControlStream) {  // opened after set_wan_peer
     p.streams[static_cast<size_t>(stream)]->tune_for_wan();
     const int want = p.width_control ? p.width_control->width() : initial_streams_ - 1;
-    const int width = std::clamp(want, 1, std::max(1, open_prefix(p)));
-    if (width != p.width) p.width_mark = p.session.frames_numbered();
-    p.width = width;
+    set_width(p, std::clamp(want, 1, std::max(1, open_prefix(p))));
   }
   if (!p.met && p.streams[kControlStream] && p.streams[1]) {
     // The pair is connected: the frames posted while it was not go now, in their order.

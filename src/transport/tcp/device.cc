@@ -344,6 +344,11 @@ void TcpDevice::open_initial_wan_streams(TcpPeer& p) {
 
 // ---- Measured stream counts.
 
+void TcpDevice::set_width(TcpPeer& p, int width) {
+  if (width != p.width) p.width_mark = p.session.frames_numbered();
+  p.width = width;
+}
+
 int TcpDevice::open_prefix(const TcpPeer& p) const {
   int n = 0;
   while (n + 1 < streams_ && p.streams[static_cast<size_t>(n + 1)]) ++n;
@@ -368,19 +373,20 @@ void TcpDevice::width_tick() {
     const bool busy_all = busy && p.width_busy;
     p.width_busy = busy;
     // What the path delivered, not what was written: a socket's buffer takes a burst at once.
+    // And whether frames spread at an earlier width still wait: what they reach is not this
+    // width's.
     uint64_t bytes = 0;
+    bool behind = false;
     for (size_t s = 1; s < p.streams.size(); ++s)
-      if (p.streams[s]) bytes += p.streams[s]->take_acked();
+      if (TcpConnection* c = p.streams[s].get()) {
+        bytes += c->take_acked();
+        behind = behind || c->oldest_queued_frame() < p.width_mark;
+      }
     const bool dialler = group_.rank() > p.rank;
     const TcpConnection* control = p.streams[kControlStream].get();
     const auto rtt = control ? control->srtt() : std::chrono::microseconds(0);
     StreamWidth& w = *p.width_control;
     const int before = w.settled(), tried = w.width();
-    // Frames spread at an earlier width still waiting: what they reach is not this width's.
-    bool behind = false;
-    for (int s = 1; s < streams_ && !behind; ++s)
-      if (const TcpConnection* c = p.streams[static_cast<size_t>(s)].get())
-        behind = c->oldest_queued_frame() < p.width_mark;
     w.sample(span, bytes, busy_all, open, dialler ? streams_ - 1 : open, rtt, behind);
     const int want = w.width();
     if (tried != before && want == w.settled()) {
@@ -395,9 +401,7 @@ void TcpDevice::width_tick() {
       if (p.opener.joinable()) p.opener.join();
       p.opener = std::thread([this, &p, open, want] { open_streams(p, open + 1, want); });
     }
-    const int width = std::clamp(want, 1, std::max(1, open));
-    if (width != p.width) p.width_mark = p.session.frames_numbered();
-    p.width = width;
+    set_width(p, std::clamp(want, 1, std::max(1, open)));
     if (w.settled() != before)
       GEOCCL_LOG(kInfo, "frames to rank " << p.rank << " now spread over " << w.settled() << " streams (were "
                                           << before << "; " << w.last_rate() * 8 / 1e6 << " Mbit/s measured)");

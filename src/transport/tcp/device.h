@@ -461,6 +461,8 @@ class TcpDevice final : public Device, public WanTuning, public PathReader, publ
   void width_tick();
   // Data streams open from the first on, without a gap: the most frames may use.
   int open_prefix(const TcpPeer& p) const;
+  // The streams a WAN peer's frames use from now on; a change moves its width_mark.
+  void set_width(TcpPeer& p, int width);
   // Dialling end, own thread: opens data streams `from` .. `upto` to the peer.
   void open_streams(TcpPeer& p, int from, int upto);
 };

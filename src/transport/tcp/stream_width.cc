@@ -31,12 +31,7 @@ void StreamWidth::sample(Duration span, uint64_t bytes, bool busy, int open, int
     // measurements.
     reset_window();
     behind_ += span;
-    if (trial_ && behind_ > kMaxBehindWindows * window) {
-      trial_ = warming_ = false;
-      measured_ = false;
-      hold_ = hold_len_;
-      behind_ = Duration{0};
-    }
+    if (trial_ && behind_ > kMaxBehindWindows * window) set_aside_trial();
     return;
   }
   acc_bytes_ += bytes;
@@ -89,12 +84,21 @@ void StreamWidth::start_trial(int can_open) {
   ++trials_;
 }
 
-void StreamWidth::finish_trial(double rate) {
-  trial_ = false;
+void StreamWidth::end_trial() {
+  trial_ = warming_ = false;
   behind_ = Duration{0};
-  measured_ = rate > 0;
-  warming_ = false;
   reset_window();
+}
+
+void StreamWidth::set_aside_trial() {
+  end_trial();
+  measured_ = false;
+  hold_ = hold_len_;
+}
+
+void StreamWidth::finish_trial(double rate) {
+  end_trial();
+  measured_ = rate > 0;
   const bool kept = up_ ? rate > 0 && rate >= o_.gain * base_rate_ : rate >= o_.keep * base_rate_;
   if (kept) {
     // Go on in the same direction at once: the next step may pay too.

@@ -72,7 +72,9 @@ class StreamWidth {
 
  private:
   void start_trial(int can_open);
-  void finish_trial(double rate);
+  void finish_trial(double rate);  // with its verdict
+  void set_aside_trial();           // without one: the same hold, the same direction next
+  void end_trial();
   void reset_window() { acc_bytes_ = 0, acc_time_ = Duration{0}; }
 
   StreamWidthOptions o_;
