@@ -22,6 +22,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           t && t->succeeded && (t->current || t->marker || t->revision <= 0))
         std::abort();
   }
+  // A batch of two reads: "a" and "b", in that order.
+  if (auto b = decode_ranges_response(body, {"a", "b"})) {
+    if (b->size() != 2) std::abort();
+    for (const auto& kv : *b)
+      if (kv && (kv->mod_revision <= 0 || kv->lease < 0)) std::abort();
+  }
   (void)decode_put_response(body);
   if (auto d = decode_delete_response(body); d && *d < 0) std::abort();
   (void)decode_error_response(body);

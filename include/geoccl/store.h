@@ -60,6 +60,10 @@ class Store {
   virtual bool remove(const std::string& key) = 0;
   // Returns whether the key exists now.
   virtual bool check(const std::string& key) = 0;
+  // The values of `keys` that exist now, in the order asked (nullopt: absent), without waiting.
+  // The TCP store and etcd answer many keys per round trip; this default asks for one key after
+  // another.
+  virtual std::vector<std::optional<std::vector<uint8_t>>> get_present(const std::vector<std::string>& keys);
 };
 
 // Connects to the store a URL names, retrying until `timeout` (which also bounds each later
@@ -87,6 +91,8 @@ class StoreClient final : public Store {
   int64_t add(const std::string& key, int64_t delta) override;
   bool remove(const std::string& key) override;
   bool check(const std::string& key) override;
+  // Every request written before the first answer is read: one round trip for all of them.
+  std::vector<std::optional<std::vector<uint8_t>>> get_present(const std::vector<std::string>& keys) override;
   // From now on every request is authenticated with `secret` (the hashed group secret): a random
   // client id, a counter and a MAC (docs/security.md). A store that requires it answers a request
   // of a client with another secret, or none, with Error(kProtocol).
@@ -106,6 +112,9 @@ class StoreClient final : public Store {
   // response body.
   // `in_clear`: without the MAC even when authenticating (reads of the server's own keys).
   std::vector<uint8_t> call(const std::vector<uint8_t>& body, std::chrono::milliseconds timeout, bool in_clear = false);
+  // call()'s halves: a request body framed (or enveloped) onto `out`, and one response read.
+  void frame(const std::vector<uint8_t>& body, bool in_clear, std::vector<uint8_t>* out);
+  std::vector<uint8_t> read_response(std::chrono::steady_clock::time_point deadline);
 };
 
 }  // namespace geoccl

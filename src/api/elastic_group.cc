@@ -243,19 +243,20 @@ class ElasticGroupImpl {
       const int64_t total = store_->add(e + "count", 0);
       for (int64_t i = counted + 1; i <= total; ++i) pending.insert(i);
       counted = std::max(counted, total);
-      for (auto it = pending.begin(); it != pending.end();) {
-        const std::string key = e + "c/" + std::to_string(*it);
-        if (!store_->check(key)) {
-          ++it;
-          continue;
-        }
+      // Every pending record in one batch (a round trip to the store, not one per candidate).
+      const std::vector<int64_t> ids(pending.begin(), pending.end());
+      std::vector<std::string> keys;
+      for (int64_t id : ids) keys.push_back(e + "c/" + std::to_string(id));
+      auto records = store_->get_present(keys);
+      for (size_t i = 0; i < ids.size(); ++i) {
+        if (i >= records.size() || !records[i]) continue;
         std::string why;
-        if (auto c = membership::decode_candidate(store_->get(key, milliseconds(1000)), &why)) {
+        if (auto c = membership::decode_candidate(*records[i], &why)) {
           if (q.observe(*c) && c->prev_rank < 0)
-            unheard[*it] = {c->uid, store_->add(e + "b/" + std::to_string(*it), 0)};
+            unheard[ids[i]] = {c->uid, store_->add(e + "b/" + std::to_string(ids[i]), 0)};
         } else
-          GEOCCL_LOG(kWarn, "elastic: ignoring a malformed candidate " << key << ": " << why);
-        it = pending.erase(it);
+          GEOCCL_LOG(kWarn, "elastic: ignoring a malformed candidate " << keys[i] << ": " << why);
+        pending.erase(ids[i]);
       }
       // A candidate that has taken its number but not yet written its record is waited for
       // (within the window): the decision includes everyone who registered in time.

@@ -186,6 +186,12 @@ std::string put_request(const std::string& key, std::span<const uint8_t> value, 
 
 std::string range_request(const std::string& key) { return json{{"key", b64(key)}}.dump(); }
 
+std::string ranges_request(const std::vector<std::string>& keys) {
+  json success = json::array();
+  for (const auto& k : keys) success.push_back(json{{"request_range", {{"key", b64(k)}}}});
+  return json{{"success", std::move(success)}}.dump();
+}
+
 std::string delete_request(const std::string& key) { return json{{"key", b64(key)}}.dump(); }
 
 std::string cas_request(const std::string& key, int64_t mod_revision,
@@ -277,6 +283,28 @@ std::optional<TxnResult> decode_txn_response(std::string_view body, const std::s
     auto m = read(1, marker);
     if (!m) return std::nullopt;
     out.marker = std::move(*m);
+  }
+  return out;
+}
+
+std::optional<std::vector<std::optional<KeyValue>>> decode_ranges_response(std::string_view body,
+                                                                          const std::vector<std::string>& keys) {
+  const json j = parse_object(body);
+  if (j.is_discarded() || !header_revision(j)) return std::nullopt;
+  bool succeeded = false;
+  if (!bool_field(j, "succeeded", &succeeded) || !succeeded) return std::nullopt;
+  const json* responses = member(j, "responses");
+  if (!responses || !responses->is_array() || responses->size() != keys.size()) return std::nullopt;
+  std::vector<std::optional<KeyValue>> out;
+  out.reserve(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const json& r = (*responses)[i];
+    if (!r.is_object()) return std::nullopt;
+    const json* range = member(r, "response_range");
+    if (!range) return std::nullopt;
+    auto kv = range_result(*range, keys[i]);
+    if (!kv) return std::nullopt;
+    out.push_back(std::move(*kv));
   }
   return out;
 }

@@ -31,6 +31,10 @@ std::optional<std::vector<uint8_t>> base64_decode(std::string_view text);
 // `lease`: the lease the key is attached to (it is deleted when the lease expires); 0 for none.
 std::string put_request(const std::string& key, std::span<const uint8_t> value, int64_t lease);
 std::string range_request(const std::string& key);
+// One transaction that reads every key of `keys` (no compare: its success branch always runs),
+// so that a batch of reads is one round trip. etcd takes at most kMaxTxnOps of them by default.
+inline constexpr size_t kMaxTxnOps = 128;
+std::string ranges_request(const std::vector<std::string>& keys);
 std::string delete_request(const std::string& key);
 // The marker key of a store's adds (etcd_store.h), as one try of an add sees it.
 struct Marker {
@@ -84,6 +88,10 @@ std::optional<int64_t> decode_delete_response(std::string_view body);
 // transaction with a marker has one more response in each branch).
 std::optional<TxnResult> decode_txn_response(std::string_view body, const std::string& key,
                                              const std::string& marker = {});
+// The answer to ranges_request(keys): each key's value in the order asked (an empty optional for
+// a key that does not exist); nullopt unless there is exactly one range of each key, in order.
+std::optional<std::vector<std::optional<KeyValue>>> decode_ranges_response(std::string_view body,
+                                                                          const std::vector<std::string>& keys);
 // The lease granted: nullopt also when etcd names an error, grants no positive ID, or a TTL
 // outside 1..kMaxLeaseTtl.
 std::optional<Lease> decode_lease_grant_response(std::string_view body);

@@ -396,4 +396,19 @@ bool EtcdStore::check(const std::string& key) {
   return range(prefix_ + key, Clock::now() + io_timeout_).has_value();
 }
 
+std::vector<std::optional<std::vector<uint8_t>>> EtcdStore::get_present(const std::vector<std::string>& keys) {
+  std::vector<std::optional<std::vector<uint8_t>>> out;
+  out.reserve(keys.size());
+  for (size_t first = 0; first < keys.size(); first += etcd::kMaxTxnOps) {
+    std::vector<std::string> full;
+    for (size_t i = first; i < std::min(keys.size(), first + etcd::kMaxTxnOps); ++i) full.push_back(prefix_ + keys[i]);
+    check_lease();
+    const std::string body = call("/v3/kv/txn", etcd::ranges_request(full), Clock::now() + io_timeout_, Retry::kIdempotent);
+    auto kvs = etcd::decode_ranges_response(body, full);
+    if (!kvs) undecodable("/v3/kv/txn", body);
+    for (auto& kv : *kvs) out.push_back(kv ? std::optional(std::move(kv->value)) : std::nullopt);
+  }
+  return out;
+}
+
 }  // namespace geoccl::membership

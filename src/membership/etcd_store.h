@@ -83,6 +83,8 @@ class EtcdStore final : public Store {
   int64_t add(const std::string& key, int64_t delta) override;
   bool remove(const std::string& key) override;
   bool check(const std::string& key) override;
+  // One transaction per kMaxTxnOps keys.
+  std::vector<std::optional<std::vector<uint8_t>>> get_present(const std::vector<std::string>& keys) override;
 
   // The ID of the lease this store's keys are attached to.
   int64_t lease_id() const;

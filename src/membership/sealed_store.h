@@ -22,8 +22,11 @@ class SealedStore final : public Store {
   int64_t add(const std::string& key, int64_t delta) override { return inner_->add(key, delta); }
   bool remove(const std::string& key) override { return inner_->remove(key); }
   bool check(const std::string& key) override { return inner_->check(key); }
+  std::vector<std::optional<std::vector<uint8_t>>> get_present(const std::vector<std::string>& keys) override;
 
  private:
+  // The value as written, or Error(kProtocol) naming the key.
+  std::vector<uint8_t> open(const std::string& key, std::vector<uint8_t> sealed) const;
   std::unique_ptr<Store> inner_;
   security::Key key_;
 };

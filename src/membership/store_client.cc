@@ -2,6 +2,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -56,25 +57,23 @@ void StoreClient::authenticate(const std::array<uint8_t, 32>& secret) {
   auth_ = a;
 }
 
-std::vector<uint8_t> StoreClient::call(const std::vector<uint8_t>& body, std::chrono::milliseconds timeout,
-                                       bool in_clear) {
-  std::vector<uint8_t> request;
+void StoreClient::frame(const std::vector<uint8_t>& body, bool in_clear, std::vector<uint8_t>* out) {
   if (auth_ && !in_clear) {
     protocol::AuthenticatedStoreRequest q;
     q.client = auth_->client;
     q.counter = ++auth_->counter;
     q.body = body;
     q.mac = security::store_request_mac(auth_->key, q.client, q.counter, body);
-    request = protocol::encode_authenticated_store_request(q);
+    const auto env = protocol::encode_authenticated_store_request(q);
+    out->insert(out->end(), env.begin(), env.end());
   } else {
-    request.reserve(body.size() + 4);
-    protocol::Writer w(&request);
+    protocol::Writer w(out);
     w.u32(static_cast<uint32_t>(body.size()));
     w.bytes(body);
   }
-  const auto deadline = Clock::now() + timeout + kIoSlack;
-  if (!runtime::write_all(fd_, request, deadline))
-    throw Error(ErrorCode::kIo, "store " + address_ + ": write failed: " + std::strerror(errno));
+}
+
+std::vector<uint8_t> StoreClient::read_response(Clock::time_point deadline) {
   uint8_t lenb[4];
   if (!runtime::read_all(fd_, lenb, deadline))
     throw Error(ErrorCode::kIo, "store " + address_ + ": read failed: " + std::strerror(errno));
@@ -86,6 +85,17 @@ std::vector<uint8_t> StoreClient::call(const std::vector<uint8_t>& body, std::ch
   if (!runtime::read_all(fd_, response, deadline))
     throw Error(ErrorCode::kIo, "store " + address_ + ": read failed: " + std::strerror(errno));
   return response;
+}
+
+std::vector<uint8_t> StoreClient::call(const std::vector<uint8_t>& body, std::chrono::milliseconds timeout,
+                                       bool in_clear) {
+  std::vector<uint8_t> request;
+  request.reserve(body.size() + 64);
+  frame(body, in_clear, &request);
+  const auto deadline = Clock::now() + timeout + kIoSlack;
+  if (!runtime::write_all(fd_, request, deadline))
+    throw Error(ErrorCode::kIo, "store " + address_ + ": write failed: " + std::strerror(errno));
+  return read_response(deadline);
 }
 
 namespace {
@@ -140,6 +150,40 @@ bool StoreClient::check(const std::string& key) {
   StoreRequest q{StoreCommand::kCheck, key, {}, 0, 0};
   return decode(call(protocol::encode_store_request_body(q), io_timeout_, protocol::is_public_read(q)), address_)
              .status == StoreStatus::kOk;
+}
+
+std::vector<std::optional<std::vector<uint8_t>>> StoreClient::get_present(const std::vector<std::string>& keys) {
+  std::vector<std::optional<std::vector<uint8_t>>> out;
+  out.reserve(keys.size());
+  // A GET with no timeout is answered at once (found or not), so the answers come in the order
+  // asked. Batches bound what is in flight, and what the server buffers for us.
+  constexpr size_t kBatch = 512;
+  for (size_t first = 0; first < keys.size(); first += kBatch) {
+    const size_t end = std::min(keys.size(), first + kBatch);
+    std::vector<uint8_t> requests;
+    for (size_t i = first; i < end; ++i) {
+      if (keys[i].size() > protocol::kMaxKey)
+        throw Error(ErrorCode::kInvalidArgument, "store key too large for the store at " + address_);
+      const StoreRequest q{StoreCommand::kGet, keys[i], {}, 0, 0};
+      frame(protocol::encode_store_request_body(q), protocol::is_public_read(q), &requests);
+    }
+    const auto deadline = Clock::now() + io_timeout_ + kIoSlack;
+    if (!runtime::write_all(fd_, requests, deadline))
+      throw Error(ErrorCode::kIo, "store " + address_ + ": write failed: " + std::strerror(errno));
+    // Every answer read before any is judged: a refusal must not leave the rest unread.
+    std::vector<std::vector<uint8_t>> answers;
+    for (size_t i = first; i < end; ++i) answers.push_back(read_response(deadline));
+    for (size_t i = first; i < end; ++i) {
+      auto r = decode(answers[i - first], address_);
+      if (r.status == StoreStatus::kOk)
+        out.emplace_back(std::move(r.value));
+      else if (r.status == StoreStatus::kNotFound)
+        out.emplace_back(std::nullopt);
+      else
+        throw Error(ErrorCode::kProtocol, "store " + address_ + ": unexpected answer to a read of '" + keys[i] + "'");
+    }
+  }
+  return out;
 }
 
 }  // namespace geoccl

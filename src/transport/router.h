@@ -46,10 +46,11 @@ struct RouterOptions {
 class Router final : public Transport {
  public:
   using Clock = std::chrono::steady_clock;
-  // Store access for setup: publish(key, bytes) and lookup(key) (blocks until the key exists or
-  // the connect deadline passes, then throws Error(kTimeout)). Keys are relative to the group.
+  // Store access for setup: publish(key, bytes) and lookup(keys) (every key's value in the order
+  // asked; blocks until all of them exist or the connect deadline passes, then throws
+  // Error(kTimeout)). Keys are relative to the group.
   using Publish = std::function<void(const std::string& key, const std::vector<uint8_t>& value)>;
-  using Lookup = std::function<std::vector<uint8_t>(const std::string& key)>;
+  using Lookup = std::function<std::vector<std::vector<uint8_t>>(const std::vector<std::string>& keys)>;
   // Throws when the setup must stop (Device::Poll).
   using Poll = Device::Poll;
 

@@ -172,6 +172,33 @@ TEST(EtcdCodec, RangeAnswersDecodeAsEtcdWritesThem) {
   EXPECT_FALSE(*missing);
 }
 
+TEST(EtcdCodec, BatchedReadsAreOneTransactionAndDecodeInTheOrderAsked) {
+  const auto q = nlohmann::json::parse(ranges_request({"/p/a", "/p/b"}));
+  EXPECT_FALSE(q.contains("compare"));
+  ASSERT_EQ(q["success"].size(), 2u);
+  EXPECT_EQ(q["success"][0]["request_range"]["key"], b64("/p/a"));
+  EXPECT_EQ(q["success"][1]["request_range"]["key"], b64("/p/b"));
+  const std::string header = R"("header":{"revision":"9"})";
+  const std::string a = R"({"response_range":{"header":{"revision":"9"},"kvs":[{"key":")" + b64("/p/a") +
+                        R"(","mod_revision":"8","value":")" + b64("va") + R"("}],"count":"1"}})";
+  const std::string none = R"({"response_range":{"header":{"revision":"9"}}})";
+  auto answer = [&](const std::string& list, const char* succeeded = "true") {
+    return "{" + header + R"(,"succeeded":)" + succeeded + R"(,"responses":[)" + list + "]}";
+  };
+  const auto got = decode_ranges_response(answer(a + "," + none), {"/p/a", "/p/b"});
+  ASSERT_TRUE(got);
+  ASSERT_EQ(got->size(), 2u);
+  ASSERT_TRUE((*got)[0]);
+  EXPECT_EQ((*got)[0]->value, bytes("va"));
+  EXPECT_FALSE((*got)[1]);
+  // Another order, another count, a failed transaction, a put among the answers: none decodes.
+  EXPECT_FALSE(decode_ranges_response(answer(none + "," + a), {"/p/a", "/p/b"}));
+  EXPECT_FALSE(decode_ranges_response(answer(a), {"/p/a", "/p/b"}));
+  EXPECT_FALSE(decode_ranges_response(answer(a + "," + none + "," + none), {"/p/a", "/p/b"}));
+  EXPECT_FALSE(decode_ranges_response(answer(a + "," + none, "false"), {"/p/a", "/p/b"}));
+  EXPECT_FALSE(decode_ranges_response(answer(a + R"(,{"response_put":{}})"), {"/p/a", "/p/b"}));
+}
+
 TEST(EtcdCodec, TxnPutAndDeleteAnswersDecode) {
   const std::string header = R"("header":{"revision":"12"})";
   const auto won = decode_txn_response(

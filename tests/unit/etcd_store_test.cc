@@ -119,6 +119,27 @@ TEST_F(EtcdStoreTest, SetGetCheckRemove) {
   EXPECT_FALSE(s->check("never-set"));
 }
 
+TEST_F(EtcdStoreTest, GetPresentReadsManyKeysPerRoundTripInTheOrderAsked) {
+  auto s = open();
+  // More keys than one transaction takes; every third one absent.
+  std::vector<std::string> keys;
+  for (int i = 0; i < 300; ++i) {
+    keys.push_back("many/" + std::to_string(i));
+    if (i % 3 != 0) s->set(keys.back(), {static_cast<uint8_t>(i)});
+  }
+  const auto got = s->get_present(keys);
+  ASSERT_EQ(got.size(), keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (i % 3 == 0) {
+      EXPECT_FALSE(got[i].has_value()) << i;
+    } else {
+      ASSERT_TRUE(got[i].has_value()) << i;
+      EXPECT_EQ(*got[i], std::vector<uint8_t>{static_cast<uint8_t>(i)});
+    }
+  }
+  EXPECT_TRUE(s->get_present({}).empty());
+}
+
 TEST_F(EtcdStoreTest, GetBlocksUntilAnotherClientSetsTheKey) {
   auto reader = open();
   auto writer = open();

@@ -481,6 +481,13 @@ TEST(SealedStore, ValuesAreSealedAndStrangersWritesRefused) {
   c.secret = "another secret, another job";
   membership::SealedStore other(std::make_unique<StoreClient>("127.0.0.1", server.port(), 5s), *load_secret(c));
   EXPECT_THROW(other.get("geoccl/default/g1/addr/tcp/1", 1s), Error);
+  // Read in a batch: opened alike, a stranger's value refused alike, an absent key absent.
+  const auto batch = sealed.get_present({"geoccl/default/g1/addr/tcp/1", "geoccl/default/g1/addr/tcp/9"});
+  ASSERT_EQ(batch.size(), 2u);
+  ASSERT_TRUE(batch[0].has_value());
+  EXPECT_EQ(std::string(batch[0]->begin(), batch[0]->end()), addr);
+  EXPECT_FALSE(batch[1].has_value());
+  EXPECT_THROW(sealed.get_present({"geoccl/default/g1/addr/tcp/1", "geoccl/default/g1/addr/tcp/2"}), Error);
   // Counters stay counters.
   EXPECT_EQ(sealed.add("geoccl/default/gen/0", 1), 1);
   EXPECT_EQ(raw.add("geoccl/default/gen/0", 0), 1);
@@ -600,6 +607,12 @@ TEST(StoreAuth, StoreWithTheSecretRefusesStrangersAndReplays) {
   EXPECT_EQ(member.get("geoccl/s/g1/params", 1s), v);
   EXPECT_EQ(member.add("geoccl/s/gen/0", 1), 1);
   EXPECT_TRUE(member.check("geoccl/s/g1/params"));
+  // A batch: every request carries its own counter, all of them fresh.
+  const auto batch = member.get_present({"geoccl/s/g1/params", "geoccl/s/g1/none", "geoccl/s/g1/params"});
+  ASSERT_EQ(batch.size(), 3u);
+  EXPECT_EQ(batch[0], v);
+  EXPECT_FALSE(batch[1].has_value());
+  EXPECT_EQ(batch[2], v);
   EXPECT_EQ(server.refused_requests(), 0u);
   // A stranger (no secret) and a client with another secret: nothing is served, nothing changes.
   StoreClient stranger("127.0.0.1", server.port(), 5s);
@@ -607,13 +620,15 @@ TEST(StoreAuth, StoreWithTheSecretRefusesStrangersAndReplays) {
   expect_unauthenticated([&] { stranger.remove("geoccl/s/g1/params"); });
   expect_unauthenticated([&] { stranger.add("geoccl/s/gen/0", 5); });
   expect_unauthenticated([&] { stranger.get("geoccl/s/g1/params", 1s); });
+  // Two refused in one batch; the connection stays in step (the note below is read on it).
+  expect_unauthenticated([&] { stranger.get_present({"geoccl/s/g1/params", "geoccl/s/g1/params"}); });
   StoreClient wrong("127.0.0.1", server.port(), 5s);
   wrong.authenticate(other);
   expect_unauthenticated([&] { wrong.set("geoccl/s/g1/params", {9}); });
   expect_unauthenticated([&] { wrong.remove("geoccl/s/g1/params"); });
   EXPECT_EQ(member.get("geoccl/s/g1/params", 1s), v);
   EXPECT_EQ(member.add("geoccl/s/gen/0", 0), 1);
-  EXPECT_EQ(server.refused_requests(), 6u);
+  EXPECT_EQ(server.refused_requests(), 8u);
   // The first refusal of session s is noted where its ranks setting up look, in clear: a
   // stranger reads it without the secret; no client writes it. Session t has no note.
   const std::string noted = protocol::refused_key("s");
@@ -626,7 +641,7 @@ TEST(StoreAuth, StoreWithTheSecretRefusesStrangersAndReplays) {
   EXPECT_FALSE(member.check(protocol::refused_key("t")));
   expect_unauthenticated([&] { wrong.add("geoccl/t/gen/0", 1); });
   EXPECT_TRUE(member.check(protocol::refused_key("t")));
-  EXPECT_EQ(server.refused_requests(), 7u);
+  EXPECT_EQ(server.refused_requests(), 9u);
   // A captured request (a member's set, counter 1 of its client) replayed, on its own
   // connection and on another, is refused; its first sending is served.
   const Key rk = store_request_key(secret);
@@ -648,7 +663,7 @@ TEST(StoreAuth, StoreWithTheSecretRefusesStrangersAndReplays) {
   EXPECT_EQ(send_raw(server.port(), protocol::encode_store_request({protocol::StoreCommand::kDelete, "geoccl/s/g1/addr", {}, 0, 0})),
             protocol::StoreStatus::kUnauthenticated);
   EXPECT_EQ(member.get("geoccl/s/g1/addr", 1s), std::vector<uint8_t>{8});
-  EXPECT_EQ(server.refused_requests(), 10u);
+  EXPECT_EQ(server.refused_requests(), 12u);
   // A store without a secret (standalone) serves authenticated clients and plain ones, as before.
   StoreServer standalone("127.0.0.1", 0);
   StoreClient a("127.0.0.1", standalone.port(), 5s), b("127.0.0.1", standalone.port(), 5s);

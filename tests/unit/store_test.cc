@@ -211,3 +211,54 @@ TEST(Store, OwnerRecordIsReadableAndCannotBeChanged) {
   bytes.push_back(0);
   EXPECT_FALSE(protocol::decode_store_owner(bytes));
 }
+
+// ---- get_present: many keys in one round trip, in the order asked, absent ones as nullopt.
+
+TEST(Store, GetPresentAnswersManyKeysInTheOrderAsked) {
+  StoreServer server("127.0.0.1", 0);
+  StoreClient c("127.0.0.1", server.port(), 5s);
+  // More keys than one batch holds, every third one absent.
+  std::vector<std::string> keys;
+  for (int i = 0; i < 1300; ++i) {
+    keys.push_back("k/" + std::to_string(i));
+    if (i % 3 != 0) c.set(keys.back(), std::vector<uint8_t>(static_cast<size_t>(i % 50 + 1), static_cast<uint8_t>(i)));
+  }
+  const auto got = c.get_present(keys);
+  ASSERT_EQ(got.size(), keys.size());
+  for (int i = 0; i < 1300; ++i) {
+    if (i % 3 == 0) {
+      EXPECT_FALSE(got[static_cast<size_t>(i)].has_value()) << i;
+    } else {
+      ASSERT_TRUE(got[static_cast<size_t>(i)].has_value()) << i;
+      EXPECT_EQ(*got[static_cast<size_t>(i)],
+                std::vector<uint8_t>(static_cast<size_t>(i % 50 + 1), static_cast<uint8_t>(i)));
+    }
+  }
+  EXPECT_TRUE(c.get_present({}).empty());
+  // The connection is in step afterwards: the next answers are the next requests'.
+  c.set("after", {9});
+  EXPECT_EQ(c.get("after", 1s), (std::vector<uint8_t>{9}));
+  EXPECT_EQ(c.add("n", 2), 2);
+}
+
+// The base class's one-key-at-a-time form gives the same answers.
+TEST(Store, GetPresentDefaultFormMatchesTheBatchedOne) {
+  struct OneByOne final : Store {
+    explicit OneByOne(StoreClient& c) : c(c) {}
+    void set(const std::string& k, const std::vector<uint8_t>& v) override { c.set(k, v); }
+    std::vector<uint8_t> get(const std::string& k, std::chrono::milliseconds t) override { return c.get(k, t); }
+    void wait(const std::vector<std::string>& k, std::chrono::milliseconds t) override { c.wait(k, t); }
+    int64_t add(const std::string& k, int64_t d) override { return c.add(k, d); }
+    bool remove(const std::string& k) override { return c.remove(k); }
+    bool check(const std::string& k) override { return c.check(k); }
+    StoreClient& c;
+  };
+  StoreServer server("127.0.0.1", 0);
+  StoreClient c("127.0.0.1", server.port(), 5s);
+  c.set("a", {1});
+  c.set("c", {3, 3});
+  OneByOne slow(c);
+  const std::vector<std::string> keys{"a", "b", "c"};
+  EXPECT_EQ(slow.get_present(keys), c.get_present(keys));
+  EXPECT_EQ(c.get_present(keys)[1], std::nullopt);
+}

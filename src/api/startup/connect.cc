@@ -36,17 +36,43 @@ std::unique_ptr<transport::Router> connect(const Config& cfg, transport::Group& 
   auto publish = [&](const std::string& key, const std::vector<uint8_t>& value) {
     rdv.store->set(rdv.prefix + "addr/" + key, value);
   };
-  auto lookup = [&](const std::string& key) {
+  // Every key read as soon as it is there: all that are, in one batch (Store::get_present); then
+  // a wait for the first still missing one, the set-up's errors polled every 200 ms meanwhile.
+  auto lookup = [&](const std::vector<std::string>& keys) {
+    std::vector<std::string> full;
+    for (const auto& k : keys) full.push_back(rdv.prefix + "addr/" + k);
+    std::vector<std::optional<std::vector<uint8_t>>> got(keys.size());
     for (;;) {
+      std::vector<size_t> missing;
+      std::vector<std::string> ask;
+      for (size_t i = 0; i < keys.size(); ++i)
+        if (!got[i]) {
+          missing.push_back(i);
+          ask.push_back(full[i]);
+        }
+      if (missing.empty()) break;
+      auto present = rdv.store->get_present(ask);
+      size_t first = keys.size();
+      for (size_t j = 0; j < missing.size(); ++j) {
+        if (j < present.size() && present[j])
+          got[missing[j]] = std::move(present[j]);
+        else if (first == keys.size())
+          first = missing[j];
+      }
+      if (first == keys.size()) break;
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       try {
-        return rdv.store->get(rdv.prefix + "addr/" + key,
-                              std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(200)));
+        got[first] = rdv.store->get(full[first], std::clamp(left, std::chrono::milliseconds(1),
+                                                              std::chrono::milliseconds(200)));
       } catch (const Error& e) {
         if (e.code() != ErrorCode::kTimeout || left.count() <= 200) throw;
+        poll();
       }
-      poll();
     }
+    std::vector<std::vector<uint8_t>> values;
+    values.reserve(got.size());
+    for (auto& v : got) values.push_back(std::move(*v));
+    return values;
   };
   try {
     const std::string bind = cfg.world_size > 1 ? membership::choose_bind_address(cfg) : "";
