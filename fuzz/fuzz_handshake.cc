@@ -90,15 +90,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     });
     // The proof cannot be right: nobody who answered holds the key's private ephemeral half.
     if (k && a.state() == HandshakeState::kDone) std::abort();
-    // An acceptor that takes relay and dial-back requests (TCP's), in the middle of the ranks:
-    // a request stops in kJudge without a proof and is answered by the device.
+    // An acceptor that takes relay and dial-back requests (TCP's), in the middle of the ranks: a
+    // relay request, and without a secret a dial-back request, stops in kJudge without a proof
+    // and is answered by the device; with a secret a dial-back request is accepted as a
+    // connection is, and never done (served) on a stranger's bytes.
     auto tcp = setup(5, k);
     tcp.relays = true;
     HandshakeAcceptor t(tcp);
     drive(t, data, size, [&] {
       if (t.state() != HandshakeState::kJudge) return (void)t.take_output();
-      if (t.relay_request() || t.dial_back_request()) {
-        if (t.dial_back_request() && (t.hello().rank >= 5 || t.relay_request())) std::abort();
+      if (t.dial_back_request() && (t.hello().rank >= 5 || t.relay_request())) std::abort();
+      if (t.dial_back_needs_proof() && t.hello().minor < kMinorDialBackProof) std::abort();
+      if (t.relay_request() || (t.dial_back_request() && !t.dial_back_needs_proof())) {
         (void)t.relay_reply(true);
       } else {
         t.accept();
@@ -106,10 +109,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       (void)t.take_output();
     });
     if (k && t.state() == HandshakeState::kDone) std::abort();
-    // A dialler fed a stranger's answer, and one asking to be dialled back.
+    // A dialler fed a stranger's answer, and one asking to be dialled back (with a secret it
+    // wants the acceptor's proof as well).
     HandshakeDialler back(setup(3, k), 5, 0, {}, kHelloFlagDialBack);
     (void)back.take_output();
     drive(back, data, size, [&] { (void)back.take_output(); });
+    if (k && back.state() == HandshakeState::kDone) std::abort();
     HandshakeDialler d(setup(3, k), 0, 1);
     (void)d.take_output();
     drive(d, data, size, [&] { (void)d.take_output(); });

@@ -10,7 +10,8 @@
 //    12    4 rank
 //    16    4 world_size
 //    20    8 session_id
-//    28    2 minor        minor version of the sender (any value is accepted)
+//    28    2 minor        minor version of the sender (any value is accepted; a dial-back
+//                         request to a rank with a secret needs kMinorDialBackProof)
 //    30    4 flags        capabilities of the sender: kHelloFlagAuth (4.1)
 //    34    8 params_hash  GroupParams::hash() of the sender's group parameters; must be equal
 //    42    4 via          kHelloFlagRelayRequest: the rank to connect the sender to;
@@ -73,13 +74,19 @@ inline constexpr uint16_t kProtocolVersion = 4;
 // Minor 2: relays (kHelloFlagRelayRequest, kHelloFlagRelayed, `via`, kUnreachable).
 // Minor 3: `transport`, the transport's extension, the Reply's reason, kBadTransport, kRefused.
 // Minor 4: kHelloFlagDialBack (connections made on demand).
-inline constexpr uint16_t kProtocolMinor = 4;
+// Minor 5: a dial-back request carries the dialler's proof when the group has a secret.
+inline constexpr uint16_t kProtocolMinor = 5;
+// The first minor whose dial-back request carries the proof: a rank with a secret refuses an
+// older one's request (it would come without a proof).
+inline constexpr uint16_t kMinorDialBackProof = 5;
 inline constexpr uint32_t kHelloFlagAuth = 1u << 0;
 inline constexpr uint32_t kHelloFlagRelayRequest = 1u << 1;
 inline constexpr uint32_t kHelloFlagRelayed = 1u << 2;
 // A lower rank asks the higher one to dial it (a pair connected on demand, whose lower end has
-// something to send first): the acceptor answers with a Reply and closes, and dials back. Carries
-// no authentication: the connection dialled back is authenticated as any other.
+// something to send first): the acceptor answers with a Reply and closes, and dials back. With a
+// group secret the request is authenticated as a connection is (AuthInit, AuthResp, AuthFin; minor
+// 5), and the acceptor dials back only once the dialler has proved the secret: a stranger cannot
+// make a rank connect out.
 inline constexpr uint32_t kHelloFlagDialBack = 1u << 3;
 inline constexpr size_t kHelloSize = 58;
 inline constexpr size_t kReplySize = 38;

@@ -29,7 +29,7 @@ void HandshakeEnd::refused(HandshakeStatus status, std::string why, bool auth) {
 
 HandshakeDialler::HandshakeDialler(const HandshakeSetup& me, uint32_t answerer, uint16_t stream,
                                    std::span<const uint8_t> extension, uint32_t relay, uint32_t via)
-    : answerer_(answerer), relay_request_((relay & (kHelloFlagRelayRequest | kHelloFlagDialBack)) != 0) {
+    : answerer_(answerer), relay_request_((relay & kHelloFlagRelayRequest) != 0) {
   Hello h;
   h.stream = stream;
   h.rank = me.rank;
@@ -182,7 +182,14 @@ void HandshakeAcceptor::judge_hello() {
   if (dial_back_request() ? h.rank >= me_.rank || relay_request() : !relay_request() && h.rank <= me_.rank)
     return refuse_with(HandshakeStatus::kBadRank, "rank " + std::to_string(h.rank) + " cannot dial rank " +
                                                       std::to_string(me_.rank) + ": the higher rank of a pair dials");
-  need_ = kHelloSize + h.extension + (me_.key && !request() ? security::kAuthInitSize : 0);
+  // An older dialler's dial-back request brings no proof, and the request makes us connect out:
+  // with a secret only a proven one is served, whatever minor the Hello claims.
+  if (dial_back_needs_proof() && h.minor < kMinorDialBackProof)
+    return refuse_with(HandshakeStatus::kRefused, "a dial-back request of handshake minor " + std::to_string(h.minor) +
+                                                      " carries no proof of the group secret (minor " +
+                                                      std::to_string(kMinorDialBackProof) + " does; we speak " +
+                                                      std::to_string(kProtocolMinor) + ")");
+  need_ = kHelloSize + h.extension + (me_.key && !unproven_request() ? security::kAuthInitSize : 0);
   step_ = Step::kRest;
 }
 
@@ -219,7 +226,7 @@ size_t HandshakeAcceptor::feed(std::span<const uint8_t> in) {
 }
 
 void HandshakeAcceptor::accept() {
-  if (state_ != HandshakeState::kJudge || request()) return;
+  if (state_ != HandshakeState::kJudge || unproven_request()) return;
   const auto rb = encode_reply(reply(HandshakeStatus::kAccepted));
   replied_ = true;
   if (!me_.key) {

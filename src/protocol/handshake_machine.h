@@ -13,6 +13,9 @@
 // (HandshakeSetup::key), the reason text when the Reply refuses. A relay request (the Hello's
 // kHelloFlagRelayRequest) is answered by the relay once it has reached the target, and carries no
 // authentication: the dialler runs the handshake with the target end to end through the tunnel.
+// A dial-back request (kHelloFlagDialBack) makes the acceptor connect out, so with a secret it is
+// authenticated as a connection is, and served only once it is done; without one it is answered
+// at kJudge like a relay request.
 //
 // Use: after constructing, and after every feed(), accept() or refuse(), send take_output()'s
 // bytes; read at most want() bytes and feed() them (feed takes any chunk and returns what it
@@ -83,7 +86,9 @@ class HandshakeEnd {
 class HandshakeDialler : public HandshakeEnd {
  public:
   // `answerer`: the rank expected to answer (the relay, for a relay request). `relay` 0, one
-  // relay flag with `via`, or kHelloFlagDialBack (handshake.h). `extension`: the transport's bytes behind the Hello.
+  // relay flag with `via`, or kHelloFlagDialBack (handshake.h; with kHelloFlagRelayed and `via`
+  // through a relay). `extension`: the transport's bytes behind the Hello. A relay request carries
+  // no proof; everything else does when this side has a secret.
   HandshakeDialler(const HandshakeSetup& me, uint32_t answerer, uint16_t stream,
                    std::span<const uint8_t> extension = {}, uint32_t relay = 0, uint32_t via = 0);
 
@@ -116,11 +121,15 @@ class HandshakeAcceptor : public HandshakeEnd {
   const Hello& hello() const { return hello_; }
   std::span<const uint8_t> extension() const;
   bool relay_request() const { return (hello_.flags & kHelloFlagRelayRequest) != 0; }
-  // A lower rank asks to be dialled (kHelloFlagDialBack): answered with relay_reply(true).
+  // A lower rank asks to be dialled (kHelloFlagDialBack). With a secret (dial_back_needs_proof())
+  // it is accept()ed as a connection is and served once kDone, when the dialler has proved the
+  // secret; without one it is answered at kJudge with relay_reply(true).
   bool dial_back_request() const { return (hello_.flags & kHelloFlagDialBack) != 0; }
+  bool dial_back_needs_proof() const { return dial_back_request() && me_.key != nullptr; }
 
   // kJudge -> the Reply (and with a secret AuthResp) is output; kDone, or kRunning until the
-  // dialler's proof. Not for a relay or dial-back request (relay_reply()).
+  // dialler's proof. Not for a relay request, nor a dial-back request without a secret
+  // (relay_reply()).
   void accept();
   // A refusal by the device, at any point until it adopts the connection (in kJudge, or its own
   // check of what it read, such as a packet that held more or less than a message, or of a state
@@ -133,6 +142,8 @@ class HandshakeAcceptor : public HandshakeEnd {
 
  private:
   bool request() const { return relay_request() || dial_back_request(); }
+  // Answered at kJudge by relay_reply(), without a proof.
+  bool unproven_request() const { return relay_request() || (dial_back_request() && !me_.key); }
   void judge_hello();
   void refuse_with(HandshakeStatus status, std::string reason);
   Reply reply(HandshakeStatus status) const;

@@ -237,24 +237,24 @@ TEST(HandshakeMachine, ARelayRequestCarriesNoAuthenticationAndIsAnsweredByTheRel
   EXPECT_EQ(a.hello().via, 3u);
 }
 
-TEST(HandshakeMachine, ADialBackRequestComesFromALowerRankWithoutAuthentication) {
-  const auto key = key_of("machine-secret-0123456789");
+TEST(HandshakeMachine, ADialBackRequestWithoutASecretIsAnsweredWithoutAProof) {
   auto tcp = [&](uint32_t rank) {
-    auto s = setup(rank, Transport::kTcp, &key);
+    auto s = setup(rank, Transport::kTcp);
     s.relays = true;
     return s;
   };
   {
-    // Rank 1 asks rank 3 to dial it: judged without a proof, answered and done.
+    // Rank 1 asks rank 3 to dial it: judged, answered and done.
     HandshakeDialler d(tcp(1), 3, 0, {}, kHelloFlagDialBack);
     HandshakeAcceptor a(tcp(3));
     const auto hello = d.take_output();
-    EXPECT_EQ(hello.size(), kHelloSize);  // no AuthInit
+    EXPECT_EQ(hello.size(), kHelloSize);
     EXPECT_EQ(a.feed(hello), kHelloSize);
     ASSERT_EQ(a.state(), HandshakeState::kJudge) << a.why();
     EXPECT_TRUE(a.dial_back_request());
+    EXPECT_FALSE(a.dial_back_needs_proof());
     EXPECT_FALSE(a.relay_request());
-    a.accept();  // not for a request: nothing is output
+    a.accept();  // not for a request without a secret: nothing is output
     EXPECT_TRUE(a.take_output().empty());
     EXPECT_EQ(d.feed(a.relay_reply(true)), kReplySize);
     EXPECT_EQ(d.state(), HandshakeState::kDone);
@@ -268,6 +268,83 @@ TEST(HandshakeMachine, ADialBackRequestComesFromALowerRankWithoutAuthentication)
     run(d, a, 1000);
     EXPECT_EQ(a.state(), HandshakeState::kRefused);
     EXPECT_EQ(d.state(), HandshakeState::kRefused);
+  }
+}
+
+// A dial-back request makes the acceptor connect out: with a secret it is a connection's
+// handshake, done only when the dialler proved the secret, directly or through a relay.
+TEST(HandshakeMachine, ADialBackRequestWithASecretCompletesOnlyWithTheRightSecret) {
+  const auto key = key_of("machine-secret-0123456789"), other = key_of("a stranger's guess 0123");
+  auto tcp = [&](uint32_t rank, const security::GroupKey* k) {
+    auto s = setup(rank, Transport::kTcp, k);
+    s.relays = true;
+    return s;
+  };
+  for (uint32_t relayed : {0u, kHelloFlagRelayed}) {
+    for (size_t chunk : {size_t{1}, size_t{13}, size_t{1000}}) {
+      SCOPED_TRACE(std::to_string(relayed) + " " + std::to_string(chunk));
+      HandshakeDialler d(tcp(1, &key), 3, 0, {}, kHelloFlagDialBack | relayed, relayed ? 2 : 0);
+      HandshakeAcceptor a(tcp(3, &key));
+      bool judged = false;
+      run(d, a, chunk, [&](const HandshakeAcceptor& acc) -> std::optional<std::string> {
+        judged = true;
+        EXPECT_TRUE(acc.dial_back_request());
+        EXPECT_TRUE(acc.dial_back_needs_proof());
+        EXPECT_FALSE(acc.relay_request());
+        return std::nullopt;
+      });
+      EXPECT_TRUE(judged);
+      ASSERT_EQ(d.state(), HandshakeState::kDone) << d.why();
+      ASSERT_EQ(a.state(), HandshakeState::kDone) << a.why();
+      EXPECT_EQ(a.hello().flags & kHelloFlagRelayed, relayed);
+      EXPECT_EQ(a.hello().via, relayed ? 2u : 0u);
+    }
+  }
+  // The Hello alone is no request: the acceptor waits for the proof.
+  {
+    HandshakeDialler d(tcp(1, &key), 3, 0, {}, kHelloFlagDialBack);
+    HandshakeAcceptor a(tcp(3, &key));
+    auto out = d.take_output();
+    ASSERT_EQ(out.size(), kHelloSize + security::kAuthInitSize);
+    out.resize(kHelloSize);
+    EXPECT_EQ(a.feed(out), kHelloSize);
+    EXPECT_EQ(a.state(), HandshakeState::kRunning);
+    EXPECT_EQ(a.want(), security::kAuthInitSize);
+  }
+  // Another secret: refused at both ends as a failed authentication.
+  {
+    HandshakeDialler d(tcp(1, &other), 3, 0, {}, kHelloFlagDialBack);
+    HandshakeAcceptor a(tcp(3, &key));
+    run(d, a, 1000);
+    ASSERT_EQ(a.state(), HandshakeState::kRefused);
+    EXPECT_TRUE(a.auth_failed());
+    EXPECT_NE(a.why().find("rejected our proof of the group secret"), std::string::npos) << a.why();
+    ASSERT_EQ(d.state(), HandshakeState::kRefused);
+    EXPECT_TRUE(d.auth_failed());
+    EXPECT_NE(d.why().find("could not prove the group secret"), std::string::npos) << d.why();
+  }
+  // A dial-back Hello of minor 4 brings no proof: refused at once with the reason, whatever
+  // follows it.
+  {
+    HandshakeDialler d(tcp(1, &key), 3, 0, {}, kHelloFlagDialBack);
+    auto out = d.take_output();
+    Hello h;
+    ASSERT_EQ(decode_hello(std::span<const uint8_t, kHelloSize>(out.data(), kHelloSize), &h), HandshakeStatus::kAccepted);
+    h.minor = 4;
+    const auto old = encode_hello(h);
+    std::copy(old.begin(), old.end(), out.begin());
+    HandshakeAcceptor a(tcp(3, &key));
+    EXPECT_EQ(a.feed(out), kHelloSize);
+    ASSERT_EQ(a.state(), HandshakeState::kRefused);
+    EXPECT_EQ(a.status(), HandshakeStatus::kRefused);
+    EXPECT_FALSE(a.auth_failed());
+    EXPECT_NE(a.why().find("minor 4 carries no proof of the group secret"), std::string::npos) << a.why();
+    const auto answer = a.take_output();
+    ASSERT_GE(answer.size(), kReplySize);
+    EXPECT_EQ(d.feed(answer), answer.size());
+    ASSERT_EQ(d.state(), HandshakeState::kRefused);
+    EXPECT_EQ(d.status(), HandshakeStatus::kRefused);
+    EXPECT_NE(d.why().find("minor 4"), std::string::npos) << d.why();
   }
 }
 

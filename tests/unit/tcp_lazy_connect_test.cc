@@ -5,9 +5,12 @@
 // events it checks by waiting for the pair's streams to show (or not) before the next step.
 #include <gtest/gtest.h>
 
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <array>
+#include <cerrno>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -126,6 +129,32 @@ std::vector<std::vector<uint8_t>> lazy_frames(int n, std::mt19937_64& rng) {
   return f;
 }
 
+// What a process claiming rank 0 of the LazyJob says in its handshake, with `key`.
+protocol::HandshakeSetup rank_zero_setup(const security::GroupKey* key) {
+  protocol::HandshakeSetup me;
+  me.rank = 0;
+  me.world_size = kLazyRanks;
+  me.session_id = 42;
+  me.streams = 3;
+  me.relays = true;
+  me.key = key;
+  return me;
+}
+
+// Runs `d` over the blocking socket `fd` until it ends (kDone or kRefused); false on an I/O
+// failure or at `deadline`.
+bool run_dialler(int fd, protocol::HandshakeDialler& d, std::chrono::steady_clock::time_point deadline) {
+  std::array<uint8_t, 512> buf;
+  while (d.state() == protocol::HandshakeState::kRunning) {
+    const auto out = d.take_output();
+    if (!out.empty() && !runtime::write_all(fd, out, deadline)) return false;
+    const auto in = std::span<uint8_t>(buf.data(), std::min(buf.size(), d.want()));
+    if (!runtime::read_all(fd, in, deadline)) return false;
+    d.feed(in);
+  }
+  return true;
+}
+
 // `from` sends `frames` to `to`; `to` posts its receives only once the pair is connected (the
 // connection is made by the send alone), then every frame is checked byte for byte.
 void lazy_send_first(LazyJob& job, int from, int to, const std::vector<std::vector<uint8_t>>& frames) {
@@ -142,6 +171,19 @@ void lazy_send_first(LazyJob& job, int from, int to, const std::vector<std::vect
   for (const auto& r : recvs) ASSERT_TRUE(r->ok()) << r->failure.message;
   for (const auto& r : sends) ASSERT_TRUE(r->ok()) << r->failure.message;
   for (size_t i = 0; i < frames.size(); ++i) ASSERT_EQ(frames[i], got[i]) << "frame " << i;
+}
+
+// Whether the other end closes `fd` within 5 s (what it sends before is read past).
+bool closed_by_peer(int fd) {
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  std::array<uint8_t, 512> buf;
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 10) <= 0) continue;
+    const ssize_t n = ::recv(fd, buf.data(), buf.size(), MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno == ECONNRESET)) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -256,31 +298,75 @@ TEST(LazyConnect, AWanPairConnectedOnDemandOpensItsStripedStreams) {
 TEST(LazyConnect, ARankThatConnectsAtStartUpRefusesADialBackRequestWithItsReason) {
   LazyJob job(false);
   const auto key = test_support::job_key_of("lazy connect test secret");
-  protocol::HandshakeSetup me;
-  me.rank = 0;
-  me.world_size = kLazyRanks;
-  me.session_id = 42;
-  me.streams = 3;
-  me.relays = true;
-  me.key = &key;
+  const auto me = rank_zero_setup(&key);
   std::string host;
   uint16_t port = 0;
   runtime::split_host_port(job[3].dev->endpoint(), &host, &port);
   const int fd = runtime::connect_with_timeout(host, port, 5s);
   ASSERT_GE(fd, 0);
   protocol::HandshakeDialler d(me, 3, 0, {}, protocol::kHelloFlagDialBack);
-  const auto deadline = std::chrono::steady_clock::now() + 5s;
-  std::array<uint8_t, 512> buf;
-  while (d.state() == protocol::HandshakeState::kRunning) {
-    const auto out = d.take_output();
-    ASSERT_TRUE(out.empty() || runtime::write_all(fd, out, deadline));
-    const auto in = std::span<uint8_t>(buf.data(), std::min(buf.size(), d.want()));
-    ASSERT_TRUE(runtime::read_all(fd, in, deadline));
-    d.feed(in);
-  }
+  ASSERT_TRUE(run_dialler(fd, d, std::chrono::steady_clock::now() + 5s));
   ::close(fd);
   ASSERT_EQ(d.state(), protocol::HandshakeState::kRefused);
   EXPECT_NE(d.why().find("not on demand"), std::string::npos) << d.why();
+}
+
+// A dial-back request makes a rank connect out, so with a secret only a holder of it is served.
+// Strangers claim rank 0 and ask rank 3 (a pair left to connect on demand) to dial it: with
+// another secret, with no proof at all, and as an older minor that sends none. Each is refused
+// and closed by rank 3, which connects to nobody; rank 0's own send then connects the pair.
+TEST(LazyConnect, AStrangersDialBackRequestDoesNotMakeARankConnect) {
+  LazyJob job;
+  ASSERT_EQ(job[3].open_to(0), 0);
+  std::string host;
+  uint16_t port = 0;
+  runtime::split_host_port(job[3].dev->endpoint(), &host, &port);
+  const auto guess = test_support::job_key_of("a stranger's guess at it");
+  auto me = rank_zero_setup(&guess);
+  const uint64_t rejected_before = job[3].dev->rejected_connections();
+  {
+    // Another secret: the whole handshake runs, and rank 3 refuses the proof.
+    const int fd = runtime::connect_with_timeout(host, port, 5s);
+    ASSERT_GE(fd, 0);
+    protocol::HandshakeDialler d(me, 3, 0, {}, protocol::kHelloFlagDialBack);
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    ASSERT_TRUE(run_dialler(fd, d, deadline));
+    const auto fin = d.take_output();  // our (wrong) proof: rank 3 judges it
+    ASSERT_TRUE(fin.empty() || runtime::write_all(fd, fin, deadline));
+    EXPECT_EQ(d.state(), protocol::HandshakeState::kRefused);
+    EXPECT_TRUE(d.auth_failed()) << d.why();
+    EXPECT_TRUE(closed_by_peer(fd));
+    ::close(fd);
+  }
+  for (uint16_t minor : {protocol::kProtocolMinor, uint16_t{4}}) {
+    // The Hello alone (the auth flag set, no AuthInit behind it), then nothing more.
+    protocol::Hello h;
+    h.rank = 0;
+    h.world_size = kLazyRanks;
+    h.session_id = 42;
+    h.minor = minor;
+    h.flags = protocol::kHelloFlagAuth | protocol::kHelloFlagDialBack;
+    const int fd = runtime::connect_with_timeout(host, port, 5s);
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(runtime::write_all(fd, protocol::encode_hello(h), std::chrono::steady_clock::now() + 5s));
+    ::shutdown(fd, SHUT_WR);
+    EXPECT_TRUE(closed_by_peer(fd)) << "minor " << minor;
+    ::close(fd);
+  }
+  // Rank 3 has closed every one of them, and counted each as rejected: a dial it started would
+  // show within this time.
+  EXPECT_EQ(job[3].dev->rejected_connections(), rejected_before + 3);
+  const auto until = std::chrono::steady_clock::now() + 1s;
+  while (std::chrono::steady_clock::now() < until) {
+    ASSERT_EQ(job[3].open_to(0), 0) << "a stranger made rank 3 connect to rank 0";
+    ASSERT_EQ(job[0].open_to(3), 0) << "a stranger made rank 3 connect to rank 0";
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_FALSE(job[3].group.failure().has_value());
+  EXPECT_FALSE(job[0].group.failure().has_value());
+  // Rank 0 itself asks, with the secret: the pair connects.
+  std::mt19937_64 rng(6);
+  lazy_send_first(job, 0, 3, lazy_frames(10, rng));
 }
 
 TEST(LazyConnect, OnByDefaultPastThirtyTwoRanks) {

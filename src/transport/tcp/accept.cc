@@ -105,7 +105,10 @@ void TcpDevice::on_pending_readable(int fd) {
   hs.feed(std::span<const uint8_t>(buf.data(), static_cast<size_t>(n)));
   // A rank that cannot reach another asks us to carry its connection there (relay.h).
   if (hs.state() == protocol::HandshakeState::kJudge && hs.relay_request()) return serve_relay(fd, hs);
-  if (hs.state() == protocol::HandshakeState::kJudge && hs.dial_back_request()) return serve_dial_back(fd, hs);
+  // A lower rank asks us to dial it: judged, and with a secret proved as well (on_demand.cc).
+  if ((hs.state() == protocol::HandshakeState::kJudge || hs.state() == protocol::HandshakeState::kDone) &&
+      hs.dial_back_request())
+    return serve_dial_back(fd, hs);
   TcpConnection* existing = nullptr;
   std::string admit_why;
   if (hs.state() == protocol::HandshakeState::kJudge || hs.state() == protocol::HandshakeState::kDone) {

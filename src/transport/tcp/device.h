@@ -328,7 +328,7 @@ class TcpDevice final : public Device, public WanTuning, public PathReader, publ
   int dial(const TcpPeer& p, bool wan, int stream, Clock::time_point deadline, std::string* why,
            bool* rejected, security::ConnectionKeys* keys, bool* refused = nullptr, int* via = nullptr);
   // dial() through relay `via` (-1: direct), with `flags` added to the Hello (a dial-back request:
-  // the peer answers and closes; no keys).
+  // the peer answers, with a secret once we proved it, and closes; the keys go unused).
   int dial_via(const TcpPeer& p, int via, bool wan, int stream, uint32_t flags, Clock::time_point deadline,
                std::string* why, bool* rejected, security::ConnectionKeys* keys, bool* refused);
   // The end of one dial attempt: `deadline` at start-up; a connection made on demand bounds each
@@ -374,7 +374,8 @@ class TcpDevice final : public Device, public WanTuning, public PathReader, publ
   // request was delivered. *refused: nobody listens at the peer's address (direct only); throws
   // Error(kProtocol) when the peer refuses the request.
   bool request_dial_back(const TcpPeer& p, int via, Clock::time_point deadline, std::string* why, bool* refused);
-  // A dial-back request (a Hello with kHelloFlagDialBack) from a pending connection, loop thread.
+  // A dial-back request (a Hello with kHelloFlagDialBack) from a pending connection, loop thread:
+  // at kJudge (with a secret: accepted, to wait for the proof) and at kDone (proved: served).
   void serve_dial_back(int fd, protocol::HandshakeAcceptor& hs);
   // A relay request (a Hello with kHelloFlagRelayRequest) from a pending connection: the relay
   // takes the socket (loop thread).

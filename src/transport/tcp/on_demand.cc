@@ -1,7 +1,8 @@
 // TcpDevice, connections on demand (TcpOptions::lazy): a pair that connect() left out is
 // connected when a frame first needs it. The higher rank's connector thread dials it as connect()
 // does; the lower rank's asks the higher one to dial back (a Hello with kHelloFlagDialBack,
-// directly or through another rank's relay), and the higher rank serves that request here.
+// directly or through another rank's relay, with the group secret's proof when there is one),
+// and the higher rank serves that request here.
 #include "transport/tcp/device.h"
 
 #include <sys/socket.h>
@@ -63,10 +64,11 @@ bool TcpDevice::request_dial_back(const TcpPeer& p, int via, Clock::time_point d
     return false;
   }
   bool rejected = false;
-  security::ConnectionKeys none;
+  security::ConnectionKeys none;  // with a secret the request is authenticated; its keys go unused
   const int fd = dial_via(p, via, false, kControlStream, protocol::kHelloFlagDialBack, deadline, why, &rejected, &none,
                           refused);
-  // The peer said no: it does not connect on demand (another setting), or we are not welcome.
+  // The peer said no: it does not connect on demand (another setting), or we are not welcome
+  // (with a secret the request is authenticated: another secret is refused here too).
   if (rejected) throw Error(ErrorCode::kProtocol, "rank " + std::to_string(p.rank) + " refused to connect to this rank: " + *why);
   if (fd < 0) return false;
   ::close(fd);  // answered: it dials back
@@ -120,9 +122,16 @@ void TcpDevice::serve_dial_back(int fd, protocol::HandshakeAcceptor& hs) {
   const int from = static_cast<int>(hs.hello().rank);  // a lower rank (the handshake saw to that)
   if (!options_.lazy) {
     hs.refuse(protocol::HandshakeStatus::kRefused, "this rank connects its peers at start-up, not on demand");
+  } else if (hs.state() == protocol::HandshakeState::kJudge && hs.dial_back_needs_proof()) {
+    // With a secret the request makes us dial only once the dialler has proved it (kDone, back
+    // here); a wrong proof is refused and counted where any connection's is (on_pending_readable).
+    hs.accept();
   } else {
-    const auto out = hs.relay_reply(true);
-    [[maybe_unused]] ssize_t w = ::send(fd, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    // Judged without a secret (answered here), or proved (the Reply went with the proof).
+    if (hs.state() == protocol::HandshakeState::kJudge) {
+      const auto out = hs.relay_reply(true);
+      [[maybe_unused]] ssize_t w = ::send(fd, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
     drop_pending(fd);  // frees hs
     ::close(fd);
     want_connection(peer(from), false);  // we are the higher rank: we dial
@@ -130,7 +139,7 @@ void TcpDevice::serve_dial_back(int fd, protocol::HandshakeAcceptor& hs) {
   }
   if (const auto out = hs.take_output(); !out.empty())
     [[maybe_unused]] ssize_t w = ::send(fd, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-  reject_pending(fd, hs.why());
+  if (hs.state() == protocol::HandshakeState::kRefused) reject_pending(fd, hs.why());
 }
 
 }  // namespace geoccl::transport::tcp
