@@ -336,7 +336,9 @@ double Communicator::predicted_allreduce_ms(size_t count, const Compression& cod
   const int k = in->topo.domains();
   if (form.resolve(k) == CompressedAlgo::kAllgather) wire *= k / 2.0;
   const size_t wire_bytes = (static_cast<size_t>(wire) + 3) / 4 * 4;
-  return std::max(0.0, collectives::plan_by_cost(in->topo, in->paths, wire_bytes, 4, in->chunk_bytes, true).predicted_ms);
+  return std::max(0.0, collectives::plan_by_cost(in->topo, in->paths, wire_bytes, 4, in->chunk_bytes,
+                                                 collectives::Forms::kCompressed)
+                           .predicted_ms);
 }
 
 Work Communicator::allreduce(void* buf, size_t count, DataType t, ReduceOp op, const OpOptions& o) {

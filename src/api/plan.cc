@@ -4,10 +4,8 @@ namespace geoccl::api {
 
 collectives::Plan PlanSnapshot::allreduce(size_t bytes, size_t elem_size, const std::string& algo,
                                           bool compressed) const {
-  const bool automatic = (algo.empty() || algo == "auto") && topo.domains() > 1;
   return collectives::plan_allreduce(bytes, elem_size, topo, paths.empty() ? nullptr : &paths, chunk_bytes,
-                                     small_msg_bytes, wan_small_msg_bytes,
-                                     compressed && automatic ? std::string("hier") : algo);
+                                     small_msg_bytes, wan_small_msg_bytes, algo, compressed);
 }
 
 TopologyInfo PlanSnapshot::info() const {

@@ -39,8 +39,8 @@ struct PlanSnapshot {
 
   // The planner's choice for an allreduce of `bytes` of `elem_size`-byte elements, with the
   // algorithm `algo` asks for ("" or "auto": the planner's). `compressed`: a WAN codec applies;
-  // only the hierarchical plans have WAN hops of their own to compress, so an automatic choice is
-  // made among them.
+  // only the hierarchical plans have WAN hops of their own to compress, and an automatic choice
+  // is made among those that compress on every rank (collectives::Forms::kCompressed).
   collectives::Plan allreduce(size_t bytes, size_t elem_size, const std::string& algo, bool compressed) const;
   // The public view of this snapshot.
   TopologyInfo info() const;

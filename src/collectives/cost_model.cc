@@ -192,14 +192,19 @@ double predicted_ms(const topology::Topology& topo, const WanPaths& paths, Algo 
 }
 
 Plan plan_by_cost(const topology::Topology& topo, const WanPaths& paths, size_t bytes, size_t elem_size,
-                  size_t chunk_bytes, bool hierarchical_only) {
+                  size_t chunk_bytes, Forms forms) {
   auto all = estimate_allreduce(topo, paths, bytes, elem_size, chunk_bytes);
   // The owners' direct exchange is estimated (for GEOCCL_ALGO=hier-direct) but not chosen: its
   // WAN terms are the leaders' ones, yet each domain's uplink then carries a flow per owner and
   // remote owner, and on the test bed the drop-tail queues lose more of them (four-uneven,
   // 16 MiB: 1.70 s against the leaders' 1.61 s; 96 MiB: 21.4 s against 5.5 s).
   std::erase_if(all, [&](const Estimate& e) {
-    return e.algo == Algo::kHierarchicalDirect || (hierarchical_only && e.algo == Algo::kRing);
+    switch (forms) {
+      case Forms::kAny: return e.algo == Algo::kHierarchicalDirect;
+      case Forms::kHierarchical: return e.algo == Algo::kHierarchicalDirect || e.algo == Algo::kRing;
+      case Forms::kCompressed: return e.algo != Algo::kHierarchicalSmall && e.algo != Algo::kHierarchical;
+    }
+    return true;
   });
   if (all.empty()) return {Algo::kHierarchical, "no cost model (no measured paths)", -1};
   const auto best = std::min_element(all.begin(), all.end(), [](auto& a, auto& b) { return a.ms < b.ms; });

@@ -47,11 +47,21 @@ struct Estimate {
 std::vector<Estimate> estimate_allreduce(const topology::Topology& topo, const WanPaths& paths, size_t bytes,
                                          size_t elem_size, size_t chunk_bytes);
 
-// The fastest of them but hier-direct (see cost_model.cc; ties: the earlier in
-// estimate_allreduce's order; `hierarchical_only`: not the flat ring), with a reason that lists
-// every estimate.
+// The forms plan_by_cost chooses among (never hier-direct, see cost_model.cc):
+//   kAny           every other one;
+//   kHierarchical  not the flat ring (GEOCCL_ALGO=hier);
+//   kCompressed    a call with a WAN codec: hier-small's direct exchange (latency-bound sizes) or
+//                  the hierarchical ring. The ring form gives every rank of a domain its share of
+//                  the encoding and decoding and its own connections across; the leaders' form
+//                  puts all of a domain's codec work and traffic on one rank, which the model's
+//                  per-flow terms do not see (96 MiB, 3 x 2 ranks: lossy.toml int8 4.3 s against
+//                  6.4 s, int2 1.2 s against 2.5 s; seed.toml int8 0.64 s against 0.79 s).
+enum class Forms { kAny, kHierarchical, kCompressed };
+
+// The fastest of the `forms` (ties: the earlier in estimate_allreduce's order), with a reason
+// that lists every estimate.
 Plan plan_by_cost(const topology::Topology& topo, const WanPaths& paths, size_t bytes, size_t elem_size,
-                  size_t chunk_bytes, bool hierarchical_only = false);
+                  size_t chunk_bytes, Forms forms = Forms::kAny);
 
 // The estimate for one algorithm (negative if the model does not cover it).
 double predicted_ms(const topology::Topology& topo, const WanPaths& paths, Algo algo, size_t bytes,

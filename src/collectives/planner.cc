@@ -47,12 +47,15 @@ Plan plan_allreduce(size_t bytes, int world, int domains, size_t small_msg_bytes
 
 Plan plan_allreduce(size_t bytes, size_t elem_size, const topology::Topology& topo, const WanPaths* paths,
                     size_t chunk_bytes, size_t small_msg_bytes, size_t wan_small_msg_bytes,
-                    const std::string& forced) {
+                    const std::string& forced, bool compressed) {
   const int domains = topo.domains(), world = static_cast<int>(topo.domain_of.size());
   Plan p = plan_allreduce(bytes, world, domains, small_msg_bytes, wan_small_msg_bytes, forced);
   if (domains < 2 || !paths || paths->empty()) return p;
-  const bool automatic = forced.empty() || forced == "auto" || forced == "hier";
-  if (automatic) return plan_by_cost(topo, *paths, bytes, elem_size, chunk_bytes, forced == "hier");
+  if (forced.empty() || forced == "auto" || forced == "hier")
+    return plan_by_cost(topo, *paths, bytes, elem_size, chunk_bytes,
+                        compressed           ? Forms::kCompressed
+                        : forced == "hier"   ? Forms::kHierarchical
+                                             : Forms::kAny);
   p.predicted_ms = predicted_ms(topo, *paths, p.algo, bytes, elem_size, chunk_bytes);
   return p;
 }

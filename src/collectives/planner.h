@@ -30,9 +30,11 @@ const char* algo_name(Algo a);
 // (hierarchical small up to wan_small_msg_bytes, hierarchical ring above).
 Plan plan_allreduce(size_t bytes, int world, int domains, size_t small_msg_bytes,
                     size_t wan_small_msg_bytes, const std::string& forced);
+// `compressed`: a WAN codec applies; an automatic choice ("", "auto" or "hier") is then made
+// among the forms that compress on every rank (cost_model.h, Forms::kCompressed).
 Plan plan_allreduce(size_t bytes, size_t elem_size, const topology::Topology& topo, const WanPaths* paths,
                     size_t chunk_bytes, size_t small_msg_bytes, size_t wan_small_msg_bytes,
-                    const std::string& forced);
+                    const std::string& forced, bool compressed = false);
 Plan plan_broadcast(size_t bytes, int world, int domains, size_t small_msg_bytes,
                     const std::string& forced);
 // Allgather of `bytes` in all (every rank's block): hierarchical across domains; inside one,

@@ -133,3 +133,27 @@ TEST(CostModel, PlannerUsesTheModelUnlessForced) {
   const Topology one = from_labels({"a", "a"});
   EXPECT_EQ(plan_allreduce(96 << 20, 4, one, &p, 1 << 20, small, wan_small, "auto").algo, Algo::kRing);
 }
+
+// A call with a WAN codec is planned among hier-small and the hierarchical ring: where the
+// uncompressed call takes the leaders' form, the compressed one takes the ring (every rank of a
+// domain encodes its share), and a latency-bound size still the leaders' direct exchange. The
+// figures: lossy.toml's three regions as the start-up probe measured them (50 ms RTT, one flow
+// 75 Mbit/s).
+TEST(CostModel, ACompressedCallTakesTheRingFormOrTheDirectExchange) {
+  const Topology t = from_labels({"a", "a", "b", "b", "c", "c"});
+  const auto p = paths({{0, 50, 50}, {50, 0, 50}, {50, 50, 0}}, {75, 75, 75});
+  for (size_t bytes : {size_t{16} << 20, size_t{96} << 20}) {
+    EXPECT_EQ(plan_by_cost(t, p, bytes, 4, 1 << 20).algo, Algo::kHierarchicalLeaders) << bytes;
+    EXPECT_EQ(plan_by_cost(t, p, bytes, 4, 1 << 20, Forms::kCompressed).algo, Algo::kHierarchical) << bytes;
+    EXPECT_EQ(plan_allreduce(bytes, 4, t, &p, 1 << 20, 65536, 1 << 20, "auto", true).algo, Algo::kHierarchical);
+    EXPECT_EQ(plan_allreduce(bytes, 4, t, &p, 1 << 20, 65536, 1 << 20, "hier", true).algo, Algo::kHierarchical);
+    // Uncompressed, the same call keeps the leaders' form; a form the user forces stays forced.
+    EXPECT_EQ(plan_allreduce(bytes, 4, t, &p, 1 << 20, 65536, 1 << 20, "auto", false).algo,
+              Algo::kHierarchicalLeaders);
+    EXPECT_EQ(plan_allreduce(bytes, 4, t, &p, 1 << 20, 65536, 1 << 20, "hier-leaders", true).algo,
+              Algo::kHierarchicalLeaders);
+  }
+  EXPECT_EQ(plan_by_cost(t, p, 4096, 4, 1 << 20, Forms::kCompressed).algo, Algo::kHierarchicalSmall);
+  // Without paths, the hierarchical thresholds.
+  EXPECT_EQ(plan_allreduce(96 << 20, 4, t, nullptr, 1 << 20, 65536, 1 << 20, "auto", true).algo, Algo::kHierarchical);
+}
