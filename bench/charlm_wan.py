@@ -27,6 +27,7 @@ CONFIGS = {
     "sparseloco-noef": ["--recipe", "sparseloco", "--sync-every", "10", "--sparse-no-ef"],
     "sparseloco-k128": ["--recipe", "sparseloco", "--sync-every", "10", "--sparse-k", "128"],
     "sparseloco-h5-k128": ["--recipe", "sparseloco", "--sync-every", "5", "--sparse-k", "128"],
+    "diloco-h5": ["--recipe", "diloco", "--sync-every", "5"],
 }
 KEYS = ("val_loss", "outer_syncs", "outer_wire_bytes_sent", "outer_dense_bytes_equivalent", "seconds")
 
