@@ -323,7 +323,8 @@ double Communicator::predicted_allreduce_ms(size_t count, const Compression& cod
   const double plain = std::max(0.0, in->allreduce(bytes, 4, algo, false).predicted_ms);
   // A codec applies only where the call would run a hierarchical plan (GEOCCL_ALGO may force
   // another): then it is the uncompressed call.
-  if (!codec.enabled() || !compresses(in->allreduce(bytes, 4, algo, true).algo)) return plain;
+  const collectives::Algo runs = in->allreduce(bytes, 4, algo, true).algo;
+  if (!codec.enabled() || !compresses(runs)) return plain;
   compression::CodecSpec spec;
   spec.codec = static_cast<compression::CodecId>(codec.codec);
   if (codec.is_topk()) spec.k = compression::topk_k_for_ratio(codec.topk_ratio);
@@ -336,9 +337,8 @@ double Communicator::predicted_allreduce_ms(size_t count, const Compression& cod
   const int k = in->topo.domains();
   if (form.resolve(k) == CompressedAlgo::kAllgather) wire *= k / 2.0;
   const size_t wire_bytes = (static_cast<size_t>(wire) + 3) / 4 * 4;
-  return std::max(0.0, collectives::plan_by_cost(in->topo, in->paths, wire_bytes, 4, in->chunk_bytes,
-                                                 collectives::Forms::kCompressed)
-                           .predicted_ms);
+  // The form the call runs (the planner's or a forced one), at the encoded bytes.
+  return std::max(0.0, collectives::predicted_ms(in->topo, in->paths, runs, wire_bytes, 4, in->chunk_bytes));
 }
 
 Work Communicator::allreduce(void* buf, size_t count, DataType t, ReduceOp op, const OpOptions& o) {

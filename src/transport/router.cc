@@ -39,13 +39,18 @@ Router::Router(Group& group, const DeviceOptions& devices, const RouterOptions& 
   for (int c = 0; c < kPriorityClasses; ++c)
     for (auto& d : channels_[static_cast<size_t>(c)].devices) mine.entries.emplace_back(key(*d, c), d->address());
   publish(std::to_string(group_.rank()), encode_address_card(mine));
-  // Every peer's card, asked for at once: the store answers them in a round trip or two, not one
-  // round trip per peer (a rank across a WAN from the store paid n of them).
-  std::vector<std::string> keys;
-  for (int p = 0; p < group_.size(); ++p)
-    if (p != group_.rank()) keys.push_back(std::to_string(p));
   std::vector<AddressCard> cards(static_cast<size_t>(group_.size()));
-  {
+  auto address = [&](int p, const std::string& name) {
+    const auto* a = cards[static_cast<size_t>(p)].find(name);
+    return a ? *a : std::vector<uint8_t>{};  // none: the device reports a malformed address
+  };
+
+  try {
+    // Every peer's card, asked for at once: the store answers them in a round trip or two, not
+    // one round trip per peer (a rank across a WAN from the store paid n of them).
+    std::vector<std::string> keys;
+    for (int p = 0; p < group_.size(); ++p)
+      if (p != group_.rank()) keys.push_back(std::to_string(p));
     auto raw = lookup(keys);
     for (size_t i = 0; i < keys.size(); ++i) {
       const int p = std::stoi(keys[i]);
@@ -53,13 +58,6 @@ Router::Router(Group& group, const DeviceOptions& devices, const RouterOptions& 
       if (!card) throw Error(ErrorCode::kProtocol, "rank " + std::to_string(p) + " published a malformed address card");
       cards[static_cast<size_t>(p)] = std::move(*card);
     }
-  }
-  auto address = [&](int p, const std::string& name) {
-    const auto* a = cards[static_cast<size_t>(p)].find(name);
-    return a ? *a : std::vector<uint8_t>{};  // none: the device reports a malformed address
-  };
-
-  try {
     for (int c = 0; c < kPriorityClasses; ++c) {
       Channel& ch = channels_[static_cast<size_t>(c)];
       // Both ends of a pair see the same two addresses and the same choice: they pick alike.

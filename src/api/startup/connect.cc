@@ -37,36 +37,40 @@ std::unique_ptr<transport::Router> connect(const Config& cfg, transport::Group& 
     rdv.store->set(rdv.prefix + "addr/" + key, value);
   };
   // Every key read as soon as it is there: all that are, in one batch (Store::get_present); then
-  // a wait for the first still missing one, the set-up's errors polled every 200 ms meanwhile.
+  // a wait for the first still missing one, the set-up's errors polled every 200 ms meanwhile,
+  // and a batch of the rest again once it came. At most kBatches batches, then one key at a time:
+  // ranks that publish one by one cost the store at most kBatches + 1 reads of each key per rank.
+  constexpr int kBatches = 8;
   auto lookup = [&](const std::vector<std::string>& keys) {
     std::vector<std::string> full;
     for (const auto& k : keys) full.push_back(rdv.prefix + "addr/" + k);
     std::vector<std::optional<std::vector<uint8_t>>> got(keys.size());
-    for (;;) {
-      std::vector<size_t> missing;
-      std::vector<std::string> ask;
-      for (size_t i = 0; i < keys.size(); ++i)
-        if (!got[i]) {
-          missing.push_back(i);
-          ask.push_back(full[i]);
-        }
-      if (missing.empty()) break;
-      auto present = rdv.store->get_present(ask);
-      size_t first = keys.size();
-      for (size_t j = 0; j < missing.size(); ++j) {
-        if (j < present.size() && present[j])
-          got[missing[j]] = std::move(present[j]);
-        else if (first == keys.size())
-          first = missing[j];
+    int batches = 0;
+    for (bool batch = true;;) {
+      if (batch && batches < kBatches) {
+        ++batches;
+        std::vector<size_t> missing;
+        std::vector<std::string> ask;
+        for (size_t i = 0; i < keys.size(); ++i)
+          if (!got[i]) {
+            missing.push_back(i);
+            ask.push_back(full[i]);
+          }
+        auto present = rdv.store->get_present(ask);
+        for (size_t j = 0; j < missing.size() && j < present.size(); ++j)
+          if (present[j]) got[missing[j]] = std::move(present[j]);
       }
-      if (first == keys.size()) break;
+      const auto first = std::find_if(got.begin(), got.end(), [](const auto& v) { return !v; });
+      if (first == got.end()) break;
+      const auto i = static_cast<size_t>(first - got.begin());
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       try {
-        got[first] = rdv.store->get(full[first], std::clamp(left, std::chrono::milliseconds(1),
-                                                              std::chrono::milliseconds(200)));
+        got[i] = rdv.store->get(full[i], std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(200)));
+        batch = true;
       } catch (const Error& e) {
         if (e.code() != ErrorCode::kTimeout || left.count() <= 200) throw;
         poll();
+        batch = false;
       }
     }
     std::vector<std::vector<uint8_t>> values;
