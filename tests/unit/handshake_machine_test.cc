@@ -74,6 +74,16 @@ std::vector<uint8_t> run(HandshakeDialler& d, HandshakeAcceptor& a, size_t chunk
   return left;
 }
 
+// Both ends refused the handshake as a failed proof of the group secret, each saying so.
+void expect_refused_as_wrong_secret(const HandshakeDialler& d, const HandshakeAcceptor& a) {
+  ASSERT_EQ(d.state(), HandshakeState::kRefused);
+  EXPECT_TRUE(d.auth_failed());
+  EXPECT_NE(d.why().find("could not prove the group secret"), std::string::npos) << d.why();
+  ASSERT_EQ(a.state(), HandshakeState::kRefused);
+  EXPECT_TRUE(a.auth_failed());
+  EXPECT_NE(a.why().find("rejected our proof of the group secret"), std::string::npos) << a.why();
+}
+
 }  // namespace
 
 TEST(HandshakeMachine, WithoutASecretTheHelloAndReplyEstablishInAnyChunking) {
@@ -127,12 +137,7 @@ TEST(HandshakeMachine, AWrongSecretIsReportedAtBothEnds) {
   HandshakeDialler d(setup(1, Transport::kTcp, &theirs), 0, 0);
   HandshakeAcceptor a(setup(0, Transport::kTcp, &mine));
   run(d, a, 1000);
-  ASSERT_EQ(d.state(), HandshakeState::kRefused);
-  EXPECT_TRUE(d.auth_failed());
-  EXPECT_NE(d.why().find("could not prove the group secret"), std::string::npos) << d.why();
-  ASSERT_EQ(a.state(), HandshakeState::kRefused);
-  EXPECT_TRUE(a.auth_failed());
-  EXPECT_NE(a.why().find("rejected our proof of the group secret"), std::string::npos) << a.why();
+  expect_refused_as_wrong_secret(d, a);
   EXPECT_EQ(a.keys().cipher, 0);
   EXPECT_EQ(d.keys().cipher, 0);
 }
@@ -316,12 +321,7 @@ TEST(HandshakeMachine, ADialBackRequestWithASecretCompletesOnlyWithTheRightSecre
     HandshakeDialler d(tcp(1, &other), 3, 0, {}, kHelloFlagDialBack);
     HandshakeAcceptor a(tcp(3, &key));
     run(d, a, 1000);
-    ASSERT_EQ(a.state(), HandshakeState::kRefused);
-    EXPECT_TRUE(a.auth_failed());
-    EXPECT_NE(a.why().find("rejected our proof of the group secret"), std::string::npos) << a.why();
-    ASSERT_EQ(d.state(), HandshakeState::kRefused);
-    EXPECT_TRUE(d.auth_failed());
-    EXPECT_NE(d.why().find("could not prove the group secret"), std::string::npos) << d.why();
+    expect_refused_as_wrong_secret(d, a);
   }
   // A dial-back Hello of minor 4 brings no proof: refused at once with the reason, whatever
   // follows it.
