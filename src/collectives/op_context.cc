@@ -113,6 +113,28 @@ RequestPtr OpContext::recv_reduce(int peer, std::span<uint8_t> dst, std::span<ui
   return r;
 }
 
+transport::Transport::Forwarded OpContext::recv_forward(int from, int to, std::span<uint8_t> dst, bool reduce,
+                                                        DataType t, ReduceOp op, uint64_t offset) {
+  protocol::FrameHeader h = header_;
+  h.offset = offset;
+  auto f = transport_.recv_forward(global(from), h, dst, global(to), h, reduce, t, op);
+  if (!f.recv || !f.send) {
+    const std::string why = "recv_forward between ranks " + std::to_string(global(from)) + " and " +
+                            std::to_string(global(to)) + ", which no device forwards between";
+    transport_.abort(ErrorCode::kInternal, why);
+    throw Error(ErrorCode::kInternal, why);
+  }
+  outstanding_.push_back(f.recv);
+  outstanding_.push_back(f.send);
+  if (trace_) {
+    trace_posted(f.recv, global(from), dst.size(), false);
+    trace_posted(f.send, global(to), dst.size(), true);
+  }
+  std::lock_guard lk(finishes_->mu);
+  finishes_->of[f.recv.get()] = Finish{dst.size(), {}, {}, {}, {}};
+  return f;
+}
+
 void OpContext::finish(const RequestPtr& r) {
   Finish f;
   {

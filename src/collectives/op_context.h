@@ -96,6 +96,13 @@ class OpContext {
   // nor written by anyone else until wait() has returned.
   RequestPtr recv_reduce(int peer, std::span<uint8_t> dst, std::span<uint8_t> staging, DataType t,
                          ReduceOp op, uint64_t offset = 0);
+  // A frame of exactly dst.size() bytes from `from`, sent on to `to` as it arrives, at `offset`
+  // both ways (Transport::recv_forward): with `reduce` the frame sent is dst op frame and each
+  // element of dst is left as it was or holds that result; without, dst receives the frame too. Only where forwards(from, to); the
+  // sends to `to` posted before it leave first.
+  transport::Transport::Forwarded recv_forward(int from, int to, std::span<uint8_t> dst, bool reduce, DataType t,
+                                               ReduceOp op, uint64_t offset = 0);
+  bool forwards(int from, int to) const { return transport_.forwards(global(from), global(to), header_.channel); }
   // A buffer split into chunk_bytes() frames.
   void send_chunked(int peer, std::span<const uint8_t> data, std::vector<RequestPtr>* out);
   // send_chunked to several peers at once, chunk j to every peer before chunk j + 1: each peer's

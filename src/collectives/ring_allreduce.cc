@@ -6,6 +6,10 @@
 // reducing chunk j and forwarding it. Every segment's final value is computed on exactly one rank
 // and copied to the others, so all ranks hold bit-identical results.
 //
+// Over a device that forwards (shared memory, every member on one host), a step's receive and its
+// send to the next rank are one pass from ring to ring (OpContext::recv_forward): no write to the
+// buffer and re-read. Those rings order their frames slice by slice (Ring::for_each_slice).
+//
 // The halves also work on a RingLayout, where each segment is a list of parts (byte ranges
 // anywhere in memory): the hierarchical allreduce runs one ring over pieces of several blocks, so
 // that its WAN pipe never drains between blocks, and uses the hooks to wait until a block's data
@@ -52,6 +56,40 @@ struct Ring {
       pos += s[p].size();
     }
   }
+  struct Chunk {
+    size_t part;
+    std::span<uint8_t> bytes;
+    size_t pos;
+  };
+  std::vector<Chunk> chunks(const std::vector<std::span<uint8_t>>& s) const {
+    std::vector<Chunk> v;
+    for_each_chunk(s, [&](size_t p, std::span<uint8_t> ch, size_t pos) { v.push_back({p, ch, pos}); });
+    return v;
+  }
+  // Whether the ring runs its steps fused (recv_forward): every member is served by one device
+  // that forwards (shared memory on one host), which every member then finds too, so both ends of
+  // each pair order their frames alike.
+  bool fused() const {
+    if (n < 3) return false;
+    for (int m = 0; m < n; ++m)
+      if (m != r && m != left && !c.forwards(left, m)) return false;
+    return true;
+  }
+  // Fused, the frames of the steps go slice by slice: chunk j of every step before chunk j + 1
+  // of any (as NCCL's ring orders them), so a chunk arrives just after its turn to go on came and
+  // the forward finds the next ring ready for it. f(step, chunk) for step -1 (this rank's own
+  // segment `first`) and the steps 0 .. n - 2 (segment seg_of(step)).
+  template <class SegOf, class F>
+  void for_each_slice(const std::vector<std::span<uint8_t>>& first, SegOf&& seg_of, F&& f) const {
+    std::vector<std::vector<Chunk>> all;
+    all.push_back(chunks(first));
+    for (int step = 0; step < n - 1; ++step) all.push_back(chunks(seg_of(step)));
+    size_t slices = 0;
+    for (const auto& v : all) slices = std::max(slices, v.size());
+    for (size_t j = 0; j < slices; ++j)
+      for (size_t i = 0; i < all.size(); ++i)
+        if (j < all[i].size()) f(static_cast<int>(i) - 1, all[i][j]);
+  }
 };
 
 RingLayout contiguous_layout(void* buf, size_t count, DataType t, int n) {
@@ -77,6 +115,25 @@ void ring_reduce_scatter(OpContext& c, const RingLayout& layout, DataType t, Red
   // as the frame arrives (straight from shared memory where the peer's transport can). With a
   // hook, the frame is staged and reduced once the hook has run for its part.
   const bool reduce_on_arrival = !before_local;
+  if (reduce_on_arrival && g.fused()) {
+    // Every step but the last in one pass: the frame from the left goes on to the right reduced
+    // with this rank's data as it arrives, and nothing is written here; the last step reduces
+    // into the buffer. All of it is posted at once, in the order the frames travel.
+    std::vector<RequestPtr> rs;
+    g.for_each_slice(g.seg(g.r), [&](int step) { return g.seg(g.r - step - 1); }, [&](int step, const Ring::Chunk& ch) {
+      if (step < 0) {
+        sends->push_back(c.send(g.right, ch.bytes, ch.pos));
+      } else if (step + 1 < g.n - 1) {
+        auto f = c.recv_forward(g.left, g.right, ch.bytes, true, t, op, ch.pos);
+        rs.push_back(std::move(f.recv));
+        sends->push_back(std::move(f.send));
+      } else {
+        rs.push_back(c.recv_reduce(g.left, ch.bytes, staging[0].subspan(ch.pos, ch.bytes.size()), t, op, ch.pos));
+      }
+    });
+    for (auto& q : rs) c.wait(q);
+    return;
+  }
   auto post_recvs = [&](int step, std::vector<RequestPtr>* out) {
     g.for_each_chunk(g.seg(g.r - step - 1), [&](size_t, std::span<uint8_t> ch, size_t pos) {
       auto stage = staging[step % 2].subspan(pos, ch.size());
@@ -119,6 +176,24 @@ void ring_allgather(OpContext& c, const RingLayout& layout, DataType t,
                     std::vector<RequestPtr>* sends, const PartHook& on_final) {
   Ring g(c, layout, t);
   if (g.n == 1) return;
+  if (!on_final && g.fused()) {
+    // Every step but the last in one pass: the frame from the left lands here and goes on to the
+    // right from where it arrived, not re-read from the buffer.
+    std::vector<RequestPtr> rs;
+    g.for_each_slice(g.seg(g.r + 1), [&](int step) { return g.seg(g.r - step); }, [&](int step, const Ring::Chunk& ch) {
+      if (step < 0) {
+        sends->push_back(c.send(g.right, ch.bytes, ch.pos));
+      } else if (step + 1 < g.n - 1) {
+        auto f = c.recv_forward(g.left, g.right, ch.bytes, false, t, ReduceOp::kSum, ch.pos);
+        rs.push_back(std::move(f.recv));
+        sends->push_back(std::move(f.send));
+      } else {
+        rs.push_back(c.recv(g.left, ch.bytes, ch.pos));
+      }
+    });
+    for (auto& q : rs) c.wait(q);
+    return;
+  }
   g.for_each_chunk(g.seg(g.r + 1), [&](size_t, std::span<uint8_t> ch, size_t pos) {
     sends->push_back(c.send(g.right, ch, pos));
   });

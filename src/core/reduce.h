@@ -17,6 +17,10 @@ enum class Operands { kDstFirst, kSrcFirst };
 void reduce_into(void* dst, const void* src, size_t count, DataType dtype, ReduceOp op,
                  Operands order = Operands::kDstFirst);
 
+// out[i] = a[i] op b[i]: reduce_into with dst = a (kDstFirst), its result written to `out`
+// instead, in one pass (a receive reduced on its way to the next hop). `out` overlaps neither.
+void reduce_to(void* out, const void* a, const void* b, size_t count, DataType dtype, ReduceOp op);
+
 // Divides each element by `divisor` (integers: truncating division) to finish an average.
 void finish_avg(void* buf, size_t count, DataType dtype, int divisor);
 

@@ -50,6 +50,19 @@ class ReduceOnReceive {
   ~ReduceOnReceive() = default;
 };
 
+// Transport::recv_forward between two peers this device serves: the received frame goes on to
+// the other peer as it arrives, reduced with dst or copied to it on the way (shm: from one
+// pair's ring straight into the other's, a ring step's receive, reduce and send in one pass).
+class ForwardOnReceive {
+ public:
+  virtual Transport::Forwarded recv_forward(int from, const protocol::FrameHeader& expect, std::span<uint8_t> dst,
+                                            int to, const protocol::FrameHeader& h, bool reduce, DataType dtype,
+                                            ReduceOp op) = 0;
+
+ protected:
+  ~ForwardOnReceive() = default;
+};
+
 // Paths tuned for the WAN (TCP: striped data streams, socket options, stream resume).
 class WanTuning {
  public:
@@ -100,6 +113,7 @@ class TwoHopPaths {
 struct DeviceProperties {
   bool two_hop = false;             // TwoHopPaths
   bool reduces_on_receive = false;  // ReduceOnReceive
+  bool forwards_on_receive = false;  // ForwardOnReceive
   bool reads_paths = false;         // PathReader
   bool wan_tuning = false;          // WanTuning
 };
@@ -120,13 +134,14 @@ class Device {
 
   // Its optional capabilities (above); null where it has none.
   virtual ReduceOnReceive* reduce_on_receive() { return nullptr; }
+  virtual ForwardOnReceive* forward_on_receive() { return nullptr; }
   virtual WanTuning* wan_tuning() { return nullptr; }
   virtual const PathReader* path_reader() const { return nullptr; }
   virtual TwoHopPaths* two_hop_paths() { return nullptr; }
   DeviceProperties properties() const {
     auto& self = const_cast<Device&>(*this);
-    return {self.two_hop_paths() != nullptr, self.reduce_on_receive() != nullptr, path_reader() != nullptr,
-            self.wan_tuning() != nullptr};
+    return {self.two_hop_paths() != nullptr, self.reduce_on_receive() != nullptr,
+            self.forward_on_receive() != nullptr, path_reader() != nullptr, self.wan_tuning() != nullptr};
   }
 
   // Opaque bytes a peer needs to reach this rank through this device.

@@ -174,6 +174,19 @@ RequestPtr Router::recv_reduce(int peer, const protocol::FrameHeader& expect, st
   return r ? r->recv_reduce(peer, expect, dst, dtype, op) : nullptr;
 }
 
+bool Router::forwards(int from, int to, uint8_t channel) const {
+  if (from == to || from == rank() || to == rank() || channel >= kPriorityClasses) return false;
+  Device& d = of(from, channel);
+  return &d == &of(to, channel) && d.forward_on_receive() != nullptr;
+}
+
+Router::Forwarded Router::recv_forward(int from, const protocol::FrameHeader& expect, std::span<uint8_t> dst,
+                                       int to, const protocol::FrameHeader& h, bool reduce, DataType dtype,
+                                       ReduceOp op) {
+  if (!forwards(from, to, expect.channel) || h.channel != expect.channel) return {};
+  return of(from, expect.channel).forward_on_receive()->recv_forward(from, expect, dst, to, h, reduce, dtype, op);
+}
+
 void Router::begin_operation(const protocol::FrameHeader& h) {
   if (h.channel >= kPriorityClasses) return;
   group_.loop().post([this, h] {

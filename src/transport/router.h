@@ -68,6 +68,9 @@ class Router final : public Transport {
   RequestPtr recv(int peer, const protocol::FrameHeader& expect, std::span<uint8_t> dst) override;
   RequestPtr recv_reduce(int peer, const protocol::FrameHeader& expect, std::span<uint8_t> dst,
                          DataType dtype, ReduceOp op) override;
+  Forwarded recv_forward(int from, const protocol::FrameHeader& expect, std::span<uint8_t> dst, int to,
+                         const protocol::FrameHeader& h, bool reduce, DataType dtype, ReduceOp op) override;
+  bool forwards(int from, int to, uint8_t channel) const override;
   void begin_operation(const protocol::FrameHeader& h) override;
   void abort(ErrorCode code, const std::string& message) override;
   std::optional<Failure> failure() const override;

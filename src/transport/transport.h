@@ -88,6 +88,21 @@ class Transport {
                                  std::span<uint8_t> /*dst*/, DataType /*dtype*/, ReduceOp /*op*/) {
     return nullptr;
   }
+  // Receives the next data frame from `from` (exactly dst.size() bytes) and sends it on to `to`
+  // as its next data frame (header `h`), in one pass from where the bytes arrive to where the
+  // bytes for `to` leave: with `reduce` the frame sent is dst op payload, and each element of dst
+  // is left as it was or holds that result (where the next hop was not ready for it, it waited
+  // there); without, dst receives the payload too. Only where forwards(from, to, channel) (the device
+  // serving both peers can: shm); {} elsewhere.
+  struct Forwarded {
+    RequestPtr recv, send;
+  };
+  virtual Forwarded recv_forward(int /*from*/, const protocol::FrameHeader& /*expect*/,
+                                 std::span<uint8_t> /*dst*/, int /*to*/, const protocol::FrameHeader& /*h*/,
+                                 bool /*reduce*/, DataType /*dtype*/, ReduceOp /*op*/) {
+    return {};
+  }
+  virtual bool forwards(int /*from*/, int /*to*/, uint8_t /*channel*/) const { return false; }
   // Announces the collective this rank runs next (header fields as its frames will carry them).
   // A data frame that arrives before its receive is posted is checked against it, so ranks that
   // called different collectives fail with kMismatch instead of waiting for each other.

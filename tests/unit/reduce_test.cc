@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -102,4 +103,37 @@ TEST(Reduce, LargeBuffersMatchScalarReference) {
   }
   core::reduce_into(a.data(), b.data(), n, DataType::kFloat64, ReduceOp::kSum);
   EXPECT_EQ(a, ref);
+}
+
+// reduce_to is reduce_into with its result written elsewhere: the same bits for every type and
+// operator, operand order included, and its inputs untouched.
+TEST(Reduce, ReduceToMatchesReduceIntoBitForBit) {
+  const DataType types[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,
+                            DataType::kInt8,    DataType::kUInt8,   DataType::kInt32,   DataType::kInt64};
+  const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg};
+  const size_t n = 1037;
+  for (DataType t : types) {
+    const size_t bytes = n * dtype_size(t);
+    std::vector<uint8_t> a(bytes), b(bytes);
+    for (size_t i = 0; i < bytes; ++i) {
+      a[i] = static_cast<uint8_t>(i * 37 + 11);
+      b[i] = static_cast<uint8_t>(i * 91 + 5);
+    }
+    if (t == DataType::kFloat32) {  // signed zeros both ways round: min/max pick by operand order
+      const float z[2] = {0.f, -0.f};
+      std::memcpy(a.data(), &z[0], 4);
+      std::memcpy(b.data(), &z[1], 4);
+      std::memcpy(a.data() + 4, &z[1], 4);
+      std::memcpy(b.data() + 4, &z[0], 4);
+    }
+    for (ReduceOp op : ops) {
+      std::vector<uint8_t> expect = a, out(bytes, 0xEE);
+      const auto a0 = a, b0 = b;
+      core::reduce_into(expect.data(), b.data(), n, t, op);
+      core::reduce_to(out.data(), a.data(), b.data(), n, t, op);
+      EXPECT_EQ(out, expect) << dtype_name(t) << " op " << static_cast<int>(op);
+      EXPECT_EQ(a, a0);
+      EXPECT_EQ(b, b0);
+    }
+  }
 }

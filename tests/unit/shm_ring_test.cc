@@ -108,6 +108,41 @@ TEST(shm_ring, RecordsStartAlignedAndPadOnlyWhenRoom) {
   EXPECT_EQ(r.pad(), 3u);
 }
 
+// Bytes written in place: writable() offers the free bytes up to the wrap only, advance() commits
+// them (and asks for the reader's wake-up when it waits), and the reader sees them in order.
+TEST(shm_ring, InPlaceWritesStopAtTheWrapAndCommitOnAdvance) {
+  Mem m(64);
+  RingWriter w = m.writer();
+  RingReader r = m.reader();
+  bool wake = false;
+  auto s = w.writable(8);
+  ASSERT_EQ(s.size(), 64u);
+  for (size_t i = 0; i < 40; ++i) s[i] = static_cast<uint8_t>(i);
+  EXPECT_EQ(r.available(), 0u);  // nothing committed yet
+  r.arm_wait();
+  w.advance(40, &wake);
+  EXPECT_TRUE(wake);
+  ASSERT_EQ(r.available(), 40u);
+  r.consume(32);
+  s = w.writable(8);
+  ASSERT_EQ(s.size(), 24u);  // 56 free, 24 of them before the wrap
+  for (size_t i = 0; i < 24; ++i) s[i] = static_cast<uint8_t>(40 + i);
+  wake = false;
+  w.advance(24, &wake);
+  EXPECT_FALSE(wake);
+  s = w.writable(8);
+  ASSERT_EQ(s.size(), 32u);  // the rest, from the ring's start
+  EXPECT_EQ(s.data(), m.data.data());
+  s[0] = 64;
+  w.advance(1, &wake);
+  std::vector<uint8_t> got(33);
+  ASSERT_EQ(r.available(33), 33u);
+  r.copy(got.data(), got.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], 32 + i);
+  r.consume(33);
+  EXPECT_EQ(w.writable(64).size(), 63u);  // head at 65: 63 bytes to the wrap, all free
+}
+
 TEST(shm_ring, CorruptPositionsAreCaught) {
   {
     Mem m(128);

@@ -307,6 +307,64 @@ TEST_P(Conformance, WhatADeviceOffersWorks) {
   EXPECT_EQ(props.reads_paths, job.dev(1).path_reader() != nullptr);
 }
 
+// A device that forwards (ForwardOnReceive) sends a received frame on as it arrives, reduced with
+// the destination or copied to it as well; in order with the plain frames to the
+// same peer (a plain frame queued first leaves first), frames over twice the ring's size included,
+// whether the frame came before its forward was posted or after.
+TEST_P(Conformance, AForwardedFrameGoesOnAsItArrives) {
+  Job job(GetParam(), 3);
+  ASSERT_TRUE(job.connected());
+  transport::ForwardOnReceive* fw = job.dev(1).forward_on_receive();
+  EXPECT_EQ(job.dev(1).properties().forwards_on_receive, fw != nullptr);
+  if (!fw) GTEST_SKIP() << "this device forwards nothing";
+  auto floats = [](size_t n, float a, float b) {
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = a + b * static_cast<float>(i % 1000);
+    return v;
+  };
+  auto bytes = [](std::vector<float>& v) { return std::span<uint8_t>(reinterpret_cast<uint8_t*>(v.data()), v.size() * 4); };
+  const size_t small = 16384, big = (9u << 20) / 4 + 5;  // floats; 9 MiB against 4 MiB rings
+  std::vector<float> in0 = floats(small, 1, 0.25f), in1 = floats(big, -3, 0.5f);
+  std::vector<uint8_t> in2 = pattern((1u << 20) + 3, 5), plain = pattern(3u << 20, 6);
+  // Frame 0 waits at rank 1 before its forward is posted.
+  const RequestPtr s0 = job.dev(0).send(1, header(0, in0.size() * 4), bytes(in0));
+  ASSERT_TRUE(wait_for({s0}, 60s));
+  std::vector<float> acc0 = floats(small, 7, 1), acc1 = floats(big, 2, 2);
+  const std::vector<float> acc0_before = acc0, acc1_before = acc1;
+  std::vector<uint8_t> copy(in2.size(), 0xee);
+  const RequestPtr p = job.dev(1).send(2, header(9, plain.size()), plain);
+  const auto f0 = fw->recv_forward(0, header(0, in0.size() * 4), bytes(acc0), 2, header(10, in0.size() * 4), true,
+                                   DataType::kFloat32, ReduceOp::kSum);
+  const auto f1 = fw->recv_forward(0, header(1, in1.size() * 4), bytes(acc1), 2, header(11, in1.size() * 4), true,
+                                   DataType::kFloat32, ReduceOp::kSum);
+  const auto f2 = fw->recv_forward(0, header(2, in2.size()), copy, 2, header(12, in2.size()), false,
+                                   DataType::kUInt8, ReduceOp::kSum);
+  std::vector<uint8_t> got_plain(plain.size()), got2(in2.size());
+  std::vector<float> got0(small), got1(big);
+  const RequestPtr rp = job.dev(2).recv(1, header(9, plain.size()), got_plain);
+  const RequestPtr r0 = job.dev(2).recv(1, header(10, in0.size() * 4), bytes(got0));
+  const RequestPtr r1 = job.dev(2).recv(1, header(11, in1.size() * 4), bytes(got1));
+  const RequestPtr r2 = job.dev(2).recv(1, header(12, in2.size()), got2);
+  const RequestPtr s1 = job.dev(0).send(1, header(1, in1.size() * 4), bytes(in1));
+  const RequestPtr s2 = job.dev(0).send(1, header(2, in2.size()), in2);
+  ASSERT_TRUE(wait_for({rp, r0, r1, r2, f0.recv, f1.recv, f2.recv}, 60s));
+  ASSERT_TRUE(wait_for({p, f0.send, f1.send, f2.send, s1, s2}, 60s, /*delivered=*/true));
+  for (const RequestPtr& r : {rp, r0, r1, r2, f0.recv, f1.recv, f2.recv}) ASSERT_TRUE(r->ok()) << r->failure.message;
+  EXPECT_EQ(got_plain, plain);
+  // A reducing forward leaves each element of the destination as it was or reduced.
+  for (size_t i = 0; i < small; ++i) {
+    ASSERT_EQ(got0[i], acc0_before[i] + in0[i]) << "element " << i;
+    ASSERT_TRUE(acc0[i] == acc0_before[i] || acc0[i] == got0[i]) << "element " << i;
+  }
+  for (size_t i = 0; i < big; ++i) {
+    ASSERT_EQ(got1[i], acc1_before[i] + in1[i]) << "element " << i;
+    ASSERT_TRUE(acc1[i] == acc1_before[i] || acc1[i] == got1[i]) << "element " << i;
+  }
+  EXPECT_EQ(got2, in2);
+  EXPECT_EQ(copy, in2);  // a copying one leaves the frame there too
+  EXPECT_EQ(f1.recv->bytes, in1.size() * 4);
+}
+
 // With the group secret, a rank with another secret is refused: it never joins, and the refusal
 // is a protocol error, not a timeout.
 TEST_P(Conformance, AStrangerIsRefused) {

@@ -170,6 +170,27 @@ void Connection::post_send(FrameHeader h, std::span<const uint8_t> payload, Requ
   progress();
 }
 
+void Connection::post_forward(FrameHeader h, std::shared_ptr<Forward> fwd, RequestPtr req) {
+  h.type = FrameType::kData;
+  h.payload_len = static_cast<uint32_t>(fwd->dst.size());
+  h.frame = session_.number_frame();
+  const std::span<const uint8_t> length(fwd->dst.data(), fwd->dst.size());  // never read here
+  sendq_.push_back(SendOp{protocol::encode_frame_header(h), length, std::move(req), h.frame});
+  sendq_.back().fwd = std::move(fwd);
+  progress();
+}
+
+void Connection::kick() {
+  if (continuation_posted_) return;
+  continuation_posted_ = true;
+  loop_.post([w = weak_from_this()] {
+    if (auto c = w.lock()) {
+      c->continuation_posted_ = false;
+      c->progress();
+    }
+  });
+}
+
 void Connection::post_recv(RecvOp op) {
   session_.window().post(std::move(op));
   progress();
@@ -216,18 +237,7 @@ void Connection::progress() {
     if (stopped()) return;
     if (out_.corrupt() || in_.corrupt()) return fail_protocol("ring positions out of range");
     settle_delivered();
-    if (budget == 0) {
-      if (!continuation_posted_) {
-        continuation_posted_ = true;
-        loop_.post([w = weak_from_this()] {
-          if (auto c = w.lock()) {
-            c->continuation_posted_ = false;
-            c->progress();
-          }
-        });
-      }
-      return;
-    }
+    if (budget == 0) return kick();
     if (peer_left_ && (!sendq_.empty() || session_.window().pending())) {
       group_.fail(
           ErrorCode::kPeerLost,
@@ -249,8 +259,12 @@ bool Connection::reader_waits_for_peer() const {
 bool Connection::peer_moved() {
   if (reader_waits_for_peer() && in_.available(need_) >= need_) return true;
   if (!sendq_.empty()) {
-    const size_t want = sendq_.front().aligned ? 1 : std::max<size_t>(out_.pad(), 1);
-    if (out_.room(want) >= want) return true;
+    const SendOp& f = sendq_.front();
+    // A forwarded frame whose payload bytes are all written so far waits for its feeder, which
+    // waits for room when it says so.
+    const bool caught_up = f.fwd && f.written >= kFrameHeaderSize && f.written - kFrameHeaderSize == f.fwd->ready;
+    const size_t want = caught_up ? f.fwd->elem : f.aligned ? 1 : std::max<size_t>(out_.pad(), 1);
+    if ((!caught_up || f.fwd->feeder_waits) && out_.room(want) >= want) return true;
   }
   return !inflight_.empty() && out_.consumed() >= inflight_.front().end;
 }
@@ -278,7 +292,21 @@ bool Connection::write_some(size_t* budget) {
     if (op.written < kFrameHeaderSize)
       n += out_.write(std::span<const uint8_t>(op.header).subspan(op.written), kPiece, &wake);
     op.written += n;
-    if (op.written >= kFrameHeaderSize) {
+    if (op.written >= kFrameHeaderSize && op.fwd) {
+      // A forwarded frame: the bytes its feeder left in dst go from there; then the feeder, told
+      // the header is out, writes the rest straight into the ring.
+      Forward& f = *op.fwd;
+      const size_t at = op.written - kFrameHeaderSize;
+      const size_t m = out_.write(f.dst.subspan(at, std::min(f.ready - at, *budget)), kPiece, &wake);
+      op.written += m;
+      *budget -= m;
+      n += m;
+      f.header_out = true;
+      if (f.feeder_waits && op.written == kFrameHeaderSize + f.ready && out_.room(f.elem) >= f.elem) {
+        f.feeder_waits = false;
+        if (auto from = f.from.lock()) from->kick();
+      }
+    } else if (op.written >= kFrameHeaderSize) {
       const size_t at = op.written - kFrameHeaderSize;
       const size_t m = out_.write(op.payload.subspan(at, std::min(op.payload.size() - at, *budget)), kPiece, &wake);
       op.written += m;
@@ -288,16 +316,97 @@ bool Connection::write_some(size_t* budget) {
     if (wake) wake_peer();
     counters_.bytes_sent.fetch_add(n, std::memory_order_relaxed);
     progressed = progressed || n > 0;
-    if (op.written < kFrameHeaderSize + op.payload.size()) break;  // no room, or budget spent
-    counters_.frames_sent.fetch_add(1, std::memory_order_relaxed);
-    complete(op.req);
-    session_.written(op.frame, 0, op.header, {}, std::move(op.req));
-    inflight_.push_back(Inflight{out_.position(), op.frame});
-    sendq_.pop_front();
+    if (op.written < kFrameHeaderSize + op.payload.size()) break;  // no room, budget spent, or fed
+    finish_front_send();
     progressed = true;
-    group_.notify();
   }
   return progressed;
+}
+
+void Connection::finish_front_send() {
+  SendOp& op = sendq_.front();
+  counters_.frames_sent.fetch_add(1, std::memory_order_relaxed);
+  complete(op.req);
+  session_.written(op.frame, 0, op.header, {}, std::move(op.req));
+  inflight_.push_back(Inflight{out_.position(), op.frame});
+  sendq_.pop_front();
+  group_.notify();
+}
+
+bool Connection::feed(RecvOp& r, size_t* budget, bool* progressed) {
+  Forward& f = *r.fwd;
+  const auto to = f.to.lock();
+  const size_t es = f.elem;
+  // Straight into the sender's ring while this frame is its next and every byte before is in.
+  auto sender_ready = [&] {
+    return to && !to->stopped() && f.header_out && !to->sendq_.empty() && to->sendq_.front().fwd == r.fwd &&
+           to->sendq_.front().written == kFrameHeaderSize + f.ready;
+  };
+  bool spilled = false;
+  while (got_ < hdr_.payload_len) {
+    if (*budget < es) {
+      *budget = 0;
+      break;
+    }
+    need_ = es;
+    const auto in = in_.peek(es);
+    if (in.size() < es) break;  // waits for the peer
+    size_t n = std::min({in.size(), size_t{hdr_.payload_len} - got_, *budget, kPiece});
+    std::span<uint8_t> out;
+    if (sender_ready()) out = to->out_.writable(es);
+    const size_t half = in_.capacity() / 2;
+    if (out.size() < es && to && !to->stopped() && in_.available(half) < half) {
+      // Waits for the sender while this ring has room for the peer: asks the sender's reader for
+      // a wake-up, then looks again (ring.h); the sender kicks this connection once it is ready,
+      // and the peer's writes wake it once the ring is half full.
+      f.feeder_waits = true;
+      to->out_.arm_wait();
+      if (sender_ready()) out = to->out_.writable(es);
+      if (out.size() < es) {
+        need_ = half;
+        return false;
+      }
+      f.feeder_waits = false;
+    }
+    if (out.size() >= es) {
+      n = std::min(n, out.size());
+      n -= n % es;
+      if (f.reduce) {
+        core::reduce_to(out.data(), f.dst.data() + got_, in.data(), n / es, f.dtype, f.op);
+      } else {
+        std::memcpy(out.data(), in.data(), n);
+        std::memcpy(f.dst.data() + got_, in.data(), n);
+      }
+      bool wake_to = false;
+      to->out_.advance(n, &wake_to);
+      if (wake_to) to->wake_peer();
+      to->sendq_.front().written += n;
+      to->counters_.bytes_sent.fetch_add(n, std::memory_order_relaxed);
+      f.direct += n;
+    } else {  // the sender is not ready for it: into dst, from where the sender takes it
+      n -= n % es;
+      if (f.reduce)
+        core::reduce_into(f.dst.data() + got_, in.data(), n / es, f.dtype, f.op);
+      else
+        std::memcpy(f.dst.data() + got_, in.data(), n);
+      spilled = true;
+    }
+    got_ += n;
+    f.ready = got_;
+    *budget -= n;
+    if (in_.consume(n)) wake_peer();
+    counters_.bytes_received.fetch_add(n, std::memory_order_relaxed);
+    *progressed = true;
+  }
+  if (spilled && to) to->kick();
+  if (got_ < hdr_.payload_len) return false;
+  // All of it is through: the sender finishes the frame now, or once it has written what is in dst.
+  f.feeder_waits = false;
+  if (sender_ready() && to->sendq_.front().written == kFrameHeaderSize + f.dst.size()) {
+    to->finish_front_send();
+    to->kick();
+  }
+  return true;
 }
 
 void Connection::settle_delivered() {
@@ -314,7 +423,7 @@ void Connection::settle_delivered() {
 }
 
 bool Connection::check_frame(const RecvOp& r) {
-  return group_.check_frame(peer_, r.expect, hdr_, r.dst.size(), r.reduce);
+  return group_.check_frame(peer_, r.expect, hdr_, r.dst.size(), r.reduce || r.fwd);
 }
 
 bool Connection::read_some(size_t* budget) {
@@ -364,6 +473,7 @@ bool Connection::read_some(size_t* budget) {
       if (!check_frame(r)) return progressed;
       checked_ = true;
     }
+    if (r.fwd && !feed(r, budget, &progressed)) return progressed;
     const size_t es = r.reduce ? dtype_size(r.dtype) : 1;
     while (got_ < hdr_.payload_len) {
       if (*budget < es) {

@@ -14,6 +14,8 @@
 // The receiver matches frame k to its k-th posted receive (the session's window),
 // copies or reduces the payload straight out of the ring into the destination, and stops at a
 // frame whose receive is not posted yet (it waits in the ring; Group::early_frame checks it).
+// A forwarded receive (Forward) goes from this ring straight into another connection's: a ring
+// step's receive, reduce and send in one pass, with no write to the destination and re-read.
 #pragma once
 
 #include <array>
@@ -78,6 +80,30 @@ struct Counters {
   std::atomic<uint64_t> bytes_sent{0}, bytes_received{0}, frames_sent{0}, frames_received{0};
 };
 
+class Connection;
+
+// A receive sent on as it arrives (ShmDevice::recv_forward): the frame read from the feeding
+// connection's ring is written straight into the sending connection's ring, as `dst op payload`
+// (reduce) or as itself with a copy left in dst. The sending connection writes the frame's header
+// when the frame's turn comes. While it has not, or its ring is full, the feeder waits for it only
+// as long as its own ring is less than half full; past that it reduces (or copies) what arrives
+// into dst, and the sender writes those bytes from dst when it can, as a plain send would; once
+// the sender has caught up, the feeder writes straight into its ring again. A ring that leaves
+// its writer (a feeder) no room is more than half full, so its reader spills instead of waiting:
+// no cycle of rings can wait on each other. Shared by the two connections; loop thread only.
+struct Forward {
+  std::span<uint8_t> dst;
+  bool reduce = false;
+  DataType dtype = DataType::kUInt8;
+  ReduceOp op = ReduceOp::kSum;
+  size_t elem = 1;  // the unit moved at once: an element when reducing, else a byte
+  std::weak_ptr<Connection> from, to;
+  bool header_out = false;    // the sender wrote the header
+  bool feeder_waits = false;  // the feeder waits for the sender: kick it once it is ready
+  size_t ready = 0;           // payload bytes through the feeder: in the sender's ring or in dst
+  size_t direct = 0;          // of which straight from ring to ring
+};
+
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   struct RecvOp {
@@ -87,6 +113,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     bool reduce = false;  // recv_reduce: dst = dst op payload, payload exactly dst.size()
     DataType dtype = DataType::kUInt8;
     ReduceOp op = ReduceOp::kSum;
+    std::shared_ptr<Forward> fwd;  // set: the payload goes on to fwd->to (exactly dst.size())
   };
 
   // `dialler`: this end created the segment (it writes the first ring). Takes the descriptors.
@@ -102,6 +129,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // Queues data frame `h` (type, payload_len and frame number are set here) with `payload`.
   void post_send(protocol::FrameHeader h, std::span<const uint8_t> payload, RequestPtr req);
+  // Queues data frame `h` whose payload (fwd->dst.size() bytes) the feeding connection writes.
+  void post_forward(protocol::FrameHeader h, std::shared_ptr<Forward> fwd, RequestPtr req);
   void post_recv(RecvOp op);
   // Calls Group::early_frame for the frame waiting for its receive, if any.
   void recheck_early_frame();
@@ -123,6 +152,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     uint64_t frame = 0;
     bool aligned = false;  // the record's start is aligned
     size_t written = 0;    // bytes of header + payload in the ring
+    std::shared_ptr<Forward> fwd;  // set: the payload comes from fwd->from (payload: its length)
   };
   struct Inflight {
     uint64_t end;  // ring position after the frame
@@ -136,6 +166,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void progress();
   bool write_some(size_t* budget);
   bool read_some(size_t* budget);
+  // Moves the payload of the forwarded frame at the reader (hdr_, receive r) on: into the
+  // sending connection's ring where it is ready, else into dst. True once all of it is through.
+  bool feed(RecvOp& r, size_t* budget, bool* progressed);
+  // The frame at the head of sendq_ is all in the ring: completes it (written, in flight).
+  void finish_front_send();
+  // Runs progress() from the loop soon (another connection moved what this one waits for).
+  void kick();
   void settle_delivered();
   // Sets the waiting flags this end needs; true when the peer moved meanwhile (no sleep).
   bool arm_waits();

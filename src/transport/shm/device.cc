@@ -431,6 +431,44 @@ RequestPtr ShmDevice::recv_reduce(int peer, const FrameHeader& expect, std::span
   return req;
 }
 
+Transport::Forwarded ShmDevice::recv_forward(int from, const FrameHeader& expect, std::span<uint8_t> dst, int to,
+                                             const FrameHeader& h, bool reduce, DataType dtype, ReduceOp op) {
+  Transport::Forwarded r{std::make_shared<Request>(), std::make_shared<Request>()};
+  if ((reduce && (!is_valid(dtype) || !is_valid(op) || dst.size() % dtype_size(dtype) != 0)) ||
+      dst.size() > protocol::kMaxPayload || from == to) {
+    const Failure f{ErrorCode::kInvalidArgument,
+                    "recv_forward: invalid dtype or op, a size that is not whole elements or over the frame limit, "
+                    "or one peer both ways"};
+    complete(r.recv, f);
+    complete(r.send, f);
+    return r;
+  }
+  auto fwd = std::make_shared<Forward>();
+  fwd->dst = dst;
+  fwd->reduce = reduce;
+  fwd->dtype = dtype;
+  fwd->op = op;
+  fwd->elem = reduce ? dtype_size(dtype) : 1;
+  loop_.post([this, from, to, expect, h, fwd, r] {
+    const bool failed = group_.complete_if_failed(r.recv);
+    if (group_.complete_if_failed(r.send) || failed) return;
+    auto conn = [&](int p) { return p >= 0 && p < group_.size() ? conns_[static_cast<size_t>(p)] : nullptr; };
+    const auto in = conn(from), out = conn(to);
+    if (!in || !out) {
+      const Failure f{ErrorCode::kPeerLost, "no shared-memory link to rank " + std::to_string(in ? to : from)};
+      complete(r.recv, f);
+      complete(r.send, f);
+      group_.notify();
+      return;
+    }
+    fwd->from = in;
+    fwd->to = out;
+    out->post_forward(h, fwd, r.send);
+    in->post_recv(Connection::RecvOp{expect, fwd->dst, r.recv, fwd->reduce, fwd->dtype, fwd->op, fwd});
+  });
+  return r;
+}
+
 void ShmDevice::recheck_early_frames() {
   for (auto& c : conns_)
     if (c) c->recheck_early_frame();

@@ -43,7 +43,7 @@ struct ShmOptions {
   std::chrono::milliseconds handshake_timeout{10000};
 };
 
-class ShmDevice final : public Device, public ReduceOnReceive {
+class ShmDevice final : public Device, public ReduceOnReceive, public ForwardOnReceive {
  public:
   // Listens on a fresh abstract socket and subscribes to the group's failure. Throws Error(kIo).
   // The group (and its loop) must outlive the device.
@@ -53,6 +53,7 @@ class ShmDevice final : public Device, public ReduceOnReceive {
 
   const char* name() const override { return "shm"; }
   ReduceOnReceive* reduce_on_receive() override { return this; }
+  ForwardOnReceive* forward_on_receive() override { return this; }
   std::vector<uint8_t> address() const override { return encode_address(address_); }
   // Same boot id and network namespace as this rank.
   bool reaches(std::span<const uint8_t> peer_address) const override;
@@ -64,6 +65,9 @@ class ShmDevice final : public Device, public ReduceOnReceive {
   RequestPtr recv(int peer, const protocol::FrameHeader& expect, std::span<uint8_t> dst) override;
   RequestPtr recv_reduce(int peer, const protocol::FrameHeader& expect, std::span<uint8_t> dst,
                          DataType dtype, ReduceOp op) override;
+  Transport::Forwarded recv_forward(int from, const protocol::FrameHeader& expect, std::span<uint8_t> dst, int to,
+                                    const protocol::FrameHeader& h, bool reduce, DataType dtype,
+                                    ReduceOp op) override;
   void recheck_early_frames() override;
   void send_heartbeat(int peer, std::span<const uint8_t> payload) override;
   // A peer on this host: its host is ours, so a silent peer is a stopped or hung process.

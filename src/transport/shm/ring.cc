@@ -57,6 +57,17 @@ size_t RingWriter::write(std::span<const uint8_t> src, size_t piece, bool* wake)
   return done;
 }
 
+std::span<uint8_t> RingWriter::writable(size_t want) {
+  const size_t free = room(want);
+  const size_t at = static_cast<size_t>(head_ % cap_);
+  return {data_ + at, std::min(free, cap_ - at)};
+}
+
+void RingWriter::advance(size_t n, bool* wake) {
+  head_ += n;
+  if (commit()) *wake = true;
+}
+
 bool RingWriter::align(bool* wake) {
   const size_t pad = this->pad();
   if (pad == 0) return true;

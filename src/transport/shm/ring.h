@@ -72,6 +72,11 @@ class RingWriter {
   // reader can start on one while the next is copied. Returns the bytes written. Sets *wake when
   // the reader asked to be woken (the request is cleared; the caller signals the reader).
   size_t write(std::span<const uint8_t> src, size_t piece, bool* wake);
+  // For bytes produced straight into the ring (a receive reduced on its way on): the free bytes
+  // at the head up to the wrap (reloading as room(want) does); advance(n) then commits the first
+  // n written there, setting *wake as write() does.
+  std::span<uint8_t> writable(size_t want = 1);
+  void advance(size_t n, bool* wake);
   // Pad bytes between the head and the next record boundary.
   size_t pad() const { return static_cast<size_t>((kRecordAlign - head_ % kRecordAlign) % kRecordAlign); }
   // Moves the head to the next record boundary; false while there is no room for the pad.
