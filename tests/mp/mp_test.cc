@@ -172,6 +172,16 @@ TEST(CollectivesBig, TensOfMiBOnThreeAndFourRanks) {
   }
 }
 
+// Ring steps over shared memory are forwarded from ring to ring; with rings of 64 KiB, chunks of
+// 4 KiB and the ring forced for every size, most forwarded frames find the next ring full and
+// wait in the buffer, five ranks make segments of unequal chunk counts, and every op and dtype
+// still matches the reference, bit-identical on every rank.
+TEST(CollectivesBig, ForwardedRingStepsOnSmallRingsStayExact) {
+  const auto codes = run_ranks(5, "collectives-big", 240,
+                               {{"GEOCCL_EXPERIMENT", "shm_ring=64K,chunk=4096"}, {"GEOCCL_ALGO", "ring"}});
+  for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
 // The same over QUIC: frames of several MiB, many streams in flight, flow-control windows.
 TEST(CollectivesBig, TensOfMiBOverQuic) {
   const auto codes = run_ranks(3, "collectives-big", 240, {{"GEOCCL_TRANSPORT", "quic"}});
