@@ -24,6 +24,7 @@ OpContext OpContext::sub(std::vector<int> members, int scratch_base) {
   c.scratch_base_ = scratch_base_ + scratch_base;
   c.finishes_ = finishes_;
   c.trace_ = trace_;
+  c.forwarding_ = forwarding_;
   c.my_index_ = -1;
   for (size_t i = 0; i < members.size(); ++i)
     if (members[i] == transport_.rank()) c.my_index_ = static_cast<int>(i);
@@ -113,11 +114,20 @@ RequestPtr OpContext::recv_reduce(int peer, std::span<uint8_t> dst, std::span<ui
   return r;
 }
 
-transport::Transport::Forwarded OpContext::recv_forward(int from, int to, std::span<uint8_t> dst, bool reduce,
-                                                        DataType t, ReduceOp op, uint64_t offset) {
+bool OpContext::forwards_around() const {
+  const int n = size();
+  if (n < 3 || !forwarding_) return false;
+  const int first = my_index_ == 0 ? 1 : 0;
+  for (int m = 0; m < n; ++m)
+    if (m != my_index_ && m != first && !transport_.forwards(global(first), global(m), header_.channel)) return false;
+  return true;
+}
+
+transport::Transport::Forwarded OpContext::recv_forward(int from, int to, std::span<uint8_t> dst,
+                                                        const transport::Transport::Forwarding& how, uint64_t offset) {
   protocol::FrameHeader h = header_;
   h.offset = offset;
-  auto f = transport_.recv_forward(global(from), h, dst, global(to), h, reduce, t, op);
+  auto f = transport_.recv_forward(global(from), h, dst, global(to), h, how);
   if (!f.recv || !f.send) {
     const std::string why = "recv_forward between ranks " + std::to_string(global(from)) + " and " +
                             std::to_string(global(to)) + ", which no device forwards between";

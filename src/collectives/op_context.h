@@ -97,12 +97,18 @@ class OpContext {
   RequestPtr recv_reduce(int peer, std::span<uint8_t> dst, std::span<uint8_t> staging, DataType t,
                          ReduceOp op, uint64_t offset = 0);
   // A frame of exactly dst.size() bytes from `from`, sent on to `to` as it arrives, at `offset`
-  // both ways (Transport::recv_forward): with `reduce` the frame sent is dst op frame and each
-  // element of dst is left as it was or holds that result; without, dst receives the frame too. Only where forwards(from, to); the
-  // sends to `to` posted before it leave first.
-  transport::Transport::Forwarded recv_forward(int from, int to, std::span<uint8_t> dst, bool reduce, DataType t,
-                                               ReduceOp op, uint64_t offset = 0);
-  bool forwards(int from, int to) const { return transport_.forwards(global(from), global(to), header_.channel); }
+  // both ways (Transport::recv_forward: reduced with an operand, or copied to dst as well). Only
+  // where forwards_around(); the sends to `to` posted before it leave first.
+  transport::Transport::Forwarded recv_forward(int from, int to, std::span<uint8_t> dst,
+                                               const transport::Transport::Forwarding& how, uint64_t offset = 0);
+  // Whether every member of this context is served by one device that forwards (shared memory on
+  // one host), with at least 3 members. Then every member finds the same, so a ring may order
+  // its frames differently from the unfused form and both ends of each pair still agree.
+  bool forwards_around() const;
+  // No forwarding in this context and the ones made from it: for an operation that runs while
+  // ranks move pairs between devices one by one (the start-up's transport probe), when the
+  // members' views of who is on which device may differ.
+  void forbid_forwarding() { forwarding_ = false; }
   // A buffer split into chunk_bytes() frames.
   void send_chunked(int peer, std::span<const uint8_t> data, std::vector<RequestPtr>* out);
   // send_chunked to several peers at once, chunk j to every peer before chunk j + 1: each peer's
@@ -136,6 +142,7 @@ class OpContext {
   size_t chunk_bytes_;
   ScratchPool& scratch_;
   int scratch_base_ = 0;
+  bool forwarding_ = true;
   std::vector<RequestPtr> outstanding_;
   // What wait() still has to do for a receive, shared by this context and its sub() contexts (a
   // request may be waited for through another context than the one that posted it).

@@ -66,15 +66,6 @@ struct Ring {
     for_each_chunk(s, [&](size_t p, std::span<uint8_t> ch, size_t pos) { v.push_back({p, ch, pos}); });
     return v;
   }
-  // Whether the ring runs its steps fused (recv_forward): every member is served by one device
-  // that forwards (shared memory on one host), which every member then finds too, so both ends of
-  // each pair order their frames alike.
-  bool fused() const {
-    if (n < 3) return false;
-    for (int m = 0; m < n; ++m)
-      if (m != r && m != left && !c.forwards(left, m)) return false;
-    return true;
-  }
   // Fused, the frames of the steps go slice by slice: chunk j of every step before chunk j + 1
   // of any (as NCCL's ring orders them), so a chunk arrives just after its turn to go on came and
   // the forward finds the next ring ready for it. f(step, chunk) for step -1 (this rank's own
@@ -115,7 +106,7 @@ void ring_reduce_scatter(OpContext& c, const RingLayout& layout, DataType t, Red
   // as the frame arrives (straight from shared memory where the peer's transport can). With a
   // hook, the frame is staged and reduced once the hook has run for its part.
   const bool reduce_on_arrival = !before_local;
-  if (reduce_on_arrival && g.fused()) {
+  if (reduce_on_arrival && c.forwards_around()) {
     // Every step but the last in one pass: the frame from the left goes on to the right reduced
     // with this rank's data as it arrives, and nothing is written here; the last step reduces
     // into the buffer. All of it is posted at once, in the order the frames travel.
@@ -124,7 +115,7 @@ void ring_reduce_scatter(OpContext& c, const RingLayout& layout, DataType t, Red
       if (step < 0) {
         sends->push_back(c.send(g.right, ch.bytes, ch.pos));
       } else if (step + 1 < g.n - 1) {
-        auto f = c.recv_forward(g.left, g.right, ch.bytes, true, t, op, ch.pos);
+        auto f = c.recv_forward(g.left, g.right, ch.bytes, {true, false, t, op, ch.bytes}, ch.pos);
         rs.push_back(std::move(f.recv));
         sends->push_back(std::move(f.send));
       } else {
@@ -176,7 +167,7 @@ void ring_allgather(OpContext& c, const RingLayout& layout, DataType t,
                     std::vector<RequestPtr>* sends, const PartHook& on_final) {
   Ring g(c, layout, t);
   if (g.n == 1) return;
-  if (!on_final && g.fused()) {
+  if (!on_final && c.forwards_around()) {
     // Every step but the last in one pass: the frame from the left lands here and goes on to the
     // right from where it arrived, not re-read from the buffer.
     std::vector<RequestPtr> rs;
@@ -184,7 +175,7 @@ void ring_allgather(OpContext& c, const RingLayout& layout, DataType t,
       if (step < 0) {
         sends->push_back(c.send(g.right, ch.bytes, ch.pos));
       } else if (step + 1 < g.n - 1) {
-        auto f = c.recv_forward(g.left, g.right, ch.bytes, false, t, ReduceOp::kSum, ch.pos);
+        auto f = c.recv_forward(g.left, g.right, ch.bytes, {}, ch.pos);
         rs.push_back(std::move(f.recv));
         sends->push_back(std::move(f.send));
       } else {

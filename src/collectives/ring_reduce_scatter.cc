@@ -30,6 +30,40 @@ void ring_reduce_scatter(OpContext& c, const void* send, void* recv, size_t recv
   const size_t chunk = std::max(es, c.chunk_bytes() / es * es);
   const size_t nchunks = (bytes + chunk - 1) / chunk;
   auto out = std::span<uint8_t>(static_cast<uint8_t*>(recv), bytes);
+  if (c.forwards_around()) {
+    // Every step but the last in one pass (ring_allreduce.cc): the running sum from the left goes
+    // on to the right with this rank's contribution added as it arrives, in the same operand
+    // order (the received sum first); it waits in staging (one block per step: they are all in
+    // flight at once) only where the next ring is not ready. Frames go slice by slice: chunk j
+    // of every step before chunk j + 1 of any.
+    const auto spill = c.scratch(static_cast<size_t>(n - 2) * bytes, 0);
+    std::vector<RequestPtr> rs, sends;
+    for (size_t j = 0; j < nchunks; ++j) {
+      const size_t off = j * chunk, len = std::min(chunk, bytes - off);
+      sends.push_back(c.send(right, own(r - 1).subspan(off, len), off));
+      for (int step = 0; step < n - 1; ++step) {
+        const auto mine = own(r - step - 2).subspan(off, len);
+        if (step + 1 == n - 1) {
+          rs.push_back(c.recv(left, out.subspan(off, len), off));
+          continue;
+        }
+        const auto wait_here = spill.subspan(static_cast<size_t>(step) * bytes + off, len);
+        auto f = c.recv_forward(left, right, wait_here, {true, true, t, op, mine}, off);
+        rs.push_back(std::move(f.recv));
+        sends.push_back(std::move(f.send));
+      }
+    }
+    for (size_t j = 0; j < rs.size(); ++j) {
+      c.wait(rs[j]);
+      if ((j + 1) % static_cast<size_t>(n - 1) == 0) {  // the chunk of the output: add ours
+        const size_t off = (j / static_cast<size_t>(n - 1)) * chunk, len = std::min(chunk, bytes - off);
+        core::reduce_into(out.data() + off, own(r).data() + off, len / es, t, op);
+      }
+    }
+    c.wait_all(sends);
+    if (op == ReduceOp::kAvg) core::finish_avg(recv, recv_count, t, n);
+    return;
+  }
   std::span<uint8_t> staging[3] = {c.scratch(bytes, 0), c.scratch(bytes, 1), c.scratch(bytes, 2)};
   // The buffer step s receives into: staging, or the output at the last step.
   auto dst_of = [&](int step) { return step == n - 2 ? out : staging[step % 3]; };

@@ -56,8 +56,8 @@ class ReduceOnReceive {
 class ForwardOnReceive {
  public:
   virtual Transport::Forwarded recv_forward(int from, const protocol::FrameHeader& expect, std::span<uint8_t> dst,
-                                            int to, const protocol::FrameHeader& h, bool reduce, DataType dtype,
-                                            ReduceOp op) = 0;
+                                            int to, const protocol::FrameHeader& h,
+                                            const Transport::Forwarding& how) = 0;
 
  protected:
   ~ForwardOnReceive() = default;

@@ -181,10 +181,9 @@ bool Router::forwards(int from, int to, uint8_t channel) const {
 }
 
 Router::Forwarded Router::recv_forward(int from, const protocol::FrameHeader& expect, std::span<uint8_t> dst,
-                                       int to, const protocol::FrameHeader& h, bool reduce, DataType dtype,
-                                       ReduceOp op) {
+                                       int to, const protocol::FrameHeader& h, const Forwarding& how) {
   if (!forwards(from, to, expect.channel) || h.channel != expect.channel) return {};
-  return of(from, expect.channel).forward_on_receive()->recv_forward(from, expect, dst, to, h, reduce, dtype, op);
+  return of(from, expect.channel).forward_on_receive()->recv_forward(from, expect, dst, to, h, how);
 }
 
 void Router::begin_operation(const protocol::FrameHeader& h) {

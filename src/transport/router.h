@@ -69,7 +69,7 @@ class Router final : public Transport {
   RequestPtr recv_reduce(int peer, const protocol::FrameHeader& expect, std::span<uint8_t> dst,
                          DataType dtype, ReduceOp op) override;
   Forwarded recv_forward(int from, const protocol::FrameHeader& expect, std::span<uint8_t> dst, int to,
-                         const protocol::FrameHeader& h, bool reduce, DataType dtype, ReduceOp op) override;
+                         const protocol::FrameHeader& h, const Forwarding& how) override;
   bool forwards(int from, int to, uint8_t channel) const override;
   void begin_operation(const protocol::FrameHeader& h) override;
   void abort(ErrorCode code, const std::string& message) override;

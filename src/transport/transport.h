@@ -90,16 +90,23 @@ class Transport {
   }
   // Receives the next data frame from `from` (exactly dst.size() bytes) and sends it on to `to`
   // as its next data frame (header `h`), in one pass from where the bytes arrive to where the
-  // bytes for `to` leave: with `reduce` the frame sent is dst op payload, and each element of dst
-  // is left as it was or holds that result (where the next hop was not ready for it, it waited
-  // there); without, dst receives the payload too. Only where forwards(from, to, channel) (the device
-  // serving both peers can: shm); {} elsewhere.
+  // bytes for `to` leave. With `reduce`, the frame sent is `operand op payload` (`payload op
+  // operand` with payload_first), and each byte of dst is left as it was or holds that result
+  // (where the next hop was not ready for it, it waited there; operand may be dst itself);
+  // without, the frame goes on as it came and dst receives it too. Only where
+  // forwards(from, to, channel) (the device serving both peers can: shm); {} elsewhere.
   struct Forwarded {
     RequestPtr recv, send;
   };
-  virtual Forwarded recv_forward(int /*from*/, const protocol::FrameHeader& /*expect*/,
-                                 std::span<uint8_t> /*dst*/, int /*to*/, const protocol::FrameHeader& /*h*/,
-                                 bool /*reduce*/, DataType /*dtype*/, ReduceOp /*op*/) {
+  struct Forwarding {
+    bool reduce = false;
+    bool payload_first = false;
+    DataType dtype = DataType::kUInt8;
+    ReduceOp op = ReduceOp::kSum;
+    std::span<const uint8_t> operand;  // reduce: dst.size() bytes, read only
+  };
+  virtual Forwarded recv_forward(int /*from*/, const protocol::FrameHeader& /*expect*/, std::span<uint8_t> /*dst*/,
+                                 int /*to*/, const protocol::FrameHeader& /*h*/, const Forwarding& /*how*/) {
     return {};
   }
   virtual bool forwards(int /*from*/, int /*to*/, uint8_t /*channel*/) const { return false; }

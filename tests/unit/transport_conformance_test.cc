@@ -4,7 +4,9 @@
 // frames to arrive before their receives, it waits until the sends are done first.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <ostream>
@@ -308,7 +310,8 @@ TEST_P(Conformance, WhatADeviceOffersWorks) {
 }
 
 // A device that forwards (ForwardOnReceive) sends a received frame on as it arrives, reduced with
-// the destination or copied to it as well; in order with the plain frames to the
+// an operand (the destination itself, or another buffer it only reads, either operand first) or
+// copied to the destination as well; in order with the plain frames to the
 // same peer (a plain frame queued first leaves first), frames over twice the ring's size included,
 // whether the frame came before its forward was posted or after.
 TEST_P(Conformance, AForwardedFrameGoesOnAsItArrives) {
@@ -330,15 +333,20 @@ TEST_P(Conformance, AForwardedFrameGoesOnAsItArrives) {
   const RequestPtr s0 = job.dev(0).send(1, header(0, in0.size() * 4), bytes(in0));
   ASSERT_TRUE(wait_for({s0}, 60s));
   std::vector<float> acc0 = floats(small, 7, 1), acc1 = floats(big, 2, 2);
+  // Frame 1 is reduced with an operand it leaves alone, payload first: min(+0, -0) is +0 then.
+  for (size_t i = 0; i < 8; ++i) {
+    in1[i] = 0.0f;
+    acc1[i] = -0.0f;
+  }
   const std::vector<float> acc0_before = acc0, acc1_before = acc1;
+  std::vector<float> out1(big, -1.0f);
   std::vector<uint8_t> copy(in2.size(), 0xee);
   const RequestPtr p = job.dev(1).send(2, header(9, plain.size()), plain);
-  const auto f0 = fw->recv_forward(0, header(0, in0.size() * 4), bytes(acc0), 2, header(10, in0.size() * 4), true,
-                                   DataType::kFloat32, ReduceOp::kSum);
-  const auto f1 = fw->recv_forward(0, header(1, in1.size() * 4), bytes(acc1), 2, header(11, in1.size() * 4), true,
-                                   DataType::kFloat32, ReduceOp::kSum);
-  const auto f2 = fw->recv_forward(0, header(2, in2.size()), copy, 2, header(12, in2.size()), false,
-                                   DataType::kUInt8, ReduceOp::kSum);
+  const auto f0 = fw->recv_forward(0, header(0, in0.size() * 4), bytes(acc0), 2, header(10, in0.size() * 4),
+                                   {true, false, DataType::kFloat32, ReduceOp::kSum, bytes(acc0)});
+  const auto f1 = fw->recv_forward(0, header(1, in1.size() * 4), bytes(out1), 2, header(11, in1.size() * 4),
+                                   {true, true, DataType::kFloat32, ReduceOp::kMin, bytes(acc1)});
+  const auto f2 = fw->recv_forward(0, header(2, in2.size()), copy, 2, header(12, in2.size()), {});
   std::vector<uint8_t> got_plain(plain.size()), got2(in2.size());
   std::vector<float> got0(small), got1(big);
   const RequestPtr rp = job.dev(2).recv(1, header(9, plain.size()), got_plain);
@@ -357,12 +365,42 @@ TEST_P(Conformance, AForwardedFrameGoesOnAsItArrives) {
     ASSERT_TRUE(acc0[i] == acc0_before[i] || acc0[i] == got0[i]) << "element " << i;
   }
   for (size_t i = 0; i < big; ++i) {
-    ASSERT_EQ(got1[i], acc1_before[i] + in1[i]) << "element " << i;
-    ASSERT_TRUE(acc1[i] == acc1_before[i] || acc1[i] == got1[i]) << "element " << i;
+    ASSERT_EQ(got1[i], std::min(in1[i], acc1[i])) << "element " << i;
+    ASSERT_TRUE(out1[i] == -1.0f || out1[i] == got1[i]) << "element " << i;
   }
+  for (size_t i = 0; i < 8; ++i) EXPECT_FALSE(std::signbit(got1[i])) << "payload first: min(+0, -0) is +0";
+  EXPECT_EQ(acc1, acc1_before);  // the operand is only read
   EXPECT_EQ(got2, in2);
   EXPECT_EQ(copy, in2);  // a copying one leaves the frame there too
   EXPECT_EQ(f1.recv->bytes, in1.size() * 4);
+}
+
+// A forwarded frame whose sender said goodbye right after writing it is drained from the ring,
+// not waited on, even while the next hop's ring is full (its reader is not ready): the receive
+// completes and nothing fails.
+TEST_P(Conformance, AForwardFromAPeerThatLeftIsDrainedWhileTheNextHopIsFull) {
+  Job job(GetParam(), 3);
+  ASSERT_TRUE(job.connected());
+  transport::ForwardOnReceive* fw = job.dev(1).forward_on_receive();
+  if (!fw) GTEST_SKIP() << "this device forwards nothing";
+  std::vector<uint8_t> plain = pattern(6u << 20, 7), in = pattern(256u << 10, 8), dst(in.size());
+  const RequestPtr p = job.dev(1).send(2, header(0, plain.size()), plain);  // more than rank 2's ring
+  const auto f = fw->recv_forward(0, header(0, in.size()), dst, 2, header(1, in.size()), {});
+  const RequestPtr s = job.dev(0).send(1, header(0, in.size()), in);
+  ASSERT_TRUE(wait_for({s}, 60s));
+  job.dev(0).shutdown();  // goodbye: the frame is in rank 1's ring
+  ASSERT_TRUE(wait_for({f.recv}, 60s)) << "the forwarded frame waited for the full ring";
+  ASSERT_TRUE(f.recv->ok()) << f.recv->failure.message;
+  EXPECT_EQ(dst, in);
+  EXPECT_FALSE(p->done.load());  // the next hop's ring is still full
+  std::vector<uint8_t> got_plain(plain.size()), got(in.size());
+  const RequestPtr r0 = job.dev(2).recv(1, header(0, plain.size()), got_plain);
+  const RequestPtr r1 = job.dev(2).recv(1, header(1, in.size()), got);
+  ASSERT_TRUE(wait_for({r0, r1, p, f.send}, 60s));
+  ASSERT_TRUE(r1->ok()) << r1->failure.message;
+  EXPECT_EQ(got_plain, plain);
+  EXPECT_EQ(got, in);
+  EXPECT_FALSE(job.group(1).failed());
 }
 
 // With the group secret, a rank with another secret is refused: it never joins, and the refusal

@@ -24,6 +24,9 @@ std::vector<std::string> choose_transports(const Context& c, const topology::Top
       for (size_t i = 0; i < nc; ++i)
         reach[(static_cast<size_t>(me) * un + static_cast<size_t>(r)) * nc + i] = c.router.connected(r, names[i]) ? 1 : 0;
   c.collective(figures_header(0x5450524f /* "TPRO" */), [&](collectives::OpContext& ctx) {
+    // The probes move leader pairs between devices one pair at a time, so until every rank has
+    // switched, ranks of one host can see its members on different devices.
+    ctx.forbid_forwarding();
     for_leader_pairs(topo, me, [&](int da, int db, int la, int lb) {
       const int peer = me == la ? lb : la;
       std::vector<char> available(nc);

@@ -355,14 +355,16 @@ bool Connection::feed(RecvOp& r, size_t* budget, bool* progressed) {
     std::span<uint8_t> out;
     if (sender_ready()) out = to->out_.writable(es);
     const size_t half = in_.capacity() / 2;
-    if (out.size() < es && to && !to->stopped() && in_.available(half) < half) {
+    // A peer that left wrote all it will: what is in the ring is drained now, not waited on.
+    if (out.size() < es && to && !to->stopped() && !peer_left_ && in_.available(half) < half) {
       // Waits for the sender while this ring has room for the peer: asks the sender's reader for
       // a wake-up, then looks again (ring.h); the sender kicks this connection once it is ready,
-      // and the peer's writes wake it once the ring is half full.
+      // and each write of the peer wakes it to look again (it spills once the ring is half full).
       f.feeder_waits = true;
       to->out_.arm_wait();
       if (sender_ready()) out = to->out_.writable(es);
       if (out.size() < es) {
+        if (to->out_.corrupt()) to->kick();  // the sender reports it
         need_ = half;
         return false;
       }
@@ -371,8 +373,11 @@ bool Connection::feed(RecvOp& r, size_t* budget, bool* progressed) {
     if (out.size() >= es) {
       n = std::min(n, out.size());
       n -= n % es;
-      if (f.reduce) {
-        core::reduce_to(out.data(), f.dst.data() + got_, in.data(), n / es, f.dtype, f.op);
+      const Transport::Forwarding& h = f.how;
+      if (h.reduce && h.payload_first) {
+        core::reduce_to(out.data(), in.data(), h.operand.data() + got_, n / es, h.dtype, h.op);
+      } else if (h.reduce) {
+        core::reduce_to(out.data(), h.operand.data() + got_, in.data(), n / es, h.dtype, h.op);
       } else {
         std::memcpy(out.data(), in.data(), n);
         std::memcpy(f.dst.data() + got_, in.data(), n);
@@ -385,10 +390,18 @@ bool Connection::feed(RecvOp& r, size_t* budget, bool* progressed) {
       f.direct += n;
     } else {  // the sender is not ready for it: into dst, from where the sender takes it
       n -= n % es;
-      if (f.reduce)
-        core::reduce_into(f.dst.data() + got_, in.data(), n / es, f.dtype, f.op);
+      const Transport::Forwarding& h = f.how;
+      uint8_t* d = f.dst.data() + got_;
+      const uint8_t* a = h.operand.data() + got_;
+      if (!h.reduce)
+        std::memcpy(d, in.data(), n);
+      else if (a == d)
+        core::reduce_into(d, in.data(), n / es, h.dtype, h.op,
+                          h.payload_first ? core::Operands::kSrcFirst : core::Operands::kDstFirst);
+      else if (h.payload_first)
+        core::reduce_to(d, in.data(), a, n / es, h.dtype, h.op);
       else
-        std::memcpy(f.dst.data() + got_, in.data(), n);
+        core::reduce_to(d, a, in.data(), n / es, h.dtype, h.op);
       spilled = true;
     }
     got_ += n;

@@ -83,8 +83,8 @@ struct Counters {
 class Connection;
 
 // A receive sent on as it arrives (ShmDevice::recv_forward): the frame read from the feeding
-// connection's ring is written straight into the sending connection's ring, as `dst op payload`
-// (reduce) or as itself with a copy left in dst. The sending connection writes the frame's header
+// connection's ring is written straight into the sending connection's ring, reduced with its
+// operand (Transport::Forwarding) or as itself with a copy left in dst. The sending connection writes the frame's header
 // when the frame's turn comes. While it has not, or its ring is full, the feeder waits for it only
 // as long as its own ring is less than half full; past that it reduces (or copies) what arrives
 // into dst, and the sender writes those bytes from dst when it can, as a plain send would; once
@@ -93,9 +93,7 @@ class Connection;
 // no cycle of rings can wait on each other. Shared by the two connections; loop thread only.
 struct Forward {
   std::span<uint8_t> dst;
-  bool reduce = false;
-  DataType dtype = DataType::kUInt8;
-  ReduceOp op = ReduceOp::kSum;
+  Transport::Forwarding how;
   size_t elem = 1;  // the unit moved at once: an element when reducing, else a byte
   std::weak_ptr<Connection> from, to;
   bool header_out = false;    // the sender wrote the header

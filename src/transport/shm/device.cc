@@ -432,23 +432,22 @@ RequestPtr ShmDevice::recv_reduce(int peer, const FrameHeader& expect, std::span
 }
 
 Transport::Forwarded ShmDevice::recv_forward(int from, const FrameHeader& expect, std::span<uint8_t> dst, int to,
-                                             const FrameHeader& h, bool reduce, DataType dtype, ReduceOp op) {
+                                             const FrameHeader& h, const Transport::Forwarding& how) {
   Transport::Forwarded r{std::make_shared<Request>(), std::make_shared<Request>()};
-  if ((reduce && (!is_valid(dtype) || !is_valid(op) || dst.size() % dtype_size(dtype) != 0)) ||
+  if ((how.reduce && (!is_valid(how.dtype) || !is_valid(how.op) || dst.size() % dtype_size(how.dtype) != 0 ||
+                      how.operand.size() != dst.size())) ||
       dst.size() > protocol::kMaxPayload || from == to) {
     const Failure f{ErrorCode::kInvalidArgument,
                     "recv_forward: invalid dtype or op, a size that is not whole elements or over the frame limit, "
-                    "or one peer both ways"};
+                    "an operand of another size, or one peer both ways"};
     complete(r.recv, f);
     complete(r.send, f);
     return r;
   }
   auto fwd = std::make_shared<Forward>();
   fwd->dst = dst;
-  fwd->reduce = reduce;
-  fwd->dtype = dtype;
-  fwd->op = op;
-  fwd->elem = reduce ? dtype_size(dtype) : 1;
+  fwd->how = how;
+  fwd->elem = how.reduce ? dtype_size(how.dtype) : 1;
   loop_.post([this, from, to, expect, h, fwd, r] {
     const bool failed = group_.complete_if_failed(r.recv);
     if (group_.complete_if_failed(r.send) || failed) return;
@@ -464,7 +463,7 @@ Transport::Forwarded ShmDevice::recv_forward(int from, const FrameHeader& expect
     fwd->from = in;
     fwd->to = out;
     out->post_forward(h, fwd, r.send);
-    in->post_recv(Connection::RecvOp{expect, fwd->dst, r.recv, fwd->reduce, fwd->dtype, fwd->op, fwd});
+    in->post_recv(Connection::RecvOp{expect, fwd->dst, r.recv, fwd->how.reduce, fwd->how.dtype, fwd->how.op, fwd});
   });
   return r;
 }

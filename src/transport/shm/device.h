@@ -66,8 +66,7 @@ class ShmDevice final : public Device, public ReduceOnReceive, public ForwardOnR
   RequestPtr recv_reduce(int peer, const protocol::FrameHeader& expect, std::span<uint8_t> dst,
                          DataType dtype, ReduceOp op) override;
   Transport::Forwarded recv_forward(int from, const protocol::FrameHeader& expect, std::span<uint8_t> dst, int to,
-                                    const protocol::FrameHeader& h, bool reduce, DataType dtype,
-                                    ReduceOp op) override;
+                                    const protocol::FrameHeader& h, const Transport::Forwarding& how) override;
   void recheck_early_frames() override;
   void send_heartbeat(int peer, std::span<const uint8_t> payload) override;
   // A peer on this host: its host is ours, so a silent peer is a stopped or hung process.
