@@ -213,7 +213,8 @@ class Communicator {
   // recv holds size()*count elements; rank r's `send` lands at recv + r*count.
   Work allgather(const void* send, void* recv, size_t count, DataType dtype,
                  const OpOptions& o = {});
-  // send holds size()*recv_count elements; rank r receives the reduction of block r.
+  // send holds size()*recv_count elements; rank r receives the reduction of block r. The two
+  // buffers must not overlap (kInvalidArgument).
   Work reduce_scatter(const void* send, void* recv, size_t recv_count, DataType dtype,
                       ReduceOp op, const OpOptions& o = {});
   // In place at root; other ranks' buffers are left as they were.

@@ -429,6 +429,10 @@ Work Communicator::reduce_scatter(const void* send, void* recv, size_t recv_coun
   check_buf(send, recv_count, "send buffer");
   check_buf(recv, recv_count, "recv buffer");
   const size_t bytes = checked_bytes(recv_count, t, static_cast<size_t>(size()));
+  const auto* s = static_cast<const uint8_t*>(send);
+  const auto* r = static_cast<const uint8_t*>(recv);
+  if (bytes > 0 && s < r + bytes && r < s + bytes * static_cast<size_t>(size()))
+    invalid("reduce_scatter send and recv buffers overlap");
   return impl_->submit(header(OpKind::kReduceScatter, t, bytes, static_cast<uint8_t>(op)), o,
                        [=](OpContext& c) {
                          collectives::ring_reduce_scatter(c, send, recv, recv_count, t, op);

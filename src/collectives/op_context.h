@@ -103,7 +103,12 @@ class OpContext {
                                                const transport::Transport::Forwarding& how, uint64_t offset = 0);
   // Whether every member of this context is served by one device that forwards (shared memory on
   // one host), with at least 3 members. Then every member finds the same, so a ring may order
-  // its frames differently from the unfused form and both ends of each pair still agree.
+  // its frames differently from the unfused form and both ends of each pair still agree: "served
+  // by this rank's shared-memory device" is the same-host relation (Router::use moves only pairs
+  // of different domains, both ends alike), so either all members share one host or every member
+  // has a peer on another. The frame header's offset is not compared (protocol/frame.h), so a
+  // disagreement would go unnoticed where the chunks are of equal size: what breaks the relation
+  // for a while (the transport probe) forbids forwarding.
   bool forwards_around() const;
   // No forwarding in this context and the ones made from it: for an operation that runs while
   // ranks move pairs between devices one by one (the start-up's transport probe), when the

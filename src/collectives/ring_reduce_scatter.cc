@@ -1,7 +1,9 @@
 // Ring reduce-scatter: n-1 steps. At step s rank r sends its running sum of block r-s-1 and
 // receives the running sum of block r-s-2, to which it adds its own contribution; after the last
 // step it holds block r, reduced over all ranks, received straight into the output buffer.
-// The input is never written: partial sums live in three rotating staging buffers.
+// The input is never written: partial sums live in three rotating staging buffers; forwarded
+// (every member on one host), they go from ring to ring and wait in staging only where the next
+// ring is not ready.
 #include <algorithm>
 #include <cstring>
 
@@ -30,7 +32,11 @@ void ring_reduce_scatter(OpContext& c, const void* send, void* recv, size_t recv
   const size_t chunk = std::max(es, c.chunk_bytes() / es * es);
   const size_t nchunks = (bytes + chunk - 1) / chunk;
   auto out = std::span<uint8_t>(static_cast<uint8_t*>(recv), bytes);
-  if (c.forwards_around()) {
+  // Forwarded, the sums that wait take a block per forwarded step (all of them are in flight at
+  // once): with many ranks most of the input, kept by the scratch pool. Past the three blocks the
+  // unfused form keeps, and past 64 MiB, that form runs.
+  const size_t spill_bytes = static_cast<size_t>(std::max(n - 2, 0)) * bytes;
+  if (c.forwards_around() && (n <= 5 || spill_bytes <= (size_t{64} << 20))) {
     // Every step but the last in one pass (ring_allreduce.cc): the running sum from the left goes
     // on to the right with this rank's contribution added as it arrives, in the same operand
     // order (the received sum first); it waits in staging (one block per step: they are all in

@@ -103,7 +103,7 @@ class Transport {
     bool payload_first = false;
     DataType dtype = DataType::kUInt8;
     ReduceOp op = ReduceOp::kSum;
-    std::span<const uint8_t> operand;  // reduce: dst.size() bytes, read only
+    std::span<const uint8_t> operand;  // reduce: dst.size() bytes, read only; dst itself or apart
   };
   virtual Forwarded recv_forward(int /*from*/, const protocol::FrameHeader& /*expect*/, std::span<uint8_t> /*dst*/,
                                  int /*to*/, const protocol::FrameHeader& /*h*/, const Forwarding& /*how*/) {

@@ -1766,6 +1766,10 @@ int main(int argc, char** argv) {
                          ErrorCode::kInvalidArgument, std::chrono::seconds(1));
       rc |= expect_error([&] { c.allreduce(&x, 1, static_cast<DataType>(99), ReduceOp::kSum); },
                          ErrorCode::kInvalidArgument, std::chrono::seconds(1));
+      // A reduce-scatter whose output lies in its input (MPI's in place) is refused.
+      std::vector<int32_t> blocks(static_cast<size_t>(n) * 4, 1);
+      rc |= expect_error([&] { c.reduce_scatter(blocks.data(), blocks.data() + me * 4, 4, DataType::kInt32, ReduceOp::kSum); },
+                         ErrorCode::kInvalidArgument, std::chrono::seconds(1));
       c.allreduce(&x, 1, DataType::kInt32, ReduceOp::kSum).wait();
       return rc;
     }

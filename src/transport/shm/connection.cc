@@ -392,16 +392,18 @@ bool Connection::feed(RecvOp& r, size_t* budget, bool* progressed) {
       n -= n % es;
       const Transport::Forwarding& h = f.how;
       uint8_t* d = f.dst.data() + got_;
-      const uint8_t* a = h.operand.data() + got_;
-      if (!h.reduce)
+      if (!h.reduce) {
         std::memcpy(d, in.data(), n);
-      else if (a == d)
+      } else if (h.operand.data() == f.dst.data()) {
         core::reduce_into(d, in.data(), n / es, h.dtype, h.op,
                           h.payload_first ? core::Operands::kSrcFirst : core::Operands::kDstFirst);
-      else if (h.payload_first)
-        core::reduce_to(d, in.data(), a, n / es, h.dtype, h.op);
-      else
-        core::reduce_to(d, a, in.data(), n / es, h.dtype, h.op);
+      } else {
+        const uint8_t* a = h.operand.data() + got_;
+        if (h.payload_first)
+          core::reduce_to(d, in.data(), a, n / es, h.dtype, h.op);
+        else
+          core::reduce_to(d, a, in.data(), n / es, h.dtype, h.op);
+      }
       spilled = true;
     }
     got_ += n;

@@ -108,7 +108,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     protocol::FrameHeader expect;
     std::span<uint8_t> dst;
     RequestPtr req;
-    bool reduce = false;  // recv_reduce: dst = dst op payload, payload exactly dst.size()
+    bool reduce = false;  // recv_reduce: dst = dst op payload, payload exactly dst.size() (a
+                          // forwarded receive: fwd->how says what it does)
     DataType dtype = DataType::kUInt8;
     ReduceOp op = ReduceOp::kSum;
     std::shared_ptr<Forward> fwd;  // set: the payload goes on to fwd->to (exactly dst.size())

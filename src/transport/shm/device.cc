@@ -434,12 +434,15 @@ RequestPtr ShmDevice::recv_reduce(int peer, const FrameHeader& expect, std::span
 Transport::Forwarded ShmDevice::recv_forward(int from, const FrameHeader& expect, std::span<uint8_t> dst, int to,
                                              const FrameHeader& h, const Transport::Forwarding& how) {
   Transport::Forwarded r{std::make_shared<Request>(), std::make_shared<Request>()};
+  // An operand is dst itself or apart from it (the kernels' arguments do not alias).
+  const auto* a = how.operand.data();
+  const bool apart = a == dst.data() || a + how.operand.size() <= dst.data() || dst.data() + dst.size() <= a;
   if ((how.reduce && (!is_valid(how.dtype) || !is_valid(how.op) || dst.size() % dtype_size(how.dtype) != 0 ||
-                      how.operand.size() != dst.size())) ||
+                      how.operand.size() != dst.size() || !apart)) ||
       dst.size() > protocol::kMaxPayload || from == to) {
     const Failure f{ErrorCode::kInvalidArgument,
                     "recv_forward: invalid dtype or op, a size that is not whole elements or over the frame limit, "
-                    "an operand of another size, or one peer both ways"};
+                    "an operand of another size or partly over dst, or one peer both ways"};
     complete(r.recv, f);
     complete(r.send, f);
     return r;
