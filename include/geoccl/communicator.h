@@ -54,6 +54,9 @@ struct PeerStats {
   int relay = -1;
   // TCP: bytes this rank forwarded, as a relay, on connections with this peer at one end.
   uint64_t relayed_bytes = 0;
+  // Shared memory: of bytes_sent, those a ring step sent on straight from the ring they arrived
+  // in (received, reduced and sent in one pass; docs/transport.md).
+  uint64_t forwarded_bytes = 0;
   // TCP: the rank whose relay carries this peer's bulk data streams, a two-hop path much faster
   // than the direct one (GEOCCL_TWO_HOP; docs/transport.md "Two-hop paths"); -1: none. Frames
   // from `two_hop_min_bytes` on take it, smaller ones the direct data stream.

@@ -14,6 +14,7 @@ PeerStats to_peer_stats(const transport::LinkStats& l) {
   ps.rtt_ms = l.rtt_ms;
   ps.relay = l.relay;
   ps.relayed_bytes = l.relayed_bytes;
+  ps.forwarded_bytes = l.forwarded_bytes;
   ps.two_hop = l.two_hop;
   ps.two_hop_min_bytes = l.two_hop_min_bytes;
   ps.bulk_bytes_sent = l.bulk_bytes_sent;

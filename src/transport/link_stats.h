@@ -33,6 +33,7 @@ struct LinkStats {
   double rtt_ms = 0;  // smoothed, where the device measures one
   int relay = -1;     // the rank relaying the peer's connections; -1: direct
   uint64_t relayed_bytes = 0;
+  uint64_t forwarded_bytes = 0;  // of bytes_sent: sent on as they arrived (ForwardOnReceive)
   int two_hop = -1;  // the rank relaying bulk data streams over a two-hop path; -1: none
   uint64_t two_hop_min_bytes = 0;
   uint64_t bulk_bytes_sent = 0, bulk_bytes_received = 0;  // the bulk class's link

@@ -375,6 +375,32 @@ TEST_P(Conformance, AForwardedFrameGoesOnAsItArrives) {
   EXPECT_EQ(f1.recv->bytes, in1.size() * 4);
 }
 
+// With the next hop's ring ready (its frame's header out, room for the whole frame), a forwarded
+// frame goes ring to ring: every byte of it is counted as forwarded.
+TEST_P(Conformance, AForwardWithTheNextHopReadyGoesRingToRing) {
+  Job job(GetParam(), 3);
+  ASSERT_TRUE(job.connected());
+  transport::ForwardOnReceive* fw = job.dev(1).forward_on_receive();
+  if (!fw) GTEST_SKIP() << "this device forwards nothing";
+  std::vector<uint8_t> in = pattern(1u << 20, 9), dst(in.size()), got(in.size());
+  const RequestPtr r = job.dev(2).recv(1, header(0, in.size()), got);
+  const auto f = fw->recv_forward(0, header(0, in.size()), dst, 2, header(0, in.size()), {});
+  // The header goes out as the forward is posted: once a frame rank 1 sends after it (its loop
+  // runs them in order) has reached rank 0, it is out.
+  std::vector<uint8_t> ping(8, 1), pong(8);
+  const RequestPtr pr = job.dev(0).recv(1, header(7, 8), pong);
+  ASSERT_TRUE(wait_for({job.dev(1).send(0, header(7, 8), ping), pr}, 60s));
+  const RequestPtr s = job.dev(0).send(1, header(0, in.size()), in);
+  ASSERT_TRUE(wait_for({r, f.recv, f.send, s}, 60s));
+  ASSERT_TRUE(r->ok()) << r->failure.message;
+  EXPECT_EQ(got, in);
+  EXPECT_EQ(dst, in);
+  transport::LinkStats to2;
+  to2.peer = 2;
+  job.dev(1).stats(&to2);
+  EXPECT_EQ(to2.forwarded_bytes, in.size());
+}
+
 // A forwarded frame whose sender said goodbye right after writing it is drained from the ring,
 // not waited on, even while the next hop's ring is full (its reader is not ready): the receive
 // completes and nothing fails.

@@ -387,7 +387,7 @@ bool Connection::feed(RecvOp& r, size_t* budget, bool* progressed) {
       if (wake_to) to->wake_peer();
       to->sendq_.front().written += n;
       to->counters_.bytes_sent.fetch_add(n, std::memory_order_relaxed);
-      f.direct += n;
+      to->counters_.bytes_forwarded.fetch_add(n, std::memory_order_relaxed);
     } else {  // the sender is not ready for it: into dst, from where the sender takes it
       n -= n % es;
       const Transport::Forwarding& h = f.how;

@@ -78,6 +78,7 @@ std::string check_segment(const Segment& seg, size_t ring_capacity, const Token&
 // Counters of one peer, read by stats() from any thread.
 struct Counters {
   std::atomic<uint64_t> bytes_sent{0}, bytes_received{0}, frames_sent{0}, frames_received{0};
+  std::atomic<uint64_t> bytes_forwarded{0};  // of bytes_sent: straight from another pair's ring
 };
 
 class Connection;
@@ -99,7 +100,6 @@ struct Forward {
   bool header_out = false;    // the sender wrote the header
   bool feeder_waits = false;  // the feeder waits for the sender: kick it once it is ready
   size_t ready = 0;           // payload bytes through the feeder: in the sender's ring or in dst
-  size_t direct = 0;          // of which straight from ring to ring
 };
 
 class Connection : public std::enable_shared_from_this<Connection> {

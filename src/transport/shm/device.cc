@@ -488,6 +488,7 @@ void ShmDevice::stats(LinkStats* ps) const {
   ps->bytes_received = c.bytes_received.load(std::memory_order_relaxed);
   ps->frames_sent = c.frames_sent.load(std::memory_order_relaxed);
   ps->frames_received = c.frames_received.load(std::memory_order_relaxed);
+  ps->forwarded_bytes = c.bytes_forwarded.load(std::memory_order_relaxed);
 }
 
 void ShmDevice::shutdown() {
