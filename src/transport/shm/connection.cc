@@ -45,6 +45,42 @@ uint8_t* ring_data(const Segment& seg, size_t capacity, int ring) {
 
 }  // namespace
 
+namespace {
+
+// The `n` payload bytes of a forwarded frame at `at`, arrived at `in`: their result written to the
+// next ring at `out` (a copying forward leaves them in dst too).
+void forward_into(const Forward& f, size_t at, const uint8_t* in, size_t n, uint8_t* out) {
+  const Transport::Forwarding& h = f.how;
+  const size_t count = n / f.elem;
+  if (!h.reduce) {
+    std::memcpy(out, in, n);
+    std::memcpy(f.dst.data() + at, in, n);
+  } else if (h.payload_first) {
+    core::reduce_to(out, in, h.operand.data() + at, count, h.dtype, h.op);
+  } else {
+    core::reduce_to(out, h.operand.data() + at, in, count, h.dtype, h.op);
+  }
+}
+
+// The same result written to dst instead, where the sender writes it from once it is ready.
+void spill_into_dst(const Forward& f, size_t at, const uint8_t* in, size_t n) {
+  const Transport::Forwarding& h = f.how;
+  const size_t count = n / f.elem;
+  uint8_t* d = f.dst.data() + at;
+  if (!h.reduce) {
+    std::memcpy(d, in, n);
+  } else if (h.operand.data() == f.dst.data()) {  // reduced in place
+    core::reduce_into(d, in, count, h.dtype, h.op,
+                      h.payload_first ? core::Operands::kSrcFirst : core::Operands::kDstFirst);
+  } else if (h.payload_first) {
+    core::reduce_to(d, in, h.operand.data() + at, count, h.dtype, h.op);
+  } else {
+    core::reduce_to(d, h.operand.data() + at, in, count, h.dtype, h.op);
+  }
+}
+
+}  // namespace
+
 UniqueFd& UniqueFd::operator=(UniqueFd&& o) noexcept {
   if (this != &o) reset(o.release());
   return *this;
@@ -373,15 +409,7 @@ bool Connection::feed(RecvOp& r, size_t* budget, bool* progressed) {
     if (out.size() >= es) {
       n = std::min(n, out.size());
       n -= n % es;
-      const Transport::Forwarding& h = f.how;
-      if (h.reduce && h.payload_first) {
-        core::reduce_to(out.data(), in.data(), h.operand.data() + got_, n / es, h.dtype, h.op);
-      } else if (h.reduce) {
-        core::reduce_to(out.data(), h.operand.data() + got_, in.data(), n / es, h.dtype, h.op);
-      } else {
-        std::memcpy(out.data(), in.data(), n);
-        std::memcpy(f.dst.data() + got_, in.data(), n);
-      }
+      forward_into(f, got_, in.data(), n, out.data());
       bool wake_to = false;
       to->out_.advance(n, &wake_to);
       if (wake_to) to->wake_peer();
@@ -390,20 +418,7 @@ bool Connection::feed(RecvOp& r, size_t* budget, bool* progressed) {
       to->counters_.bytes_forwarded.fetch_add(n, std::memory_order_relaxed);
     } else {  // the sender is not ready for it: into dst, from where the sender takes it
       n -= n % es;
-      const Transport::Forwarding& h = f.how;
-      uint8_t* d = f.dst.data() + got_;
-      if (!h.reduce) {
-        std::memcpy(d, in.data(), n);
-      } else if (h.operand.data() == f.dst.data()) {
-        core::reduce_into(d, in.data(), n / es, h.dtype, h.op,
-                          h.payload_first ? core::Operands::kSrcFirst : core::Operands::kDstFirst);
-      } else {
-        const uint8_t* a = h.operand.data() + got_;
-        if (h.payload_first)
-          core::reduce_to(d, in.data(), a, n / es, h.dtype, h.op);
-        else
-          core::reduce_to(d, a, in.data(), n / es, h.dtype, h.op);
-      }
+      spill_into_dst(f, got_, in.data(), n);
       spilled = true;
     }
     got_ += n;
