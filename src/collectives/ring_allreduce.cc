@@ -26,11 +26,12 @@ namespace {
 struct Ring {
   OpContext& c;
   const RingLayout& layout;
+  DataType dtype;
   size_t es, chunk;
   int n, r, right, left;
 
   Ring(OpContext& ctx, const RingLayout& l, DataType t)
-      : c(ctx), layout(l), es(dtype_size(t)), chunk(std::max(es, ctx.chunk_bytes() / es * es)),
+      : c(ctx), layout(l), dtype(t), es(dtype_size(t)), chunk(std::max(es, ctx.chunk_bytes() / es * es)),
         n(ctx.size()), r(ctx.rank()), right((r + 1) % n), left((r - 1 + n) % n) {}
 
   const std::vector<std::span<uint8_t>>& seg(int i) const {
@@ -81,6 +82,27 @@ struct Ring {
       for (size_t i = 0; i < all.size(); ++i)
         if (j < all[i].size()) f(static_cast<int>(i) - 1, all[i][j]);
   }
+  // A fused half, all posted at once in the order the frames travel, then waited for: `first`
+  // goes to the right, every step but the last is forwarded (`reduce`: reduced with this rank's
+  // chunk, else copied to it as well), and the last step's chunk is received by `last`.
+  template <class SegOf, class Last>
+  void run_fused(const std::vector<std::span<uint8_t>>& first, SegOf&& seg_of, bool reduce, ReduceOp op,
+                 std::vector<RequestPtr>* sends, Last&& last) const {
+    std::vector<RequestPtr> rs;
+    for_each_slice(first, seg_of, [&](int step, const Chunk& ch) {
+      if (step < 0) {
+        sends->push_back(c.send(right, ch.bytes, ch.pos));
+      } else if (step + 1 < n - 1) {
+        const transport::Transport::Forwarding how{reduce, false, dtype, op, reduce ? ch.bytes : std::span<uint8_t>{}};
+        auto f = c.recv_forward(left, right, ch.bytes, how, ch.pos);
+        rs.push_back(std::move(f.recv));
+        sends->push_back(std::move(f.send));
+      } else {
+        rs.push_back(last(ch));
+      }
+    });
+    for (auto& q : rs) c.wait(q);
+  }
 };
 
 RingLayout contiguous_layout(void* buf, size_t count, DataType t, int n) {
@@ -109,20 +131,10 @@ void ring_reduce_scatter(OpContext& c, const RingLayout& layout, DataType t, Red
   if (reduce_on_arrival && c.forwards_around()) {
     // Every step but the last in one pass: the frame from the left goes on to the right reduced
     // with this rank's data as it arrives, and nothing is written here; the last step reduces
-    // into the buffer. All of it is posted at once, in the order the frames travel.
-    std::vector<RequestPtr> rs;
-    g.for_each_slice(g.seg(g.r), [&](int step) { return g.seg(g.r - step - 1); }, [&](int step, const Ring::Chunk& ch) {
-      if (step < 0) {
-        sends->push_back(c.send(g.right, ch.bytes, ch.pos));
-      } else if (step + 1 < g.n - 1) {
-        auto f = c.recv_forward(g.left, g.right, ch.bytes, {true, false, t, op, ch.bytes}, ch.pos);
-        rs.push_back(std::move(f.recv));
-        sends->push_back(std::move(f.send));
-      } else {
-        rs.push_back(c.recv_reduce(g.left, ch.bytes, staging[0].subspan(ch.pos, ch.bytes.size()), t, op, ch.pos));
-      }
+    // into the buffer.
+    g.run_fused(g.seg(g.r), [&](int step) { return g.seg(g.r - step - 1); }, true, op, sends, [&](const Ring::Chunk& ch) {
+      return c.recv_reduce(g.left, ch.bytes, staging[0].subspan(ch.pos, ch.bytes.size()), t, op, ch.pos);
     });
-    for (auto& q : rs) c.wait(q);
     return;
   }
   auto post_recvs = [&](int step, std::vector<RequestPtr>* out) {
@@ -170,19 +182,8 @@ void ring_allgather(OpContext& c, const RingLayout& layout, DataType t,
   if (!on_final && c.forwards_around()) {
     // Every step but the last in one pass: the frame from the left lands here and goes on to the
     // right from where it arrived, not re-read from the buffer.
-    std::vector<RequestPtr> rs;
-    g.for_each_slice(g.seg(g.r + 1), [&](int step) { return g.seg(g.r - step); }, [&](int step, const Ring::Chunk& ch) {
-      if (step < 0) {
-        sends->push_back(c.send(g.right, ch.bytes, ch.pos));
-      } else if (step + 1 < g.n - 1) {
-        auto f = c.recv_forward(g.left, g.right, ch.bytes, {}, ch.pos);
-        rs.push_back(std::move(f.recv));
-        sends->push_back(std::move(f.send));
-      } else {
-        rs.push_back(c.recv(g.left, ch.bytes, ch.pos));
-      }
-    });
-    for (auto& q : rs) c.wait(q);
+    g.run_fused(g.seg(g.r + 1), [&](int step) { return g.seg(g.r - step); }, false, ReduceOp::kSum, sends,
+                [&](const Ring::Chunk& ch) { return c.recv(g.left, ch.bytes, ch.pos); });
     return;
   }
   g.for_each_chunk(g.seg(g.r + 1), [&](size_t, std::span<uint8_t> ch, size_t pos) {

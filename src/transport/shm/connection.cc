@@ -328,26 +328,23 @@ bool Connection::write_some(size_t* budget) {
     if (op.written < kFrameHeaderSize)
       n += out_.write(std::span<const uint8_t>(op.header).subspan(op.written), kPiece, &wake);
     op.written += n;
-    if (op.written >= kFrameHeaderSize && op.fwd) {
-      // A forwarded frame: the bytes its feeder left in dst go from there; then the feeder, told
-      // the header is out, writes the rest straight into the ring.
-      Forward& f = *op.fwd;
+    if (op.written >= kFrameHeaderSize) {
+      // A forwarded frame's payload goes from dst as far as its feeder left it there; the feeder,
+      // told the header is out, writes the rest straight into the ring.
+      const std::span<const uint8_t> src =
+          op.fwd ? std::span<const uint8_t>(op.fwd->dst.data(), op.fwd->ready) : op.payload;
       const size_t at = op.written - kFrameHeaderSize;
-      const size_t m = out_.write(f.dst.subspan(at, std::min(f.ready - at, *budget)), kPiece, &wake);
+      const size_t m = out_.write(src.subspan(at, std::min(src.size() - at, *budget)), kPiece, &wake);
       op.written += m;
       *budget -= m;
       n += m;
-      f.header_out = true;
-      if (f.feeder_waits && op.written == kFrameHeaderSize + f.ready && out_.room(f.elem) >= f.elem) {
-        f.feeder_waits = false;
-        if (auto from = f.from.lock()) from->kick();
+      if (Forward* f = op.fwd.get()) {
+        f->header_out = true;
+        if (f->feeder_waits && op.written == kFrameHeaderSize + f->ready && out_.room(f->elem) >= f->elem) {
+          f->feeder_waits = false;
+          if (auto from = f->from.lock()) from->kick();
+        }
       }
-    } else if (op.written >= kFrameHeaderSize) {
-      const size_t at = op.written - kFrameHeaderSize;
-      const size_t m = out_.write(op.payload.subspan(at, std::min(op.payload.size() - at, *budget)), kPiece, &wake);
-      op.written += m;
-      *budget -= m;
-      n += m;
     }
     if (wake) wake_peer();
     counters_.bytes_sent.fetch_add(n, std::memory_order_relaxed);

@@ -466,7 +466,9 @@ Transport::Forwarded ShmDevice::recv_forward(int from, const FrameHeader& expect
     fwd->from = in;
     fwd->to = out;
     out->post_forward(h, fwd, r.send);
-    in->post_recv(Connection::RecvOp{expect, fwd->dst, r.recv, fwd->how.reduce, fwd->how.dtype, fwd->how.op, fwd});
+    Connection::RecvOp op{expect, fwd->dst, r.recv};
+    op.fwd = fwd;  // what the payload becomes is fwd's (Connection::feed)
+    in->post_recv(std::move(op));
   });
   return r;
 }
