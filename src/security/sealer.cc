@@ -100,26 +100,41 @@ bool Aead::open(uint64_t counter, uint32_t record, std::span<const uint8_t> ad, 
                 uint8_t* out) const {
   if (in.size() < kTagBytes) return false;
   const size_t n_plain = in.size() - kTagBytes;
+  // The tag is read before the ciphertext may be overwritten by its plaintext (in place).
+  uint8_t tag[kTagBytes];
+  std::memcpy(tag, in.data() + n_plain, kTagBytes);
+  return open_into(counter, record, ad, in.data(), n_plain, tag, out);
+}
+
+bool Aead::open_detached(uint64_t counter, uint32_t record, std::span<const uint8_t> ad, std::span<uint8_t> data,
+                         std::span<const uint8_t, kTagBytes> tag) const {
+  uint8_t t[kTagBytes];
+  std::memcpy(t, tag.data(), kTagBytes);
+  const bool ok = open_into(counter, record, ad, data.data(), data.size(), t, data.data());
+  // In place, libsodium's cipher (which verifies first) leaves the ciphertext behind.
+  if (!ok && !data.empty()) sodium_memzero(data.data(), data.size());
+  return ok;
+}
+
+bool Aead::open_into(uint64_t counter, uint32_t record, std::span<const uint8_t> ad, const uint8_t* in, size_t n_plain,
+                     const uint8_t* tag, uint8_t* out) const {
   const Nonce n(counter, record);
   if (open_ctx_) {
     if (n_plain > kMaxEvpBytes || ad.size() > kMaxEvpBytes) return false;
     EVP_CIPHER_CTX* ctx = ctx_of(open_ctx_);
-    // The tag is read before the ciphertext may be overwritten by its plaintext (in place).
-    uint8_t tag[kTagBytes];
-    std::memcpy(tag, in.data() + n_plain, kTagBytes);
     int len = 0;
     const bool ok =
         EVP_DecryptInit_ex(ctx, nullptr, nullptr, nullptr, n.b) == 1 &&
         (ad.empty() || EVP_DecryptUpdate(ctx, nullptr, &len, ad.data(), static_cast<int>(ad.size())) == 1) &&
-        (n_plain == 0 || EVP_DecryptUpdate(ctx, out, &len, in.data(), static_cast<int>(n_plain)) == 1) &&
-        EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, static_cast<int>(kTagBytes), tag) == 1 &&
+        (n_plain == 0 || EVP_DecryptUpdate(ctx, out, &len, in, static_cast<int>(n_plain)) == 1) &&
+        EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, static_cast<int>(kTagBytes), const_cast<uint8_t*>(tag)) == 1 &&
         EVP_DecryptFinal_ex(ctx, out + n_plain, &len) == 1;
     // OpenSSL decrypts before it verifies: a wrong tag leaves no plaintext behind.
     if (!ok && n_plain > 0) sodium_memzero(out, n_plain);
     return ok;
   }
-  return crypto_aead_xchacha20poly1305_ietf_decrypt_detached(out, nullptr, in.data(), n_plain, in.data() + n_plain,
-                                                             ad.data(), ad.size(), n.b, key_.data()) == 0;
+  return crypto_aead_xchacha20poly1305_ietf_decrypt_detached(out, nullptr, in, n_plain, tag, ad.data(), ad.size(), n.b,
+                                                             key_.data()) == 0;
 }
 
 Key pair_frame_key(const Key& job_key, uint8_t channel, uint32_t sender, uint32_t receiver, uint8_t cipher) {
@@ -146,26 +161,28 @@ bool is_data(std::span<const uint8_t, protocol::kFrameHeaderSize> header) {
   return header[kFrameTypeOffset] == static_cast<uint8_t>(protocol::FrameType::kData);
 }
 
+}  // namespace
+
 uint64_t frame_number(std::span<const uint8_t, protocol::kFrameHeaderSize> header) {
   uint64_t v = 0;
   for (int i = 7; i >= 0; --i) v = (v << 8) | header[kFrameNumberOffset + static_cast<size_t>(i)];
   return v;
 }
 
-}  // namespace
+void seal_record(const Aead& aead, uint64_t counter, std::span<const uint8_t, protocol::kFrameHeaderSize> header,
+                 std::span<const uint8_t> payload, uint32_t index, uint8_t* wire) {
+  if (index == kHeaderRecord) return aead.seal(counter, kHeaderRecord, header, {}, wire);
+  const auto rec = payload.subspan(static_cast<size_t>(index) * kRecordBytes, record_plain_size(payload.size(), index));
+  aead.seal(counter, index, header, rec, wire + record_wire_offset(index));
+}
 
 void FrameSealer::seal(std::span<const uint8_t, protocol::kFrameHeaderSize> header, std::span<const uint8_t> payload,
                        uint8_t* out) {
   const bool data = is_data(header);
   const Aead& aead = data ? data_ : control_;
   const uint64_t counter = data ? frame_number(header) : control_count_++;
-  aead.seal(counter, kHeaderRecord, header, {}, out);
-  out += kTagBytes;
-  for (uint32_t i = 0; static_cast<size_t>(i) * kRecordBytes < payload.size(); ++i) {
-    const auto rec = payload.subspan(static_cast<size_t>(i) * kRecordBytes, record_plain_size(payload.size(), i));
-    aead.seal(counter, i, header, rec, out);
-    out += rec.size() + kTagBytes;
-  }
+  seal_record(aead, counter, header, payload, kHeaderRecord, out);
+  for (uint32_t i = 0; i < record_count(payload.size()); ++i) seal_record(aead, counter, header, payload, i, out);
 }
 
 bool FrameOpener::open_header(std::span<const uint8_t, protocol::kFrameHeaderSize> header,

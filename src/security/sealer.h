@@ -55,6 +55,10 @@ constexpr size_t record_plain_size(size_t plain, size_t index) {
   const size_t start = index * kRecordBytes;
   return plain - start < kRecordBytes ? plain - start : kRecordBytes;
 }
+// Records of a payload of `plain` bytes.
+constexpr size_t record_count(size_t plain) { return (plain + kRecordBytes - 1) / kRecordBytes; }
+// Where record `index` starts in a sealed payload's wire bytes (after the header tag).
+constexpr size_t record_wire_offset(size_t index) { return kTagBytes + index * (kRecordBytes + kTagBytes); }
 
 class Aead {
  public:
@@ -73,8 +77,15 @@ class Aead {
   // zeroed otherwise: nothing unverified is left there either way).
   bool open(uint64_t counter, uint32_t record, std::span<const uint8_t> ad, std::span<const uint8_t> in,
             uint8_t* out) const;
+  // The same with the tag apart: `data` (ciphertext) is decrypted in place when the tag is
+  // right, and zeroed otherwise.
+  bool open_detached(uint64_t counter, uint32_t record, std::span<const uint8_t> ad, std::span<uint8_t> data,
+                     std::span<const uint8_t, kTagBytes> tag) const;
 
  private:
+  // `tag`: kTagBytes, not overlapping `out`.
+  bool open_into(uint64_t counter, uint32_t record, std::span<const uint8_t> ad, const uint8_t* in, size_t n_plain,
+                 const uint8_t* tag, uint8_t* out) const;
   uint8_t cipher_;
   Key key_;
   // AES-256-GCM: OpenSSL's (libcrypto picks VAES/AVX-512, AVX or AES-NI code for the CPU: 4.7
@@ -90,6 +101,14 @@ class Aead {
 // channel (each channel's device numbers its frames from 0), then crypto_kdf with subkey id
 // sender << 32 | receiver, so another job, channel, pair or direction has another key.
 Key pair_frame_key(const Key& job_key, uint8_t channel, uint32_t sender, uint32_t receiver, uint8_t cipher);
+
+// A data frame's number: its nonce's counter (header bytes kFrameNumberOffset.., u64 LE).
+uint64_t frame_number(std::span<const uint8_t, protocol::kFrameHeaderSize> header);
+// Record `index` of a frame sealed under `aead` with `counter` (kHeaderRecord: the header tag) at
+// its place in `wire` (sealed_payload_size(payload.size()) bytes). Any thread, given an Aead of
+// its own: a data frame's records depend only on its key, header and payload.
+void seal_record(const Aead& aead, uint64_t counter, std::span<const uint8_t, protocol::kFrameHeaderSize> header,
+                 std::span<const uint8_t> payload, uint32_t index, uint8_t* wire);
 
 // Seals whole frames for one direction of one connection.
 class FrameSealer {

@@ -869,9 +869,10 @@ bool contains(const std::vector<uint8_t>& hay, const std::vector<uint8_t>& needl
 // Rank 1 sends `frames` marked frames of `bytes` to rank 0 through a relay with `edit`; returns
 // rank 0's receives (completed, or failed) and the relay's view.
 struct Attack {
+  std::vector<uint8_t> src;  // every frame's payload (declared before the pair: outlives its sends)
+  std::vector<std::vector<uint8_t>> dst;
   std::unique_ptr<Relay> relay;
   std::unique_ptr<Pair> pair;
-  std::vector<std::vector<uint8_t>> dst;
   std::vector<RequestPtr> sends, recvs;
 };
 void attack(Attack& a, bool secured, const Relay::Edit& edit, int frames = 3, size_t bytes = 4096) {
@@ -882,7 +883,8 @@ void attack(Attack& a, bool secured, const Relay::Edit& edit, int frames = 3, si
     a.relay = std::make_unique<Relay>(ep, edit);
     return a.relay->endpoint();
   });
-  static const std::vector<uint8_t> src = marked(bytes);
+  a.src = marked(bytes);
+  const std::vector<uint8_t>& src = a.src;
   a.dst.assign(static_cast<size_t>(frames), std::vector<uint8_t>(bytes));
   for (int i = 0; i < frames; ++i) {
     a.recvs.push_back(a.pair->t0->recv(1, header(static_cast<uint64_t>(i), bytes), a.dst[static_cast<size_t>(i)]));
@@ -951,6 +953,23 @@ TEST(SecureTransport, ModifiedFrameIsRefusedBeforeItReachesMemory) {
   EXPECT_EQ(a.recvs[1]->failure.code, ErrorCode::kProtocol);
   expect_refused(a);
   EXPECT_EQ(a.dst[1], std::vector<uint8_t>(kBytes, 0));  // nothing of the altered frame
+}
+
+// A large frame's records are opened by the workers, in place: the changed record is refused, the
+// frame fails, and what is left of it in the destination is verified records or zeros.
+TEST(SecureTransport, ModifiedRecordOfALargeFrameIsRefusedBeforeItReachesMemory) {
+  constexpr size_t kBytes = 4 * security::kRecordBytes;
+  Attack a;
+  attack(a, true,
+         flip_bit_at(frame_start(1, kBytes) + protocol::kFrameHeaderSize + security::record_wire_offset(2) + 100), 3,
+         kBytes);
+  EXPECT_TRUE(a.recvs[0]->ok()) << a.recvs[0]->failure.message;
+  EXPECT_EQ(a.dst[0], marked(kBytes));
+  EXPECT_FALSE(a.recvs[1]->ok());
+  EXPECT_EQ(a.recvs[1]->failure.code, ErrorCode::kProtocol);
+  expect_refused(a);
+  const auto rec = a.dst[1].begin() + 2 * static_cast<std::ptrdiff_t>(security::kRecordBytes);
+  EXPECT_TRUE(std::all_of(rec, rec + static_cast<std::ptrdiff_t>(security::kRecordBytes), [](uint8_t b) { return b == 0; }));
 }
 
 TEST(SecureTransport, ModifiedHeaderIsRefused) {

@@ -246,7 +246,6 @@ class QuicConnection {
   std::string close_reason_;
   bool rejected_ = false;
   bool deaf_ = false;  // deafen_for_test()
-  ngtcp2_connection_close_error ccerr_{};
   bool closing_sent_ = false;
 
   // Control stream.

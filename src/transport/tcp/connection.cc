@@ -66,9 +66,20 @@ void TcpConnection::set_keys(const security::ConnectionKeys& keys) {
   const security::Key& job = peer_.group().security()->job_key;
   const auto me = static_cast<uint32_t>(peer_.group().rank()), them = static_cast<uint32_t>(peer_.rank);
   const uint8_t ch = peer_.options().channel;  // each channel's device numbers its own frames
-  sealed_ = std::make_unique<security::SealedStream>(keys.cipher, keys.send, keys.recv,
-                                                     security::pair_frame_key(job, ch, me, them, keys.cipher),
-                                                     security::pair_frame_key(job, ch, them, me, keys.cipher));
+  const security::Key pair_send = security::pair_frame_key(job, ch, me, them, keys.cipher);
+  const security::Key pair_recv = security::pair_frame_key(job, ch, them, me, keys.cipher);
+  sealed_ = std::make_unique<security::SealedStream>(keys.cipher, keys.send, keys.recv, pair_send, pair_recv);
+  // The pair's keys outlive a resumed socket: so does the lane, with the frames it seals.
+  runtime::WorkerPool* workers = peer_.crypto_workers();
+  if (!lane_ && workers) {
+    runtime::EventLoop& loop = peer_.group().loop();
+    lane_ = std::make_unique<security::CryptoLane>(
+        *workers, keys.cipher, pair_send, pair_recv, [&loop, alive = std::weak_ptr<TcpConnection*>(alive_)] {
+          loop.post([alive] {
+            if (const auto c = alive.lock()) (*c)->on_crypto();
+          });
+        });
+  }
 }
 
 size_t TcpConnection::wire_size(const SendOp& op) const {
@@ -108,6 +119,7 @@ void TcpConnection::configure_socket() {
 }
 
 TcpConnection::~TcpConnection() {
+  lane_.reset();  // no worker reads or writes this connection's frames after this
   if (resume_timer_) peer_.group().loop().cancel_timer(resume_timer_);
   close_fd();
 }
@@ -144,6 +156,14 @@ void TcpConnection::enter_reconnecting(const std::string& why, bool recover) {
   payload_got_ = 0;
   payload_checked_ = false;
   discard_ = false;
+  // Frames whose records are with the workers: those that opened complete now (before a copy
+  // sent again could be read); the others are forgotten, zeroed, and come again.
+  if (lane_) {
+    lane_->cancel_opens();
+    finish_opened();
+    opening_.reset();
+    record_got_ = 0;
+  }
   // A sealed stream's record staging goes with its keys: resume() gives the new socket new ones.
   // Zero-copy frames waiting for the kernel's completion: the socket and its buffers are gone,
   // and the session keeps a copy of each (taken when it was written), so their requests are done.
@@ -392,7 +412,15 @@ void TcpConnection::post_control(FrameType type, std::vector<uint8_t> payload) {
   write_some();
 }
 
+void TcpConnection::stop_crypto() {
+  if (!lane_) return;
+  lane_->cancel_seals();
+  lane_->cancel_opens();
+  opening_.reset();
+}
+
 void TcpConnection::fail_requests(const Failure& f) {
+  stop_crypto();
   // Zero-copy frames still referenced by the kernel complete now: the group has failed and the
   // peer drops what it gets; the kernel holds its own references to the pages it still reads.
   // Storage stays referenced until the kernel's completion; only the requests complete now.
@@ -427,7 +455,8 @@ void TcpConnection::update_interest() {
   const bool stalled = waiting_for_recv() ||
                        (stream_ != TcpDevice::kControlStream && peer_.group().failed());
   if (!stalled) want |= EPOLLIN;
-  if (!sendq_.empty() && !(stream_ != TcpDevice::kControlStream && peer_.holding())) want |= EPOLLOUT;
+  if (!sendq_.empty() && !seal_blocked_ && !(stream_ != TcpDevice::kControlStream && peer_.holding()))
+    want |= EPOLLOUT;
   if (want != interest_) {
     interest_ = want;
     peer_.group().loop().modify_fd(fd_, want);
@@ -566,6 +595,18 @@ void TcpConnection::read_some() {
       dst = control_payload_;
     }
 
+    if (opening_ || (lane_ && hdr_.type == FrameType::kData && !discard_ &&
+                     hdr_.payload_len >= security::CryptoLane::kMinPayload)) {
+      // A large data frame: its records are read in place and opened by the workers; the frame
+      // completes when they all have (finish_opened).
+      if (!read_record(dst)) return;
+      if (payload_got_ < hdr_.payload_len) continue;
+      have_hdr_ = false;
+      ++frames;
+      sealed_->end_frame();
+      opening_.reset();
+      continue;
+    }
     if (sealed_ && payload_got_ < hdr_.payload_len) {
       // One record at a time into the stream's staging, opened straight into `dst` (a wrong tag
       // leaves no unverified byte there); a discarded frame's records are opened in the staging.
@@ -623,14 +664,94 @@ void TcpConnection::read_some() {
   }
 }
 
+bool TcpConnection::read_record(std::span<uint8_t> dst) {
+  if (!opening_) {
+    opening_ = lane_->begin_open(std::span<const uint8_t, kFrameHeaderSize>(hdr_buf_.data(), kFrameHeaderSize), dst);
+    record_got_ = 0;
+  }
+  const auto index = static_cast<uint32_t>(payload_got_ / security::kRecordBytes);
+  const size_t plain = security::record_plain_size(hdr_.payload_len, index);
+  const std::span<uint8_t, security::kTagBytes> tag = opening_->tag(index);
+  iovec iov[2];
+  int n_iov = 0;
+  if (record_got_ < plain) iov[n_iov++] = {dst.data() + payload_got_ + record_got_, plain - record_got_};
+  const size_t tag_got = record_got_ > plain ? record_got_ - plain : 0;
+  iov[n_iov++] = {tag.data() + tag_got, security::kTagBytes - tag_got};
+  msghdr msg{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = static_cast<size_t>(n_iov);
+  const ssize_t got = ::recvmsg(fd_, &msg, MSG_DONTWAIT);
+  if (got <= 0) {
+    if (got == 0)
+      on_closed("end of stream");
+    else if (errno != EAGAIN && errno != EINTR)
+      on_closed(std::strerror(errno));
+    return false;
+  }
+  peer_.bytes_received.fetch_add(static_cast<uint64_t>(got), std::memory_order_relaxed);
+  peer_.group().heard(peer_.rank);
+  record_got_ += static_cast<size_t>(got);
+  if (record_got_ < plain + security::kTagBytes) return true;
+  lane_->open_record(opening_, index);
+  record_got_ = 0;
+  payload_got_ += plain;
+  return true;
+}
+
+void TcpConnection::on_crypto() {
+  if (!lane_) return;
+  lane_->woken();
+  finish_opened();
+  if (fd_ >= 0 && seal_blocked_) write_some();
+  update_interest();
+}
+
+void TcpConnection::finish_opened() {
+  for (const auto& o : lane_->take_opened()) {
+    if (peer_.group().failed()) return;  // its receive failed with the group
+    if (!o->ok()) return auth_failed("payload record");
+    RequestPtr req = peer_.session.window().complete(o->frame()).req;
+    ++frames_received_;
+    req->bytes = o->dst().size();
+    complete(req, {});
+    peer_.received(o->dst().size());
+    peer_.group().notify();
+  }
+}
+
 void TcpConnection::resume_writing() {
   write_some();
   update_interest();
 }
 
+size_t TcpConnection::wire_ready(const SendOp& op) const {
+  return op.sealing ? op.sealing->ready() : wire_payload(op).size();
+}
+
+void TcpConnection::seal_ahead() {
+  if (!lane_) return;
+  // Sealing runs at most this far ahead of the socket, in wire bytes and in frames (each frame's
+  // sealed bytes are a buffer of their own until written; a queue of small frames is not walked
+  // on every write).
+  constexpr size_t kAhead = 8u << 20;
+  constexpr int kAheadFrames = kMaxIov;
+  size_t ahead = 0;
+  int frames = 0;
+  for (auto& op : sendq_) {
+    if (ahead >= kAhead || ++frames > kAheadFrames) break;
+    if (op.data && !op.wire && op.payload.size() >= security::CryptoLane::kMinPayload) {
+      op.sealing = lane_->seal(op.header, op.payload);
+      op.wire = op.sealing->wire();
+    }
+    ahead += wire_size(op) - op.sent;
+  }
+}
+
 void TcpConnection::write_some() {
   const bool hold = stream_ != TcpDevice::kControlStream && peer_.holding();
+  seal_blocked_ = false;
   while (fd_ >= 0 && !sendq_.empty() && !hold) {
+    seal_ahead();
     iovec iov[kMaxIov];
     int n_iov = 0;
     size_t bytes = 0;
@@ -644,6 +765,7 @@ void TcpConnection::write_some() {
         sealed_->seal(it->header, it->payload, it->wire.get());
       }
       const std::span<const uint8_t> payload = wire_payload(*it);
+      const size_t ready = wire_ready(*it);
       size_t skip = it->sent;
       if (skip < kFrameHeaderSize) {
         iov[n_iov++] = {const_cast<uint8_t*>(it->header_data()) + skip, kFrameHeaderSize - skip};
@@ -652,10 +774,17 @@ void TcpConnection::write_some() {
       } else {
         skip -= kFrameHeaderSize;
       }
-      if (skip < payload.size()) {
-        iov[n_iov++] = {const_cast<uint8_t*>(payload.data()) + skip, payload.size() - skip};
-        bytes += payload.size() - skip;
+      if (skip < ready) {
+        iov[n_iov++] = {const_cast<uint8_t*>(payload.data()) + skip, ready - skip};
+        bytes += ready - skip;
       }
+      if (ready < payload.size()) break;  // the rest of it is being sealed: later frames wait
+    }
+    if (n_iov == 0) {
+      // The head frame's next bytes are still being sealed: written when the workers wake us.
+      if (lane_->more_sealed(*sendq_.front().sealing, sendq_.front().sent - kFrameHeaderSize)) continue;
+      seal_blocked_ = true;
+      break;
     }
     msghdr msg{};
     msg.msg_iov = iov;

@@ -12,6 +12,7 @@
 
 #include "protocol/frame.h"
 #include "security/auth.h"
+#include "security/crypto_lane.h"
 #include "security/sealed_stream.h"
 #include "transport/tcp/stall.h"
 #include "transport/transport.h"
@@ -40,6 +41,8 @@ class TcpConnection {
     // on every connection of the pair (kept across a break); a re-sent copy is sealed again, to
     // the same bytes.
     std::shared_ptr<uint8_t[]> wire;  // security::sealed_payload_size(payload.size()) bytes
+    // A large data frame sealed by the workers: how much of `wire` is ready (null: all of it).
+    std::shared_ptr<security::CryptoLane::Sealing> sealing;
     const uint8_t* header_data() const { return stable_header ? stable_header->data() : header.data(); }
   };
   // A posted receive; lives in the peer's session window (any data stream may fill it).
@@ -67,6 +70,9 @@ class TcpConnection {
   void post_control(protocol::FrameType type, std::vector<uint8_t> payload);
   // Completes every queued request with `f` (the control frames stay queued).
   void fail_requests(const Failure& f);
+  // The group failed: no worker reads a payload or writes a destination of this connection's
+  // frames any more (frames being opened are forgotten), so their requests may fail.
+  void stop_crypto();
   // Reports a data frame waiting for its receive to the group's early-frame check.
   void check_early_frame();
   bool send_queue_empty() const { return sendq_.empty(); }
@@ -141,6 +147,18 @@ class TcpConnection {
   ssize_t receive(uint8_t* dst, size_t n);
   void write_some();
   void update_interest();
+  // Sealing on the workers: starts the large data frames near the head of the queue.
+  void seal_ahead();
+  // Wire bytes of `op` (header excluded) that may be written now.
+  size_t wire_ready(const SendOp& op) const;
+  // The workers made progress: write what is sealed, complete the frames that opened.
+  void on_crypto();
+  // Completes the data frames whose records all opened on the workers.
+  void finish_opened();
+  // Reads the current record of a frame opened on the workers: ciphertext in place, tag beside
+  // it; hands the record over when it is in. False when the caller returns (nothing to read, or
+  // the stream ended).
+  bool read_record(std::span<uint8_t> dst);
   // The connection ended: a data stream of a live peer is re-established (resume); otherwise a
   // failure unless the peer said goodbye and nothing is pending.
   void on_closed(const std::string& why);
@@ -205,6 +223,14 @@ class TcpConnection {
   // pair's key for the session (data frames); the record of a sealed payload being read
   // (verified here before any byte is copied to its destination).
   std::unique_ptr<security::SealedStream> sealed_;  // with a group secret
+  // Large data frames sealed and opened on the device's workers (null: all on this thread). The
+  // frame being read through it, and the bytes of its current record read (ciphertext and tag).
+  std::unique_ptr<security::CryptoLane> lane_;
+  std::shared_ptr<security::CryptoLane::Opening> opening_;
+  size_t record_got_ = 0;
+  bool seal_blocked_ = false;  // write_some stopped at bytes not sealed yet
+  // What the workers' wake-ups reach: reset when the connection goes.
+  std::shared_ptr<TcpConnection*> alive_ = std::make_shared<TcpConnection*>(this);
   size_t hdr_got_ = 0;
   bool have_hdr_ = false;
   protocol::FrameHeader hdr_;

@@ -41,6 +41,7 @@ TcpDevice::TcpDevice(Group& group, const std::string& bind_addr, const TcpOption
         if (!options_.wan_congestion_control.empty()) set_congestion_control(s, options_.wan_congestion_control);
       }) {
   relay_.set_stall_timeout(options_.stall_timeout);
+  if (group_.security()) crypto_pool_ = std::make_unique<runtime::WorkerPool>(runtime::WorkerPool::default_threads(), "geoccl-seal");
   for (int r = 0; r < group_.size(); ++r) {
     auto p = std::make_unique<TcpPeer>(*this);
     p->rank = r;
@@ -519,6 +520,9 @@ void TcpDevice::recheck_early_frames() {
 
 void TcpDevice::on_group_failure(const Failure& f, bool tell_peers) {
   for (auto& p : peers_) {
+    // No worker reads a payload or writes a destination of the requests failed below.
+    for (auto& c : p->streams)
+      if (c) c->stop_crypto();
     for (auto& op : p->waiting) complete(op.req, f);
     p->waiting.clear();
     p->session.window().drain([&](TcpConnection::RecvOp& r) { complete(r.req, f); });

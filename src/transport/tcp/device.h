@@ -43,6 +43,7 @@
 #include "protocol/handshake_machine.h"
 #include "protocol/peer_session.h"
 #include "runtime/event_loop.h"
+#include "runtime/worker_pool.h"
 #include "transport/device.h"
 #include "transport/scavenger.h"
 #include "transport/tcp/connection.h"
@@ -138,6 +139,8 @@ struct TcpPeer {
   // Whether the data streams hold their frames now (the device yields to a higher class that
   // has frames queued for a WAN peer).
   bool holding() const;
+  // The threads that seal and open large data frames (a group with a secret), or null.
+  runtime::WorkerPool* crypto_workers() const;
 
   TcpDevice& device;
   int rank = -1;
@@ -418,6 +421,9 @@ class TcpDevice final : public Device, public WanTuning, public PathReader, publ
   const int initial_streams_;
   int listen_fd_ = -1;
   std::string endpoint_;
+  // With a group secret: seals and opens the large data frames of every connection (declared
+  // before the peers: their connections cancel their jobs before it goes).
+  std::unique_ptr<runtime::WorkerPool> crypto_pool_;
   // By global rank, every rank (a higher rank dials us only if it chose TCP for the pair too).
   std::vector<std::unique_ptr<TcpPeer>> peers_;
   std::vector<std::unique_ptr<PendingAccept>> pending_;

@@ -14,5 +14,6 @@ void TcpPeer::acked(uint64_t upto) { device.acked(*this, upto); }
 void TcpPeer::tune_wan_socket(int fd) const { device.tune_wan_socket(fd); }
 void TcpPeer::queue_changed() { device.data_queue_changed(*this); }
 bool TcpPeer::holding() const { return device.holding(*this); }
+runtime::WorkerPool* TcpPeer::crypto_workers() const { return device.crypto_pool_.get(); }
 
 }  // namespace geoccl::transport::tcp

@@ -1,0 +1,162 @@
+#include "security/crypto_lane.h"
+
+#include <sodium.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace geoccl::security {
+
+namespace {
+
+// This thread's keyed contexts (an Aead is used by one thread at a time): a few pairs' keys, the
+// oldest dropped first. A worker serves every connection of its device.
+const Aead& worker_aead(uint8_t cipher, const Key& key) {
+  struct Entry {
+    uint8_t cipher;
+    Key key;
+    std::unique_ptr<Aead> aead;
+    ~Entry() { sodium_memzero(key.data(), key.size()); }
+  };
+  constexpr size_t kKept = 16;
+  thread_local std::vector<std::unique_ptr<Entry>> cache;
+  for (const auto& e : cache)
+    if (e->cipher == cipher && sodium_memcmp(e->key.data(), key.data(), key.size()) == 0) return *e->aead;
+  if (cache.size() >= kKept) cache.erase(cache.begin());
+  cache.push_back(std::unique_ptr<Entry>(new Entry{cipher, key, std::make_unique<Aead>(cipher, key)}));
+  return *cache.back()->aead;
+}
+
+}  // namespace
+
+CryptoLane::CryptoLane(runtime::WorkerPool& pool, uint8_t cipher, const Key& pair_send, const Key& pair_recv,
+                       std::function<void()> wake)
+    : pool_(pool), cipher_(cipher), send_key_(pair_send), recv_key_(pair_recv), wake_(std::move(wake)) {}
+
+CryptoLane::~CryptoLane() {
+  cancel_seals();
+  cancel_opens();
+  auto* k = const_cast<Key*>(&send_key_);
+  sodium_memzero(k->data(), k->size());
+  k = const_cast<Key*>(&recv_key_);
+  sodium_memzero(k->data(), k->size());
+}
+
+void CryptoLane::request_wake() {
+  if (!wake_posted_.exchange(true)) wake_();
+}
+
+std::shared_ptr<CryptoLane::Sealing> CryptoLane::seal(const protocol::FrameHeaderBytes& header,
+                                                      std::span<const uint8_t> payload) {
+  auto s = std::make_shared<Sealing>();
+  s->header_ = header;
+  s->payload_ = payload;
+  s->size_ = sealed_payload_size(payload.size());
+  // Not zero-filled: the sealer writes every byte.
+  s->wire_ = std::shared_ptr<uint8_t[]>(new uint8_t[s->size_]);
+  std::erase_if(sealings_, [](const std::weak_ptr<Sealing>& w) {
+    const auto p = w.lock();
+    return !p || p->ready() == p->size();
+  });
+  sealings_.push_back(s);
+  pool_.submit([this, s] { run_seal(s); });
+  return s;
+}
+
+void CryptoLane::run_seal(const std::shared_ptr<Sealing>& s) {
+  const auto header = std::span<const uint8_t, protocol::kFrameHeaderSize>(s->header_);
+  const uint64_t counter = frame_number(header);
+  const size_t records = record_count(s->payload_.size());
+  // The header tag, then each record: the wire bytes in order, each published as it is sealed.
+  for (size_t i = 0; i <= records; ++i) {
+    std::lock_guard<std::mutex> lock(s->mu_);
+    if (s->cancelled_) return;
+    // Looked up per record, under the lock: the lane (and its keys) outlive no cancelled job.
+    const Aead& aead = worker_aead(cipher_, send_key_);
+    const uint32_t index = i == 0 ? kHeaderRecord : static_cast<uint32_t>(i - 1);
+    seal_record(aead, counter, header, s->payload_, index, s->wire_.get());
+    const size_t end = i == records ? s->size_ : record_wire_offset(i);
+    s->ready_.store(end, std::memory_order_release);
+    if (seal_waited_.load() && seal_waited_.exchange(false)) request_wake();
+  }
+}
+
+bool CryptoLane::more_sealed(const Sealing& s, size_t have) {
+  if (s.ready() > have) return true;
+  seal_waited_.store(true);
+  // A record published between the check and the flag: seen here (the worker may have missed
+  // the flag).
+  return s.ready() > have;
+}
+
+void CryptoLane::cancel_seals() {
+  for (const auto& w : sealings_)
+    if (const auto s = w.lock()) {
+      std::lock_guard<std::mutex> lock(s->mu_);
+      s->cancelled_ = true;
+    }
+  sealings_.clear();
+}
+
+std::shared_ptr<CryptoLane::Opening> CryptoLane::begin_open(
+    std::span<const uint8_t, protocol::kFrameHeaderSize> header, std::span<uint8_t> dst) {
+  auto o = std::make_shared<Opening>();
+  std::copy(header.begin(), header.end(), o->header_.begin());
+  o->frame_ = frame_number(header);
+  o->dst_ = dst;
+  o->tags_.resize(record_count(dst.size()));
+  o->left_.store(o->tags_.size());
+  openings_.push_back(o);
+  return o;
+}
+
+void CryptoLane::open_record(const std::shared_ptr<Opening>& o, uint32_t index) {
+  pool_.submit([this, o, index] { run_open(o, index); });
+}
+
+void CryptoLane::run_open(const std::shared_ptr<Opening>& o, uint32_t index) {
+  std::lock_guard<std::mutex> lock(o->mu_);
+  if (o->cancelled_) return;
+  const size_t plain = record_plain_size(o->dst_.size(), index);
+  uint8_t* at = o->dst_.data() + static_cast<size_t>(index) * kRecordBytes;
+  // Aead::open takes ciphertext || tag: the tag is apart, so open the record through a view of
+  // both (the cipher reads the tag before it writes the plaintext over the ciphertext).
+  const Aead& aead = worker_aead(cipher_, recv_key_);
+  const auto header = std::span<const uint8_t, protocol::kFrameHeaderSize>(o->header_);
+  if (!aead.open_detached(o->frame_, index, header, std::span<uint8_t>(at, plain), o->tags_[index]))
+    o->bad_.store(true);
+  if (o->left_.fetch_sub(1) == 1) {
+    {
+      std::lock_guard<std::mutex> l(opened_mu_);
+      opened_.push_back(o);
+    }
+    request_wake();
+  }
+}
+
+std::vector<std::shared_ptr<CryptoLane::Opening>> CryptoLane::take_opened() {
+  std::vector<std::shared_ptr<Opening>> out;
+  {
+    std::lock_guard<std::mutex> lock(opened_mu_);
+    out.swap(opened_);
+  }
+  std::erase_if(openings_, [&](const std::shared_ptr<Opening>& o) {
+    return std::find(out.begin(), out.end(), o) != out.end();
+  });
+  return out;
+}
+
+void CryptoLane::cancel_opens() {
+  for (const auto& o : openings_) {
+    {
+      std::lock_guard<std::mutex> lock(o->mu_);
+      o->cancelled_ = true;
+    }
+    // Opened in full: take_opened() gives it. Else what is in its destination is partly
+    // ciphertext: zeroed.
+    if (o->left_.load() != 0) sodium_memzero(o->dst_.data(), o->dst_.size());
+  }
+  std::erase_if(openings_, [](const std::shared_ptr<Opening>& o) { return o->left_.load() != 0; });
+}
+
+}  // namespace geoccl::security
