@@ -40,6 +40,18 @@ int WorkerPool::default_threads() {
   return std::clamp(cores / 2, 1, 4);
 }
 
+std::shared_ptr<WorkerPool> WorkerPool::shared() {
+  static std::mutex mu;
+  static std::weak_ptr<WorkerPool> pool;
+  std::lock_guard<std::mutex> lock(mu);
+  auto p = pool.lock();
+  if (!p) {
+    p = std::make_shared<WorkerPool>(default_threads(), "geoccl-work");
+    pool = p;
+  }
+  return p;
+}
+
 void WorkerPool::run() {
   for (;;) {
     std::function<void()> job;

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -29,6 +30,10 @@ class WorkerPool {
   // Workers for a loop on this host: half its cores, 1 to 4 (two ranks on a 2-core host share
   // them with their loops and collectives; a big host gives each loop a few).
   static int default_threads();
+  // The process's pool of default_threads() workers, made when first asked for and gone with
+  // its last holder: every device of a process (a rank's priority classes, the ranks a test
+  // runs in one process) shares it.
+  static std::shared_ptr<WorkerPool> shared();
 
  private:
   void run();

@@ -41,7 +41,7 @@ TcpDevice::TcpDevice(Group& group, const std::string& bind_addr, const TcpOption
         if (!options_.wan_congestion_control.empty()) set_congestion_control(s, options_.wan_congestion_control);
       }) {
   relay_.set_stall_timeout(options_.stall_timeout);
-  if (group_.security()) crypto_pool_ = std::make_unique<runtime::WorkerPool>(runtime::WorkerPool::default_threads(), "geoccl-seal");
+  if (group_.security()) crypto_pool_ = runtime::WorkerPool::shared();
   for (int r = 0; r < group_.size(); ++r) {
     auto p = std::make_unique<TcpPeer>(*this);
     p->rank = r;

@@ -423,7 +423,7 @@ class TcpDevice final : public Device, public WanTuning, public PathReader, publ
   std::string endpoint_;
   // With a group secret: seals and opens the large data frames of every connection (declared
   // before the peers: their connections cancel their jobs before it goes).
-  std::unique_ptr<runtime::WorkerPool> crypto_pool_;
+  std::shared_ptr<runtime::WorkerPool> crypto_pool_;
   // By global rank, every rank (a higher rank dials us only if it chose TCP for the pair too).
   std::vector<std::unique_ptr<TcpPeer>> peers_;
   std::vector<std::unique_ptr<PendingAccept>> pending_;
