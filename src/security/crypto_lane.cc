@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 namespace geoccl::security {
 
@@ -36,6 +37,9 @@ CryptoLane::CryptoLane(runtime::WorkerPool& pool, uint8_t cipher, const Key& pai
 CryptoLane::~CryptoLane() {
   cancel_seals();
   cancel_opens();
+  // Jobs still queued run (and return at once) or are running their last steps: the lane's
+  // members are theirs until each has counted itself out.
+  while (jobs_.load() != 0) std::this_thread::yield();
   auto* k = const_cast<Key*>(&send_key_);
   sodium_memzero(k->data(), k->size());
   k = const_cast<Key*>(&recv_key_);
@@ -59,7 +63,11 @@ std::shared_ptr<CryptoLane::Sealing> CryptoLane::seal(const protocol::FrameHeade
     return !p || p->ready() == p->size();
   });
   sealings_.push_back(s);
-  pool_.submit([this, s] { run_seal(s); });
+  jobs_.fetch_add(1);
+  pool_.submit([this, s] {
+    run_seal(s);
+    jobs_.fetch_sub(1);  // the job's last touch of the lane
+  });
   return s;
 }
 
@@ -76,7 +84,9 @@ void CryptoLane::run_seal(const std::shared_ptr<Sealing>& s) {
     const uint32_t index = i == 0 ? kHeaderRecord : static_cast<uint32_t>(i - 1);
     seal_record(aead, counter, header, s->payload_, index, s->wire_.get());
     const size_t end = i == records ? s->size_ : record_wire_offset(i);
-    s->ready_.store(end, std::memory_order_release);
+    // Sequentially consistent, as more_sealed's flag and load: of the store here and the flag's
+    // store there, one is seen by the other side's load (no wake-up is lost).
+    s->ready_.store(end);
     if (seal_waited_.load() && seal_waited_.exchange(false)) request_wake();
   }
 }
@@ -86,7 +96,7 @@ bool CryptoLane::more_sealed(const Sealing& s, size_t have) {
   seal_waited_.store(true);
   // A record published between the check and the flag: seen here (the worker may have missed
   // the flag).
-  return s.ready() > have;
+  return s.ready_.load() > have;
 }
 
 void CryptoLane::cancel_seals() {
@@ -111,7 +121,12 @@ std::shared_ptr<CryptoLane::Opening> CryptoLane::begin_open(
 }
 
 void CryptoLane::open_record(const std::shared_ptr<Opening>& o, uint32_t index) {
-  pool_.submit([this, o, index] { run_open(o, index); });
+  ++o->handed_;
+  jobs_.fetch_add(1);
+  pool_.submit([this, o, index] {
+    run_open(o, index);
+    jobs_.fetch_sub(1);  // the job's last touch of the lane
+  });
 }
 
 void CryptoLane::run_open(const std::shared_ptr<Opening>& o, uint32_t index) {
@@ -125,6 +140,7 @@ void CryptoLane::run_open(const std::shared_ptr<Opening>& o, uint32_t index) {
   const auto header = std::span<const uint8_t, protocol::kFrameHeaderSize>(o->header_);
   if (!aead.open_detached(o->frame_, index, header, std::span<uint8_t>(at, plain), o->tags_[index]))
     o->bad_.store(true);
+  o->done_.fetch_add(1);
   if (o->left_.fetch_sub(1) == 1) {
     {
       std::lock_guard<std::mutex> l(opened_mu_);
@@ -144,6 +160,23 @@ std::vector<std::shared_ptr<CryptoLane::Opening>> CryptoLane::take_opened() {
     return std::find(out.begin(), out.end(), o) != out.end();
   });
   return out;
+}
+
+void CryptoLane::settle_opens() {
+  for (const auto& o : openings_) {
+    // Bounded by the records handed over (a few MiB of the cipher's work at most).
+    while (o->done_.load() < o->handed_) std::this_thread::yield();
+    if (o->left_.load() == 0) continue;  // opened in full: take_opened() gives it
+    std::lock_guard<std::mutex> lock(o->mu_);
+    o->cancelled_ = true;
+    sodium_memzero(o->dst_.data(), o->dst_.size());
+    // A changed record is reported even so: a break right behind it does not hide it.
+    if (o->bad_.load()) {
+      std::lock_guard<std::mutex> l(opened_mu_);
+      opened_.push_back(o);
+    }
+  }
+  std::erase_if(openings_, [](const std::shared_ptr<Opening>& o) { return o->left_.load() != 0 && !o->bad_.load(); });
 }
 
 void CryptoLane::cancel_opens() {

@@ -8,13 +8,14 @@
 // prefix that is ready and asks to be woken when there is more.
 // Opening: the loop reads each record's ciphertext straight into the frame's destination and its
 // tag beside it (Opening::tag), and hands the record over; a worker opens it in place, where a
-// wrong tag leaves zeros. When every record of a frame has opened (or one failed), the frame
-// shows up in take_opened() and the loop completes it.
+// wrong tag leaves zeros. When every record of a frame has been opened (a failed one makes the
+// frame's ok() false), the frame shows up in take_opened() and the loop completes it.
 //
 // Lifetime: a job reads a caller's payload, or writes a caller's destination, only while it holds
 // its frame's lock and the frame is not cancelled. cancel_seals() and cancel_opens() take every
 // such lock: once they return, no worker touches that memory again, and the requests may
-// complete (with an error) or the frame be received anew.
+// complete (with an error) or the frame be received anew. The lane itself waits, when it goes,
+// for every job it queued to have run.
 #pragma once
 
 #include <array>
@@ -98,6 +99,8 @@ class CryptoLane {
     std::span<uint8_t> dst_;
     std::vector<std::array<uint8_t, kTagBytes>> tags_;
     std::atomic<size_t> left_{0};  // records not opened yet
+    size_t handed_ = 0;            // loop thread: records handed over
+    std::atomic<size_t> done_{0};  // records opened (or found bad) by the workers
     std::atomic<bool> bad_{false};
     std::mutex mu_;  // held by the worker while it writes dst_
     bool cancelled_ = false;
@@ -108,12 +111,18 @@ class CryptoLane {
                                       std::span<uint8_t> dst);
   // Record `index` of `o` is in (ciphertext in place, tag at o->tag(index)): open it.
   void open_record(const std::shared_ptr<Opening>& o, uint32_t index);
-  // Frames that have opened (every record, or one failed) since the last call.
+  // Frames whose records have all been opened since the last call (and, after settle_opens, a
+  // frame cut short with a changed record).
   std::vector<std::shared_ptr<Opening>> take_opened();
   // Cancels every open not run yet and waits for those running. Frames not wholly opened are
   // zeroed in their destinations (no ciphertext or unverified byte stays there) and forgotten;
   // those that did open stay for take_opened().
   void cancel_opens();
+  // The stream broke or ended: waits for every record handed over to be opened (the
+  // destinations stay valid: their receives are pending). Frames opened in full stay for
+  // take_opened(); a frame cut short is zeroed and forgotten, unless one of its records was
+  // changed: then take_opened() gives it, not ok().
+  void settle_opens();
   // Frames begun and not yet taken.
   size_t opening() const { return openings_.size(); }
 
@@ -128,6 +137,7 @@ class CryptoLane {
   std::function<void()> wake_;
   std::atomic<bool> wake_posted_{false};
   std::atomic<bool> seal_waited_{false};  // the loop waits for sealed bytes
+  std::atomic<int> jobs_{0};              // queued or running
   // Loop thread: frames being sealed or opened (cancel finds them here).
   std::vector<std::weak_ptr<Sealing>> sealings_;
   std::vector<std::shared_ptr<Opening>> openings_;

@@ -208,6 +208,55 @@ TEST_P(Lane, CancelledJobsTouchNeitherPayloadNorDestination) {
   EXPECT_EQ(wakes.n, 0);
 }
 
+// A stream broke (or ended) with records still queued: settle_opens waits for them (it is called
+// while the pool is held busy, and returns once a helper thread lets the pool go); the frame read
+// in full completes, the one cut short is zeroed and forgotten, and a cut frame with a changed
+// record is reported (a break right behind a changed record does not hide it).
+TEST_P(Lane, SettlingWaitsForHandedRecordsAndReportsAChangedOne) {
+  runtime::WorkerPool pool(1, "test-settle");
+  Wakes wakes;
+  CryptoLane lane(pool, GetParam(), pair_, pair_, wakes.fn());
+  FrameSealer sealer(GetParam(), conn_, pair_);
+  constexpr size_t n = 3 * kRecordBytes;
+  const auto plain = random_bytes(n);
+  std::vector<std::vector<uint8_t>> dst(3, std::vector<uint8_t>(n));
+  // Frame 0 whole; frames 1 and 2 cut after two records, frame 2's second record changed.
+  const size_t handed[3] = {3, 2, 2};
+  Hold hold;
+  hold.occupy(pool);
+  for (uint64_t f = 0; f < 3; ++f) {
+    const auto hb = header(f, n);
+    std::vector<uint8_t> wire(sealed_payload_size(n));
+    sealer.seal(hb, plain, wire.data());
+    if (f == 2) wire[record_wire_offset(1) + 5] ^= 0x01;
+    auto o = lane.begin_open(hb, dst[f]);
+    for (uint32_t i = 0; i < handed[f]; ++i) {
+      std::copy_n(wire.begin() + static_cast<std::ptrdiff_t>(record_wire_offset(i)), kRecordBytes,
+                  dst[f].begin() + static_cast<std::ptrdiff_t>(i * kRecordBytes));
+      std::copy_n(wire.begin() + static_cast<std::ptrdiff_t>(record_wire_offset(i) + kRecordBytes), kTagBytes,
+                  o->tag(i).begin());
+      lane.open_record(o, i);
+    }
+  }
+  std::thread release([&] {
+    std::this_thread::sleep_for(50ms);
+    hold.release();
+  });
+  lane.settle_opens();  // returns only when every handed record was opened
+  release.join();
+  auto got = lane.take_opened();
+  std::sort(got.begin(), got.end(), [](const auto& a, const auto& b) { return a->frame() < b->frame(); });
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0]->frame(), 0u);
+  EXPECT_TRUE(got[0]->ok());
+  EXPECT_EQ(dst[0], plain);
+  EXPECT_EQ(got[1]->frame(), 2u);
+  EXPECT_FALSE(got[1]->ok());
+  EXPECT_TRUE(std::all_of(dst[1].begin(), dst[1].end(), [](uint8_t b) { return b == 0; }));
+  EXPECT_TRUE(std::all_of(dst[2].begin(), dst[2].end(), [](uint8_t b) { return b == 0; }));
+  EXPECT_EQ(lane.opening(), 0u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Ciphers, Lane, ::testing::Values(kCipherAes256Gcm, kCipherXChaCha20Poly1305),
                          [](const auto& info) { return std::string(cipher_name(info.param)); });
 

@@ -889,7 +889,8 @@ void attack(Attack& a, bool secured, const Relay::Edit& edit, int frames = 3, si
   for (int i = 0; i < frames; ++i) {
     a.recvs.push_back(a.pair->t0->recv(1, header(static_cast<uint64_t>(i), bytes), a.dst[static_cast<size_t>(i)]));
     a.sends.push_back(a.pair->t1->send(0, header(static_cast<uint64_t>(i), bytes), src));
-    std::this_thread::sleep_for(20ms);  // one frame at a time on the wire
+    // One frame at a time on the wire, each received (or refused) before the next is sent.
+    wait_all({a.recvs.back()}, 10s);
   }
   ASSERT_TRUE(wait_all(a.recvs, 10s)) << "a receive hangs";
   ASSERT_TRUE(wait_all(a.sends, 10s)) << "a send hangs";

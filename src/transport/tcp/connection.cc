@@ -157,12 +157,14 @@ void TcpConnection::enter_reconnecting(const std::string& why, bool recover) {
   payload_checked_ = false;
   discard_ = false;
   // Frames whose records are with the workers: those that opened complete now (before a copy
-  // sent again could be read); the others are forgotten, zeroed, and come again.
+  // sent again could be read); the one cut short is zeroed and comes again, unless a record of
+  // it was changed (then it fails authentication here, as it would have on the loop thread).
   if (lane_) {
-    lane_->cancel_opens();
-    finish_opened();
     opening_.reset();
     record_got_ = 0;
+    lane_->settle_opens();
+    finish_opened();
+    if (peer_.group().failed()) return;
   }
   // A sealed stream's record staging goes with its keys: resume() gives the new socket new ones.
   // Zero-copy frames waiting for the kernel's completion: the socket and its buffers are gone,
@@ -479,6 +481,13 @@ void TcpConnection::on_events(uint32_t events) {
 }
 
 void TcpConnection::on_closed(const std::string& why) {
+  // Frames read in full whose records are still with the workers are not pending: they complete
+  // now (the peer may have said goodbye right behind its last frame).
+  if (lane_) {
+    lane_->settle_opens();
+    finish_opened();
+    if (peer_.group().failed()) return;
+  }
   if (!goodbye_ && peer_.can_resume(stream_)) return enter_reconnecting(why);
   // A stream that ended after its goodbye has delivered every frame put on it; receives of the
   // peer still pending may be filled by its other data streams, so they matter only when this
