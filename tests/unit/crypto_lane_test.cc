@@ -87,6 +87,19 @@ class Lane : public ::testing::TestWithParam<uint8_t> {
       cv.notify_all();
     }
   };
+  // Hands records [0, records) of sealed payload `wire` over to `lane` as the connection reads
+  // them: each record's ciphertext into the destination, its tag beside it.
+  static void hand_over(CryptoLane& lane, const std::shared_ptr<CryptoLane::Opening>& o,
+                        const std::vector<uint8_t>& wire, size_t records) {
+    const size_t n = o->dst().size();
+    for (uint32_t i = 0; i < records; ++i) {
+      const size_t p = record_plain_size(n, i);
+      const auto at = wire.begin() + static_cast<std::ptrdiff_t>(record_wire_offset(i));
+      std::copy_n(at, p, o->dst().begin() + static_cast<std::ptrdiff_t>(i * kRecordBytes));
+      std::copy_n(at + static_cast<std::ptrdiff_t>(p), kTagBytes, o->tag(i).begin());
+      lane.open_record(o, i);
+    }
+  }
   Key conn_{}, pair_{};
 };
 
@@ -135,14 +148,7 @@ TEST_P(Lane, FramesOpenInPlaceAndAChangedRecordLeavesZeros) {
     if (f == 1) wire[record_wire_offset(2) + 10] ^= 0x04;
     auto o = lane.begin_open(hb, dst[f]);
     EXPECT_EQ(o->frame(), f);
-    // As the connection reads them: ciphertext into the destination, the tag beside it.
-    for (uint32_t i = 0; i < record_count(n); ++i) {
-      const size_t p = record_plain_size(n, i);
-      std::copy_n(wire.begin() + static_cast<std::ptrdiff_t>(record_wire_offset(i)), p,
-                  dst[f].begin() + static_cast<std::ptrdiff_t>(i * kRecordBytes));
-      std::copy_n(wire.begin() + static_cast<std::ptrdiff_t>(record_wire_offset(i) + p), kTagBytes, o->tag(i).begin());
-      lane.open_record(o, i);
-    }
+    hand_over(lane, o, wire, record_count(n));
     frames.push_back(o);
   }
   std::vector<std::shared_ptr<CryptoLane::Opening>> opened;
@@ -181,13 +187,7 @@ TEST_P(Lane, CancelledJobsTouchNeitherPayloadNorDestination) {
   auto s = lane.seal(header(8, n), plain);
   std::vector<uint8_t> dst(n);
   auto o = lane.begin_open(header(7, n), dst);
-  for (uint32_t i = 0; i < record_count(n); ++i) {
-    const size_t p = record_plain_size(n, i);
-    std::copy_n(wire.begin() + static_cast<std::ptrdiff_t>(record_wire_offset(i)), p,
-                dst.begin() + static_cast<std::ptrdiff_t>(i * kRecordBytes));
-    std::copy_n(wire.begin() + static_cast<std::ptrdiff_t>(record_wire_offset(i) + p), kTagBytes, o->tag(i).begin());
-    lane.open_record(o, i);
-  }
+  hand_over(lane, o, wire, record_count(n));
   lane.cancel_seals();
   lane.cancel_opens();
   // The frame being opened is forgotten, and its ciphertext is not left in the destination.
@@ -230,13 +230,7 @@ TEST_P(Lane, SettlingWaitsForHandedRecordsAndReportsAChangedOne) {
     sealer.seal(hb, plain, wire.data());
     if (f == 2) wire[record_wire_offset(1) + 5] ^= 0x01;
     auto o = lane.begin_open(hb, dst[f]);
-    for (uint32_t i = 0; i < handed[f]; ++i) {
-      std::copy_n(wire.begin() + static_cast<std::ptrdiff_t>(record_wire_offset(i)), kRecordBytes,
-                  dst[f].begin() + static_cast<std::ptrdiff_t>(i * kRecordBytes));
-      std::copy_n(wire.begin() + static_cast<std::ptrdiff_t>(record_wire_offset(i) + kRecordBytes), kTagBytes,
-                  o->tag(i).begin());
-      lane.open_record(o, i);
-    }
+    hand_over(lane, o, wire, handed[f]);
   }
   std::thread release([&] {
     std::this_thread::sleep_for(50ms);
