@@ -359,11 +359,12 @@ Work Communicator::allreduce(void* buf, size_t count, DataType t, ReduceOp op, c
   uint32_t tag = 0;
   if (z) tag = static_cast<uint32_t>(z->spec.codec) | static_cast<uint32_t>(z->algo) << 8 | z->spec.k << 12;
   const double settle_ms = in->paths.empty() ? 0 : in->paths.largest_delay();
+  // The body keeps the algorithm, not the plan (whose reason is a string for the log).
   return impl_->submit(header(OpKind::kAllreduce, t, bytes, static_cast<uint8_t>(op), tag), o,
-                       [=, z = std::move(z)](OpContext& c) {
+                       [=, algo = plan.algo, z = std::move(z)](OpContext& c) {
                          const auto& topo = in->topo;
                          const collectives::WanCompression* zp = z ? &*z : nullptr;
-                         switch (plan.algo) {
+                         switch (algo) {
                            case collectives::Algo::kRing:
                              return collectives::ring_allreduce(c, buf, count, t, op);
                            case collectives::Algo::kHierarchical:

@@ -205,12 +205,14 @@ void EventLoop::wake() {
 }
 
 void EventLoop::drain_posted() {
-  std::vector<std::function<void()>> batch;
+  // The batch's vector is kept and swapped back in: posting reuses its capacity, so a steady
+  // stream of posts allocates no queue storage.
   {
     std::lock_guard lk(post_mu_);
-    batch.swap(posted_);
+    batch_.swap(posted_);
   }
-  for (auto& f : batch) guarded("a posted task", f);
+  for (auto& f : batch_) guarded("a posted task", f);
+  batch_.clear();
 }
 
 bool EventLoop::next_timeout(timespec* ts) {

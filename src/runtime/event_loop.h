@@ -110,6 +110,7 @@ class EventLoop {
   TimerId next_timer_ = 1;
   std::mutex post_mu_;
   std::vector<std::function<void()>> posted_;
+  std::vector<std::function<void()>> batch_;  // loop thread: the tasks drain_posted runs
   std::thread::id thread_id_;
   std::thread thread_;
 };
