@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -33,6 +34,8 @@
 #include "netns_child.h"
 #include "requests.h"
 #include "runtime/event_loop.h"
+#include "runtime/worker_pool.h"
+#include "security/sealer.h"
 #include "security/secret.h"
 #include "transport/group.h"
 #include "transport/tcp/address.h"
@@ -971,6 +974,47 @@ TEST(SecureTransport, ModifiedRecordOfALargeFrameIsRefusedBeforeItReachesMemory)
   expect_refused(a);
   const auto rec = a.dst[1].begin() + 2 * static_cast<std::ptrdiff_t>(security::kRecordBytes);
   EXPECT_TRUE(std::all_of(rec, rec + static_cast<std::ptrdiff_t>(security::kRecordBytes), [](uint8_t b) { return b == 0; }));
+}
+
+// A large frame is sealed by the process's workers: while they are held busy it cannot leave
+// (the loop writes its header and stops); once they are let go, a worker seals it and wakes the
+// loop, which writes the rest, and the frame arrives.
+TEST(SecureTransport, ALargeFrameWaitsForItsSealingAndGoesWhenItIsDone) {
+  constexpr size_t kBytes = 4 * security::kRecordBytes;
+  const auto key = job_key_of("a secret both ranks share");
+  Pair p(1, TcpOptions{}, true, {key, key});
+  const std::shared_ptr<runtime::WorkerPool> pool = runtime::WorkerPool::shared();  // the devices'
+  std::mutex mu;
+  std::condition_variable cv;
+  bool go = false;
+  int held = 0;
+  for (int i = 0; i < pool->threads(); ++i)
+    pool->submit([&] {
+      std::unique_lock<std::mutex> l(mu);
+      ++held;
+      cv.notify_all();
+      cv.wait(l, [&] { return go; });
+    });
+  {
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return held == pool->threads(); });
+  }
+  const auto src = marked(kBytes);
+  std::vector<uint8_t> dst(kBytes);
+  auto recv = p.t0->recv(1, header(0, kBytes), dst);
+  auto send = p.t1->send(0, header(0, kBytes), src);
+  std::this_thread::sleep_for(200ms);  // ample time to arrive, if it could
+  EXPECT_FALSE(recv->done.load()) << "arrived without its sealing";
+  EXPECT_FALSE(send->done.load());
+  {
+    std::lock_guard<std::mutex> l(mu);
+    go = true;
+  }
+  cv.notify_all();
+  ASSERT_TRUE(wait_all({send, recv}, 10s)) << "not written once sealed: the loop was not woken";
+  ASSERT_TRUE(recv->ok()) << recv->failure.message;
+  EXPECT_EQ(dst, src);
+  EXPECT_FALSE(p.t0->failure().has_value());
 }
 
 TEST(SecureTransport, ModifiedHeaderIsRefused) {
