@@ -11,7 +11,7 @@ namespace geoccl::security {
 namespace {
 
 // This thread's keyed contexts (an Aead is used by one thread at a time): a few pairs' keys, the
-// oldest dropped first. A worker serves every connection of its device.
+// oldest dropped first. A worker serves every connection of its process.
 const Aead& worker_aead(uint8_t cipher, const Key& key) {
   struct Entry {
     uint8_t cipher;
@@ -40,10 +40,8 @@ CryptoLane::~CryptoLane() {
   // Jobs still queued run (and return at once) or are running their last steps: the lane's
   // members are theirs until each has counted itself out.
   while (jobs_.load() != 0) std::this_thread::yield();
-  auto* k = const_cast<Key*>(&send_key_);
-  sodium_memzero(k->data(), k->size());
-  k = const_cast<Key*>(&recv_key_);
-  sodium_memzero(k->data(), k->size());
+  sodium_memzero(send_key_.data(), send_key_.size());
+  sodium_memzero(recv_key_.data(), recv_key_.size());
 }
 
 void CryptoLane::request_wake() {
@@ -134,13 +132,11 @@ void CryptoLane::run_open(const std::shared_ptr<Opening>& o, uint32_t index) {
   if (o->cancelled_) return;
   const size_t plain = record_plain_size(o->dst_.size(), index);
   uint8_t* at = o->dst_.data() + static_cast<size_t>(index) * kRecordBytes;
-  // Aead::open takes ciphertext || tag: the tag is apart, so open the record through a view of
-  // both (the cipher reads the tag before it writes the plaintext over the ciphertext).
+  // In place: the ciphertext is where the plaintext goes, its tag beside it.
   const Aead& aead = worker_aead(cipher_, recv_key_);
   const auto header = std::span<const uint8_t, protocol::kFrameHeaderSize>(o->header_);
   if (!aead.open_detached(o->frame_, index, header, std::span<uint8_t>(at, plain), o->tags_[index]))
     o->bad_.store(true);
-  o->done_.fetch_add(1);
   if (o->left_.fetch_sub(1) == 1) {
     {
       std::lock_guard<std::mutex> l(opened_mu_);
@@ -148,6 +144,7 @@ void CryptoLane::run_open(const std::shared_ptr<Opening>& o, uint32_t index) {
     }
     request_wake();
   }
+  o->done_.fetch_add(1);  // last: settle_opens reads left_ once this counts every record handed
 }
 
 std::vector<std::shared_ptr<CryptoLane::Opening>> CryptoLane::take_opened() {
@@ -166,8 +163,8 @@ void CryptoLane::settle_opens() {
   for (const auto& o : openings_) {
     // Bounded by the records handed over (a few MiB of the cipher's work at most).
     while (o->done_.load() < o->handed_) std::this_thread::yield();
-    if (o->left_.load() == 0) continue;  // opened in full: take_opened() gives it
     std::lock_guard<std::mutex> lock(o->mu_);
+    if (o->left_.load() == 0) continue;  // opened in full: take_opened() gives it
     o->cancelled_ = true;
     sodium_memzero(o->dst_.data(), o->dst_.size());
     // A changed record is reported even so: a break right behind it does not hide it.

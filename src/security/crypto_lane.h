@@ -133,7 +133,7 @@ class CryptoLane {
 
   runtime::WorkerPool& pool_;
   const uint8_t cipher_;
-  const Key send_key_, recv_key_;
+  Key send_key_, recv_key_;  // zeroed when the lane goes
   std::function<void()> wake_;
   std::atomic<bool> wake_posted_{false};
   std::atomic<bool> seal_waited_{false};  // the loop waits for sealed bytes
