@@ -9,12 +9,16 @@
 
 namespace geoccl::runtime {
 
+namespace {
+thread_local int worker_index = -1;
+}  // namespace
+
 WorkerPool::WorkerPool(int threads, const char* name) {
   threads_.reserve(static_cast<size_t>(std::max(threads, 1)));
   for (int i = 0; i < std::max(threads, 1); ++i)
-    threads_.emplace_back([this, name] {
+    threads_.emplace_back([this, name, i] {
       pthread_setname_np(pthread_self(), name);
-      run();
+      run(i);
     });
 }
 
@@ -52,7 +56,10 @@ std::shared_ptr<WorkerPool> WorkerPool::shared() {
   return p;
 }
 
-void WorkerPool::run() {
+int WorkerPool::index() { return worker_index; }
+
+void WorkerPool::run(int index) {
+  worker_index = index;
   for (;;) {
     std::function<void()> job;
     {

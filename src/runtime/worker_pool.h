@@ -26,6 +26,9 @@ class WorkerPool {
   // Any thread.
   void submit(std::function<void()> job);
   int threads() const { return static_cast<int>(threads_.size()); }
+  // On one of a pool's threads: its index there, 0 .. threads() - 1 (so a job can use state
+  // kept per worker); -1 elsewhere.
+  static int index();
 
   // Workers for a loop on this host: half its cores, 1 to 4 (two ranks on a 2-core host share
   // them with their loops and collectives; a big host gives each loop a few).
@@ -36,7 +39,7 @@ class WorkerPool {
   static std::shared_ptr<WorkerPool> shared();
 
  private:
-  void run();
+  void run(int index);
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -8,31 +8,16 @@
 
 namespace geoccl::security {
 
-namespace {
-
-// This thread's keyed contexts (an Aead is used by one thread at a time): a few pairs' keys, the
-// oldest dropped first. A worker serves every connection of its process.
-const Aead& worker_aead(uint8_t cipher, const Key& key) {
-  struct Entry {
-    uint8_t cipher;
-    Key key;
-    std::unique_ptr<Aead> aead;
-    ~Entry() { sodium_memzero(key.data(), key.size()); }
-  };
-  constexpr size_t kKept = 16;
-  thread_local std::vector<std::unique_ptr<Entry>> cache;
-  for (const auto& e : cache)
-    if (e->cipher == cipher && sodium_memcmp(e->key.data(), key.data(), key.size()) == 0) return *e->aead;
-  if (cache.size() >= kKept) cache.erase(cache.begin());
-  cache.push_back(std::unique_ptr<Entry>(new Entry{cipher, key, std::make_unique<Aead>(cipher, key)}));
-  return *cache.back()->aead;
-}
-
-}  // namespace
-
 CryptoLane::CryptoLane(runtime::WorkerPool& pool, uint8_t cipher, const Key& pair_send, const Key& pair_recv,
                        std::function<void()> wake)
-    : pool_(pool), cipher_(cipher), send_key_(pair_send), recv_key_(pair_recv), wake_(std::move(wake)) {}
+    : pool_(pool), wake_(std::move(wake)) {
+  // Keyed here, one pair per worker (an Aead is used by one thread at a time), and gone with the
+  // lane: no key outlives the connection in a worker.
+  for (int i = 0; i < pool.threads(); ++i) {
+    sealers_.push_back(std::make_unique<Aead>(cipher, pair_send));
+    openers_.push_back(std::make_unique<Aead>(cipher, pair_recv));
+  }
+}
 
 CryptoLane::~CryptoLane() {
   cancel_seals();
@@ -40,8 +25,6 @@ CryptoLane::~CryptoLane() {
   // Jobs still queued run (and return at once) or are running their last steps: the lane's
   // members are theirs until each has counted itself out.
   while (jobs_.load() != 0) std::this_thread::yield();
-  sodium_memzero(send_key_.data(), send_key_.size());
-  sodium_memzero(recv_key_.data(), recv_key_.size());
 }
 
 void CryptoLane::request_wake() {
@@ -73,14 +56,19 @@ void CryptoLane::run_seal(const std::shared_ptr<Sealing>& s) {
   const auto header = std::span<const uint8_t, protocol::kFrameHeaderSize>(s->header_);
   const uint64_t counter = frame_number(header);
   const size_t records = record_count(s->payload_.size());
+  const Aead& aead = *sealers_[static_cast<size_t>(runtime::WorkerPool::index())];
   // The header tag, then each record: the wire bytes in order, each published as it is sealed.
   for (size_t i = 0; i <= records; ++i) {
     std::lock_guard<std::mutex> lock(s->mu_);
     if (s->cancelled_) return;
-    // Looked up per record, under the lock: the lane (and its keys) outlive no cancelled job.
-    const Aead& aead = worker_aead(cipher_, send_key_);
     const uint32_t index = i == 0 ? kHeaderRecord : static_cast<uint32_t>(i - 1);
-    seal_record(aead, counter, header, s->payload_, index, s->wire_.get());
+    try {
+      seal_record(aead, counter, header, s->payload_, index, s->wire_.get());
+    } catch (...) {  // the cipher refused (it does not, short of a broken library): the loop fails the group
+      s->failed_.store(true);
+      request_wake();
+      return;
+    }
     const size_t end = i == records ? s->size_ : record_wire_offset(i);
     // Sequentially consistent, as more_sealed's flag and load: of the store here and the flag's
     // store there, one is seen by the other side's load (no wake-up is lost).
@@ -133,7 +121,7 @@ void CryptoLane::run_open(const std::shared_ptr<Opening>& o, uint32_t index) {
   const size_t plain = record_plain_size(o->dst_.size(), index);
   uint8_t* at = o->dst_.data() + static_cast<size_t>(index) * kRecordBytes;
   // In place: the ciphertext is where the plaintext goes, its tag beside it.
-  const Aead& aead = worker_aead(cipher_, recv_key_);
+  const Aead& aead = *openers_[static_cast<size_t>(runtime::WorkerPool::index())];
   const auto header = std::span<const uint8_t, protocol::kFrameHeaderSize>(o->header_);
   if (!aead.open_detached(o->frame_, index, header, std::span<uint8_t>(at, plain), o->tags_[index]))
     o->bad_.store(true);

@@ -2,7 +2,7 @@
 // (runtime::WorkerPool), so that its loop thread goes on writing and reading sockets while the
 // records are sealed and opened elsewhere. The bytes are FrameSealer's and FrameOpener's: a data
 // frame's key is the pair's (pair_frame_key) and its nonce the frame number and record index, so
-// any thread can seal or open any record of it (each worker keeps its own keyed contexts).
+// any thread can seal or open any record of it (the lane keys a context pair per worker).
 //
 // Sealing: seal() starts a frame's wire bytes in a buffer of their own; the loop writes the
 // prefix that is ready and asks to be woken when there is more.
@@ -61,6 +61,8 @@ class CryptoLane {
     size_t ready() const { return ready_.load(std::memory_order_acquire); }
     size_t size() const { return size_; }
     const std::shared_ptr<uint8_t[]>& wire() const { return wire_; }
+    // The cipher refused to seal it (a broken library): it never gets ready.
+    bool failed() const { return failed_.load(); }
 
    private:
     friend class CryptoLane;
@@ -69,6 +71,7 @@ class CryptoLane {
     std::shared_ptr<uint8_t[]> wire_;
     size_t size_ = 0;
     std::atomic<size_t> ready_{0};
+    std::atomic<bool> failed_{false};
     std::mutex mu_;  // held by the worker while it reads payload_
     bool cancelled_ = false;
   };
@@ -132,8 +135,9 @@ class CryptoLane {
   void run_open(const std::shared_ptr<Opening>& o, uint32_t index);
 
   runtime::WorkerPool& pool_;
-  const uint8_t cipher_;
-  Key send_key_, recv_key_;  // zeroed when the lane goes
+  // By worker (WorkerPool::index): the pair's keys of each direction, keyed (Aead zeroes its key
+  // when it goes).
+  std::vector<std::unique_ptr<Aead>> sealers_, openers_;
   std::function<void()> wake_;
   std::atomic<bool> wake_posted_{false};
   std::atomic<bool> seal_waited_{false};  // the loop waits for sealed bytes

@@ -134,6 +134,9 @@ int main(int argc, char** argv) {
     cfg.op_timeout = std::chrono::seconds(120);
     Communicator c(cfg);
     if (mode == "mismatch") {
+      // Every rank is past its start-up before the failing call: a rank still finishing its own
+      // would learn of the failure there, from its constructor.
+      c.barrier().wait();
       const size_t count = c.rank() == c.size() - 1 ? 2000 : 1000;
       std::vector<float> out(count);
       std::vector<int64_t> idx{1};

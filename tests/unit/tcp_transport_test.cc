@@ -981,36 +981,42 @@ TEST(SecureTransport, ModifiedRecordOfALargeFrameIsRefusedBeforeItReachesMemory)
 // loop, which writes the rest, and the frame arrives.
 TEST(SecureTransport, ALargeFrameWaitsForItsSealingAndGoesWhenItIsDone) {
   constexpr size_t kBytes = 4 * security::kRecordBytes;
+  // Declared before the pair and the hold: they outlive every use of them by a worker.
+  const auto src = marked(kBytes);
+  std::vector<uint8_t> dst(kBytes);
+  struct Hold {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool go = false;
+    int held = 0, left = 0;
+  } hold;
   const auto key = job_key_of("a secret both ranks share");
   Pair p(1, TcpOptions{}, true, {key, key});
   const std::shared_ptr<runtime::WorkerPool> pool = runtime::WorkerPool::shared();  // the devices'
-  std::mutex mu;
-  std::condition_variable cv;
-  bool go = false;
-  int held = 0;
   for (int i = 0; i < pool->threads(); ++i)
-    pool->submit([&] {
-      std::unique_lock<std::mutex> l(mu);
-      ++held;
-      cv.notify_all();
-      cv.wait(l, [&] { return go; });
+    pool->submit([&hold] {
+      std::unique_lock<std::mutex> l(hold.mu);
+      ++hold.held;
+      hold.cv.notify_all();
+      hold.cv.wait(l, [&] { return hold.go; });
+      ++hold.left;
+      hold.cv.notify_all();
     });
   {
-    std::unique_lock<std::mutex> l(mu);
-    cv.wait(l, [&] { return held == pool->threads(); });
+    std::unique_lock<std::mutex> l(hold.mu);
+    hold.cv.wait(l, [&] { return hold.held == pool->threads(); });
   }
-  const auto src = marked(kBytes);
-  std::vector<uint8_t> dst(kBytes);
   auto recv = p.t0->recv(1, header(0, kBytes), dst);
   auto send = p.t1->send(0, header(0, kBytes), src);
   std::this_thread::sleep_for(200ms);  // ample time to arrive, if it could
-  EXPECT_FALSE(recv->done.load()) << "arrived without its sealing";
-  EXPECT_FALSE(send->done.load());
+  const bool early = recv->done.load() || send->done.load();
   {
-    std::lock_guard<std::mutex> l(mu);
-    go = true;
+    std::unique_lock<std::mutex> l(hold.mu);
+    hold.go = true;
+    hold.cv.notify_all();
+    hold.cv.wait(l, [&] { return hold.left == pool->threads(); });  // no worker uses `hold` after
   }
-  cv.notify_all();
+  EXPECT_FALSE(early) << "a frame left before it was sealed";
   ASSERT_TRUE(wait_all({send, recv}, 10s)) << "not written once sealed: the loop was not woken";
   ASSERT_TRUE(recv->ok()) << recv->failure.message;
   EXPECT_EQ(dst, src);

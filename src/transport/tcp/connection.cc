@@ -216,6 +216,10 @@ void TcpConnection::enter_reconnecting(const std::string& why, bool recover) {
 
 void TcpConnection::resume(int fd, const security::ConnectionKeys& keys, int via) {
   if (fd_ >= 0) enter_reconnecting("the peer replaced it", /*recover=*/false);
+  if (peer_.group().failed()) {  // a frame settled there failed authentication
+    ::close(fd);
+    return;
+  }
   if (resume_timer_) {
     peer_.group().loop().cancel_timer(resume_timer_);
     resume_timer_ = 0;
@@ -486,7 +490,7 @@ void TcpConnection::on_closed(const std::string& why) {
   if (lane_) {
     lane_->settle_opens();
     finish_opened();
-    if (peer_.group().failed()) return;
+    if (peer_.group().failed()) return close_fd();  // nothing more is read or written on it
   }
   if (!goodbye_ && peer_.can_resume(stream_)) return enter_reconnecting(why);
   // A stream that ended after its goodbye has delivered every frame put on it; receives of the
@@ -791,7 +795,13 @@ void TcpConnection::write_some() {
     }
     if (n_iov == 0) {
       // The head frame's next bytes are still being sealed: written when the workers wake us.
-      if (lane_->more_sealed(*sendq_.front().sealing, sendq_.front().sent - kFrameHeaderSize)) continue;
+      const auto& sealing = *sendq_.front().sealing;
+      if (sealing.failed()) {
+        peer_.group().fail(ErrorCode::kInternal,
+                           "sealing a frame for rank " + std::to_string(peer_.rank) + " failed (the cipher refused)", true);
+        return;
+      }
+      if (lane_->more_sealed(sealing, sendq_.front().sent - kFrameHeaderSize)) continue;
       seal_blocked_ = true;
       break;
     }
