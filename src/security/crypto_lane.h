@@ -14,8 +14,9 @@
 // Lifetime: a job reads a caller's payload, or writes a caller's destination, only while it holds
 // its frame's lock and the frame is not cancelled. cancel_seals() and cancel_opens() take every
 // such lock: once they return, no worker touches that memory again, and the requests may
-// complete (with an error) or the frame be received anew. The lane itself waits, when it goes,
-// for every job it queued to have run.
+// complete with an error. settle_opens() (a stream that broke or ended) waits instead for the
+// records handed over, so that frames read in full complete. The lane itself waits, when it
+// goes, for every job it queued to have run.
 #pragma once
 
 #include <array>

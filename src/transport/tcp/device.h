@@ -421,8 +421,9 @@ class TcpDevice final : public Device, public WanTuning, public PathReader, publ
   const int initial_streams_;
   int listen_fd_ = -1;
   std::string endpoint_;
-  // With a group secret: seals and opens the large data frames of every connection (declared
-  // before the peers: their connections cancel their jobs before it goes).
+  // With a group secret: the process's workers (WorkerPool::shared), which seal and open the
+  // large data frames of every connection (declared before the peers: their connections wait for
+  // their jobs before it goes).
   std::shared_ptr<runtime::WorkerPool> crypto_pool_;
   // By global rank, every rank (a higher rank dials us only if it chose TCP for the pair too).
   std::vector<std::unique_ptr<TcpPeer>> peers_;
