@@ -549,7 +549,15 @@ void TcpConnection::check_early_frame() {
 }
 
 ssize_t TcpConnection::receive(uint8_t* dst, size_t n) {
-  const ssize_t got = ::recv(fd_, dst, n, MSG_DONTWAIT);
+  iovec iov{dst, n};
+  return receive(&iov, 1);
+}
+
+ssize_t TcpConnection::receive(iovec* iov, int n_iov) {
+  msghdr msg{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = static_cast<size_t>(n_iov);
+  const ssize_t got = ::recvmsg(fd_, &msg, MSG_DONTWAIT);
   if (got > 0) {
     peer_.bytes_received.fetch_add(static_cast<uint64_t>(got), std::memory_order_relaxed);
     peer_.group().heard(peer_.rank);
@@ -690,19 +698,8 @@ bool TcpConnection::read_record(std::span<uint8_t> dst) {
   if (record_got_ < plain) iov[n_iov++] = {dst.data() + payload_got_ + record_got_, plain - record_got_};
   const size_t tag_got = record_got_ > plain ? record_got_ - plain : 0;
   iov[n_iov++] = {tag.data() + tag_got, security::kTagBytes - tag_got};
-  msghdr msg{};
-  msg.msg_iov = iov;
-  msg.msg_iovlen = static_cast<size_t>(n_iov);
-  const ssize_t got = ::recvmsg(fd_, &msg, MSG_DONTWAIT);
-  if (got <= 0) {
-    if (got == 0)
-      on_closed("end of stream");
-    else if (errno != EAGAIN && errno != EINTR)
-      on_closed(std::strerror(errno));
-    return false;
-  }
-  peer_.bytes_received.fetch_add(static_cast<uint64_t>(got), std::memory_order_relaxed);
-  peer_.group().heard(peer_.rank);
+  const ssize_t got = receive(iov, n_iov);
+  if (got <= 0) return false;
   record_got_ += static_cast<size_t>(got);
   if (record_got_ < plain + security::kTagBytes) return true;
   lane_->open_record(opening_, index);

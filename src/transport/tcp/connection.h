@@ -1,6 +1,8 @@
 // TcpConnection: one socket of a TcpDevice's mesh and its frame queues. Loop thread only.
 #pragma once
 
+#include <sys/uio.h>
+
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -145,6 +147,8 @@ class TcpConnection {
   // One recv() into dst: the bytes read (counted), or 0 when nothing came (EAGAIN) or the
   // stream ended (on_closed has run; the caller returns).
   ssize_t receive(uint8_t* dst, size_t n);
+  // The same into several places, in order (one recvmsg()).
+  ssize_t receive(iovec* iov, int n_iov);
   void write_some();
   void update_interest();
   // Sealing on the workers: starts the large data frames near the head of the queue.
